@@ -1,0 +1,187 @@
+//! The table catalog: external tables created with `CREATE EXTERNAL TABLE`, kept in the
+//! job store (schema resolved once, at creation) and served to DataFusion through a
+//! schema provider that builds a table only when a query names it.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::catalog::{SchemaProvider, TableProvider};
+use datafusion::common::{DFSchema, TableReference};
+use datafusion::datasource::listing::ListingTableUrl;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::{SessionState, SessionStateBuilder};
+use datafusion::logical_expr::{CreateExternalTable, DdlStatement, LogicalPlan};
+
+use crate::plan::{decode_schema, encode_schema};
+use crate::state::{JobStore, TableRecord};
+use crate::time::now_ms;
+use crate::{Error, Result};
+
+/// Schema provider over a snapshot of the catalog (one store query per session).
+#[derive(Debug)]
+pub struct CatalogSchema {
+    tables: BTreeMap<String, TableRecord>,
+    /// Used only to create table providers (file format factories, object stores).
+    state: SessionState,
+}
+
+impl CatalogSchema {
+    /// Loads the catalog from `store`.
+    pub async fn load(store: &dyn JobStore, state: SessionState) -> Result<Self> {
+        let tables = store
+            .list_tables()
+            .await?
+            .into_iter()
+            .map(|t| (t.name.clone(), t))
+            .collect();
+        Ok(Self { tables, state })
+    }
+}
+
+#[async_trait]
+impl SchemaProvider for CatalogSchema {
+    fn table_names(&self) -> Vec<String> {
+        self.tables.keys().cloned().collect()
+    }
+
+    async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        match self.tables.get(name) {
+            Some(record) => Ok(Some(table_provider(&self.state, record).await?)),
+            None => Ok(None),
+        }
+    }
+
+    fn table_exist(&self, name: &str) -> bool {
+        self.tables.contains_key(name)
+    }
+}
+
+/// Installs the catalog of `store` as the default schema of `state`.
+pub async fn install(state: &SessionState, store: &dyn JobStore) -> Result<()> {
+    // A separate state: resolving tables through the catalog being installed would
+    // make the catalog's own DDL planning look itself up.
+    let own = SessionStateBuilder::new()
+        .with_config(state.config().clone())
+        .with_runtime_env(state.runtime_env().clone())
+        .with_default_features()
+        .build();
+    let schema = CatalogSchema::load(store, own).await?;
+    let options = &state.config().options().catalog;
+    let catalog = state
+        .catalog_list()
+        .catalog(&options.default_catalog)
+        .ok_or_else(|| Error::Internal("default catalog missing".into()))?;
+    catalog.register_schema(&options.default_schema, Arc::new(schema))?;
+    Ok(())
+}
+
+/// The table provider of a stored table, with its stored schema (no inference).
+pub async fn table_provider(
+    state: &SessionState,
+    record: &TableRecord,
+) -> DfResult<Arc<dyn TableProvider>> {
+    let plan = state.create_logical_plan(&record.ddl).await?;
+    let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(cmd)) = plan else {
+        return Err(DataFusionError::Internal(format!(
+            "catalog entry {} does not hold a CREATE EXTERNAL TABLE statement",
+            record.name
+        )));
+    };
+    let schema = decode_schema(&record.schema).map_err(DataFusionError::from)?;
+    let cmd = CreateExternalTable {
+        schema: Arc::new(DFSchema::try_from(schema.as_ref().clone())?),
+        locations: record.locations.clone(),
+        ..*cmd
+    };
+    create_provider(state, &cmd).await
+}
+
+async fn create_provider(
+    state: &SessionState,
+    cmd: &CreateExternalTable,
+) -> DfResult<Arc<dyn TableProvider>> {
+    let factory = state
+        .table_factories()
+        .get(cmd.file_type.as_str())
+        .ok_or_else(|| {
+            DataFusionError::Plan(format!(
+                "unsupported file format {} (supported: PARQUET, CSV, JSON, ARROW)",
+                cmd.file_type
+            ))
+        })?;
+    factory.create(state, cmd).await
+}
+
+/// Table name of a DDL reference, refusing qualified names outside the default schema.
+fn table_name(name: &TableReference) -> Result<String> {
+    match name {
+        TableReference::Bare { table } => Ok(table.to_string()),
+        other => Err(Error::InvalidInput(format!(
+            "table {other}: only unqualified table names are supported"
+        ))),
+    }
+}
+
+/// Creates (or replaces) a catalog table: resolves its locations and schema now and
+/// stores them. Returns the stored record, or `None` when `IF NOT EXISTS` found one.
+pub async fn create_table(
+    state: &SessionState,
+    store: &dyn JobStore,
+    cmd: &CreateExternalTable,
+    sql: &str,
+) -> Result<Option<TableRecord>> {
+    let name = table_name(&cmd.name)?;
+    if store.get_table(&name).await?.is_some() {
+        if cmd.if_not_exists {
+            return Ok(None);
+        }
+        if !cmd.or_replace {
+            return Err(Error::InvalidInput(format!(
+                "table {name} already exists (use CREATE OR REPLACE EXTERNAL TABLE, or DROP TABLE first)"
+            )));
+        }
+    }
+    if cmd.temporary {
+        return Err(Error::InvalidInput("temporary tables are not supported".into()));
+    }
+    let locations = cmd
+        .locations
+        .iter()
+        .map(|l| Ok(ListingTableUrl::parse(l)?.as_str().to_string()))
+        .collect::<DfResult<Vec<_>>>()?;
+    let cmd = CreateExternalTable {
+        locations: locations.clone(),
+        ..cmd.clone()
+    };
+    let provider = create_provider(state, &cmd).await?;
+    let schema = provider.schema();
+    if schema.fields().is_empty() {
+        return Err(Error::InvalidInput(format!(
+            "no columns found for table {name} at {}: is the location empty?",
+            locations.join(", ")
+        )));
+    }
+    let record = TableRecord {
+        name: name.clone(),
+        ddl: sql.to_string(),
+        locations,
+        format: cmd.file_type.to_uppercase(),
+        schema: encode_schema(&schema)?,
+        created_ms: now_ms(),
+    };
+    if !store.put_table(&record, cmd.or_replace).await? {
+        return Err(Error::InvalidInput(format!("table {name} already exists")));
+    }
+    Ok(Some(record))
+}
+
+/// Drops a catalog table.
+pub async fn drop_table(store: &dyn JobStore, name: &TableReference, if_exists: bool) -> Result<bool> {
+    let name = table_name(name)?;
+    let existed = store.delete_table(&name).await?;
+    if !existed && !if_exists {
+        return Err(Error::InvalidInput(format!("table {name} does not exist")));
+    }
+    Ok(existed)
+}

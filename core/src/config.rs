@@ -1,0 +1,115 @@
+//! Engine settings shared by scheduler and executor, with defaults fit for both the
+//! embedded engine and Lambda.
+
+use std::time::Duration;
+
+/// Settings the scheduler and executor read. Build with [`EngineConfig::default`] and the
+/// `with_*` methods; the AWS crate fills it from environment variables.
+#[derive(Debug, Clone)]
+pub struct EngineConfig {
+    /// Target input bytes per task of a leaf stage: a scan of `n` bytes gets about
+    /// `n / bytes_per_task` tasks (at least one, at most `max_tasks_per_stage`).
+    pub bytes_per_task: u64,
+    /// Upper bound on the number of tasks of any stage (and on hash shuffle width).
+    pub max_tasks_per_stage: usize,
+    /// Attempts a task gets (first run included) before its job fails.
+    pub max_attempts: u32,
+    /// A dispatched task with no completion record after this long is presumed lost
+    /// and re-dispatched by the sweep.
+    pub task_timeout: Duration,
+    /// Concurrent dispatch calls one scheduler invocation makes.
+    pub dispatch_concurrency: usize,
+    /// Whether the executor that completes a stage wakes the scheduler at once
+    /// instead of waiting for the change stream.
+    pub fast_path: bool,
+    /// How long job records live before the store may expire them.
+    pub job_ttl: Duration,
+    /// Stage plans larger than this go to object storage by reference.
+    pub inline_plan_limit: usize,
+    /// Largest accepted HTTP request body.
+    pub max_request_bytes: usize,
+    /// Rows per record batch inside executors.
+    pub batch_size: usize,
+    /// How often a running task checks whether its job was cancelled.
+    pub cancel_check_interval: Duration,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        Self {
+            bytes_per_task: 128 * 1024 * 1024,
+            max_tasks_per_stage: 64,
+            max_attempts: 3,
+            task_timeout: Duration::from_secs(15 * 60),
+            dispatch_concurrency: 32,
+            fast_path: true,
+            job_ttl: Duration::from_secs(7 * 24 * 3600),
+            inline_plan_limit: 256 * 1024,
+            max_request_bytes: 1024 * 1024,
+            batch_size: 8192,
+            cancel_check_interval: Duration::from_secs(1),
+        }
+    }
+}
+
+impl EngineConfig {
+    /// Sets [`EngineConfig::bytes_per_task`].
+    pub fn with_bytes_per_task(mut self, bytes: u64) -> Self {
+        self.bytes_per_task = bytes.max(1);
+        self
+    }
+
+    /// Sets [`EngineConfig::max_tasks_per_stage`].
+    pub fn with_max_tasks_per_stage(mut self, tasks: usize) -> Self {
+        self.max_tasks_per_stage = tasks.max(1);
+        self
+    }
+
+    /// Sets [`EngineConfig::max_attempts`].
+    pub fn with_max_attempts(mut self, attempts: u32) -> Self {
+        self.max_attempts = attempts.max(1);
+        self
+    }
+
+    /// Sets [`EngineConfig::task_timeout`].
+    pub fn with_task_timeout(mut self, timeout: Duration) -> Self {
+        self.task_timeout = timeout;
+        self
+    }
+
+    /// Sets [`EngineConfig::fast_path`].
+    pub fn with_fast_path(mut self, on: bool) -> Self {
+        self.fast_path = on;
+        self
+    }
+
+    /// Sets [`EngineConfig::inline_plan_limit`].
+    pub fn with_inline_plan_limit(mut self, bytes: usize) -> Self {
+        self.inline_plan_limit = bytes;
+        self
+    }
+
+    /// Number of tasks for `bytes` of input: `ceil(bytes / bytes_per_task)` within
+    /// `1..=max_tasks_per_stage`.
+    pub fn tasks_for_bytes(&self, bytes: u64) -> usize {
+        let tasks = bytes.div_ceil(self.bytes_per_task.max(1));
+        (tasks as usize).clamp(1, self.max_tasks_per_stage.max(1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn tasks_follow_input_size_within_bounds() {
+        let c = EngineConfig::default()
+            .with_bytes_per_task(100)
+            .with_max_tasks_per_stage(8);
+        assert_eq!(c.tasks_for_bytes(0), 1);
+        assert_eq!(c.tasks_for_bytes(100), 1);
+        assert_eq!(c.tasks_for_bytes(101), 2);
+        assert_eq!(c.tasks_for_bytes(450), 5);
+        assert_eq!(c.tasks_for_bytes(10_000), 8);
+    }
+}

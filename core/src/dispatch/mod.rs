@@ -1,0 +1,48 @@
+//! Push dispatch: the [`Invoker`] seam ("run this task", "scheduler, wake up"), both
+//! asynchronous and fire-and-forget like a Lambda `Event` invocation, and the in-process
+//! [`LocalInvoker`] that runs them on tokio with a limited number of function slots.
+
+mod local;
+
+use async_trait::async_trait;
+use serde::{Deserialize, Serialize};
+
+pub use local::{LocalInvoker, LocalTarget};
+
+use crate::Result;
+
+/// The payload of a task invocation: which partition of which stage, and which attempt.
+/// The executor reads everything else (the stage plan, input locations) from the store.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct TaskSpec {
+    /// Job id.
+    pub job_id: String,
+    /// Stage id.
+    pub stage: u32,
+    /// Partition to run.
+    pub partition: u32,
+    /// Attempt number, from 1.
+    pub attempt: u32,
+}
+
+impl std::fmt::Display for TaskSpec {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "job {} stage {} task {} attempt {}",
+            self.job_id, self.stage, self.partition, self.attempt
+        )
+    }
+}
+
+/// Starts functions asynchronously. `Ok` means the invocation was accepted, not that it
+/// ran: like Lambda's `Event` invocations, it may run later, twice, or never (the sweep
+/// finds tasks that never report).
+#[async_trait]
+pub trait Invoker: Send + Sync + std::fmt::Debug {
+    /// Invokes the executor for one task.
+    async fn run_task(&self, task: &TaskSpec) -> Result<()>;
+
+    /// Invokes the scheduler for one job (the fast path after a stage completes).
+    async fn wake_scheduler(&self, job_id: &str) -> Result<()>;
+}

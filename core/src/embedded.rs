@@ -1,0 +1,258 @@
+//! The embedded engine: the very scheduler and executor code of the serverless path,
+//! wired to in-process backends — [`EmbeddedStore`] (with its change stream playing the
+//! DynamoDB stream), [`LocalInvoker`] (tokio tasks in a fixed number of function slots)
+//! and the local file system (or memory) standing in for S3.
+
+use std::path::PathBuf;
+use std::sync::{Arc, Weak};
+use std::time::Duration;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use tracing::{info, warn};
+
+use crate::dispatch::{LocalInvoker, LocalTarget, TaskSpec};
+use crate::executor::Executor;
+use crate::scheduler::Scheduler;
+use crate::services::ShuffleLocation;
+use crate::state::{EmbeddedStore, JobState, JobStore};
+use crate::status::JobStatus;
+use crate::time::now_ms;
+use crate::{EngineConfig, Error, Result, Services};
+
+/// Options of the embedded engine.
+#[derive(Debug, Clone)]
+pub struct EmbeddedOptions {
+    /// Directory for the job store and shuffle data; `None` keeps everything in memory.
+    pub data_dir: Option<PathBuf>,
+    /// Engine settings.
+    pub config: EngineConfig,
+    /// Concurrent tasks ("function slots").
+    pub slots: usize,
+}
+
+impl Default for EmbeddedOptions {
+    fn default() -> Self {
+        Self {
+            data_dir: None,
+            config: EngineConfig::default(),
+            slots: std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,
+        }
+    }
+}
+
+/// A finished query: its status and its rows.
+#[derive(Debug, Clone)]
+pub struct QueryOutput {
+    /// The job's final status.
+    pub status: JobStatus,
+    /// Result schema.
+    pub schema: SchemaRef,
+    /// Result rows.
+    pub batches: Vec<RecordBatch>,
+}
+
+/// The embedded engine. See the [module docs](self).
+pub struct Embedded {
+    services: Services,
+    store: EmbeddedStore,
+    executor: Arc<Executor>,
+    stream: tokio::task::JoinHandle<()>,
+}
+
+impl std::fmt::Debug for Embedded {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Embedded").field("services", &self.services).finish()
+    }
+}
+
+impl Drop for Embedded {
+    fn drop(&mut self) {
+        self.stream.abort();
+    }
+}
+
+impl Embedded {
+    /// Starts an engine. Jobs left running by an earlier process on the same data
+    /// directory are failed: their tasks died with that process.
+    pub async fn start(options: EmbeddedOptions) -> Result<Arc<Self>> {
+        let (store, shuffle, runtime) = match &options.data_dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir.join("shuffle")).map_err(|e| {
+                    Error::Store(format!("cannot create data directory {}: {e}", dir.display()))
+                })?;
+                let dir = std::fs::canonicalize(dir).map_err(|e| {
+                    Error::Store(format!("cannot resolve {}: {e}", dir.display()))
+                })?;
+                let store = EmbeddedStore::open(&dir.join("state.redb"))?;
+                let prefix = Path::from_filesystem_path(dir.join("shuffle"))
+                    .map_err(|e| Error::Store(e.to_string()))?;
+                let url = ObjectStoreUrl::parse("file://").map_err(Error::from)?;
+                let runtime = RuntimeEnvBuilder::new().build_arc()?;
+                runtime.register_object_store(url.as_ref(), Arc::new(LocalFileSystem::new()));
+                (store, ShuffleLocation { url, prefix }, runtime)
+            }
+            None => {
+                let store = EmbeddedStore::in_memory()?;
+                let url = ObjectStoreUrl::parse("memory://").map_err(Error::from)?;
+                let runtime = RuntimeEnvBuilder::new().build_arc()?;
+                runtime.register_object_store(url.as_ref(), Arc::new(InMemory::new()));
+                let prefix = Path::from("lambdafusion");
+                (store, ShuffleLocation { url, prefix }, runtime)
+            }
+        };
+        let invoker = Arc::new(LocalInvoker::new(options.slots));
+        let services = Services {
+            store: Arc::new(store.clone()),
+            invoker: invoker.clone(),
+            runtime,
+            shuffle,
+            config: options.config.clone(),
+        };
+        let stream = store
+            .take_stream()
+            .ok_or_else(|| Error::Internal("job store stream already taken".into()))?;
+        let engine = Arc::new_cyclic(|me: &Weak<Embedded>| {
+            let target: Weak<dyn LocalTarget> = me.clone();
+            invoker.bind(target);
+            Embedded {
+                stream: tokio::spawn(drive_stream(services.clone(), stream)),
+                executor: Arc::new(Executor::new(services.clone())),
+                services,
+                store,
+            }
+        });
+        engine.recover().await?;
+        Ok(engine)
+    }
+
+    /// Fails jobs a previous process left running.
+    async fn recover(&self) -> Result<()> {
+        for job_id in self.store.active_jobs().await? {
+            let failed = self
+                .store
+                .finish_job(
+                    &job_id,
+                    JobState::Failed,
+                    Some("the embedded engine restarted while this query ran; submit it again".into()),
+                    now_ms(),
+                )
+                .await;
+            match failed {
+                Ok(true) => info!(job = %job_id, "failed a job interrupted by a restart"),
+                Ok(false) | Err(Error::NotFound(_)) => self.store.remove_active(&job_id).await?,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// The shared services (store, invoker, object stores, settings).
+    pub fn services(&self) -> &Services {
+        &self.services
+    }
+
+    /// The HTTP API over this engine.
+    pub fn router(&self) -> axum::Router {
+        crate::api::router(self.services.clone())
+    }
+
+    /// A fresh scheduler over this engine's services.
+    pub fn scheduler(&self) -> Scheduler {
+        Scheduler::new(self.services.clone())
+    }
+
+    /// Submits `sql` and returns the job id without waiting.
+    pub async fn submit(&self, sql: &str) -> Result<String> {
+        Ok(self.scheduler().submit(sql).await?.job_id)
+    }
+
+    /// Waits up to `timeout` for a job to end and returns its status.
+    pub async fn wait(&self, job_id: &str, timeout: Duration) -> Result<JobStatus> {
+        crate::api::wait_for_status(&self.services, job_id, timeout).await
+    }
+
+    /// Runs `sql` to the end and returns its rows; a failed or cancelled query is an
+    /// error carrying the job's message.
+    pub async fn sql(&self, sql: &str) -> Result<QueryOutput> {
+        let job_id = self.submit(sql).await?;
+        let status = loop {
+            let status = self.wait(&job_id, Duration::from_secs(3600)).await?;
+            if status.is_terminal() {
+                break status;
+            }
+        };
+        if status.state != JobState::Succeeded.as_str() {
+            return Err(Error::DataFusion(datafusion::error::DataFusionError::Execution(
+                format!(
+                    "query {} {}: {}",
+                    status.id,
+                    status.state,
+                    status.error.clone().unwrap_or_default()
+                ),
+            )));
+        }
+        let (schema, batches) = crate::results::collect(&self.services, &job_id).await?;
+        Ok(QueryOutput {
+            status,
+            schema,
+            batches,
+        })
+    }
+}
+
+/// The embedded "stream trigger": every batch of change records goes to a fresh
+/// scheduler, in order, like a DynamoDB stream shard to a Lambda function.
+async fn drive_stream(
+    services: Services,
+    mut stream: tokio::sync::mpsc::UnboundedReceiver<Vec<crate::state::ChangeRecord>>,
+) {
+    while let Some(mut batch) = stream.recv().await {
+        // Like Lambda's batching window: take whatever else is already queued.
+        while let Ok(more) = stream.try_recv() {
+            batch.extend(more);
+        }
+        if let Err(e) = Scheduler::new(services.clone()).on_records(&batch).await {
+            warn!(error = %e, "scheduler failed on a stream batch; the sweep will re-drive it");
+        }
+    }
+}
+
+impl LocalTarget for Embedded {
+    fn run_task(&self, task: TaskSpec) -> BoxFuture<'static, ()> {
+        let executor = self.executor.clone();
+        async move {
+            if let Err(e) = executor.handle(&task).await {
+                warn!(%task, error = %e, "task failure could not be recorded");
+            }
+        }
+        .boxed()
+    }
+
+    fn wake_scheduler(&self, job_id: String) -> BoxFuture<'static, ()> {
+        let scheduler = self.scheduler();
+        async move {
+            if let Err(e) = scheduler.wake(&job_id).await {
+                warn!(job = %job_id, error = %e, "fast-path scheduler step failed");
+            }
+        }
+        .boxed()
+    }
+
+    fn task_lost(&self, task: TaskSpec, error: String) -> BoxFuture<'static, ()> {
+        let scheduler = self.scheduler();
+        async move {
+            if let Err(e) = scheduler.on_task_lost(&task, &error).await {
+                warn!(%task, error = %e, "could not record a lost task");
+            }
+        }
+        .boxed()
+    }
+}

@@ -1,0 +1,35 @@
+//! lambdafusion — serverless distributed SQL.
+//!
+//! DataFusion plans a query; [`plan`] cuts the physical plan into a stage DAG at every
+//! exchange; the stateless [`scheduler`] keeps that DAG in a [`state::JobStore`] and
+//! pushes every ready task through an [`dispatch::Invoker`]; the [`executor`] runs one
+//! partition of one stage, writes its output through [`shuffle`] to an object store and
+//! commits a completion record whose change record wakes the scheduler again.
+//!
+//! Every decision lives in this crate; the AWS backends (DynamoDB, Lambda, S3) live in
+//! `lambdafusion-aws` and plug into the same seams. [`embedded::Embedded`] wires the
+//! in-process implementations together for `lambdafusion serve` and the tests.
+
+pub mod api;
+pub mod catalog;
+pub mod config;
+pub mod dispatch;
+pub mod embedded;
+pub mod error;
+pub mod executor;
+pub mod plan;
+pub mod results;
+pub mod scheduler;
+pub mod services;
+pub mod status;
+pub mod shuffle;
+pub mod state;
+pub mod time;
+pub mod verify;
+
+pub use config::EngineConfig;
+pub use error::{Error, Result};
+pub use services::Services;
+
+/// Re-export of the DataFusion version this crate is built against.
+pub use datafusion;

@@ -1,0 +1,152 @@
+//! SQL -> DataFusion physical plan -> [`StageGraph`].
+//!
+//! [`physical_plan`] plans with DataFusion, sizing the plan's parallelism from the bytes
+//! its scans read; [`StageSplitter`] cuts the plan into stages at every exchange; the
+//! stage plans travel as bytes ([`encode_plan`] / [`decode_plan`]: datafusion-proto with
+//! [`LambdaFusionCodec`]).
+
+mod stages;
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::datasource::physical_plan::FileScanConfig;
+use datafusion::datasource::source::DataSourceExec;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
+use datafusion::logical_expr::LogicalPlan;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::prelude::SessionConfig;
+use datafusion_proto::bytes::{
+    physical_plan_from_bytes_with_extension_codec, physical_plan_to_bytes_with_extension_codec,
+};
+use datafusion_proto::protobuf;
+use prost::Message;
+
+pub use stages::{edge_name, Stage, StageGraph, StageSplitter};
+
+use crate::shuffle::LambdaFusionCodec;
+use crate::{EngineConfig, Error, Result};
+
+/// The DataFusion session settings every lambdafusion plan is made with.
+///
+/// - Round-robin repartitioning is off: it only spreads rows over threads of one
+///   process, and our partitions are already separate tasks.
+/// - Dynamic filter pushdown is off: those filters are runtime state shared inside one
+///   process (a hash join's build side even waits for *every* output partition of the
+///   join to report, which in a task running one partition would wait forever).
+/// - File-scan work stealing is off: a task runs one partition and never its siblings,
+///   so a partition must read exactly the files planned for it.
+/// - A scan smaller than one task's worth of bytes is not split by byte ranges.
+pub fn session_config(config: &EngineConfig, target_partitions: usize) -> SessionConfig {
+    let mut c = SessionConfig::new()
+        .with_target_partitions(target_partitions.max(1))
+        .with_batch_size(config.batch_size)
+        .with_information_schema(true);
+    let o = c.options_mut();
+    o.optimizer.enable_round_robin_repartition = false;
+    // Each task runs one partition alone: a partition must read its own files only.
+    o.execution.enable_file_stream_work_stealing = false;
+    // Set each one: assigning the umbrella field does not propagate like `SET` does.
+    o.optimizer.enable_dynamic_filter_pushdown = false;
+    o.optimizer.enable_join_dynamic_filter_pushdown = false;
+    o.optimizer.enable_topk_dynamic_filter_pushdown = false;
+    o.optimizer.enable_aggregate_dynamic_filter_pushdown = false;
+    o.optimizer.repartition_file_min_size = config.bytes_per_task as usize;
+    c
+}
+
+/// A session state over `runtime` with [`session_config`].
+pub fn session_state(
+    runtime: Arc<RuntimeEnv>,
+    config: &EngineConfig,
+    target_partitions: usize,
+) -> SessionState {
+    SessionStateBuilder::new()
+        .with_config(session_config(config, target_partitions))
+        .with_runtime_env(runtime)
+        .with_default_features()
+        .build()
+}
+
+/// Creates the physical plan of `logical`, sized to its input: planned once at the widest
+/// allowed parallelism to find the bytes its scans read, then re-planned with
+/// `tasks_for_bytes(scan bytes)` partitions if that differs. Small queries become one
+/// single-partition stage; large ones fan out up to `max_tasks_per_stage`.
+pub async fn physical_plan(
+    state: &SessionState,
+    logical: &LogicalPlan,
+    config: &EngineConfig,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let widest = config.max_tasks_per_stage;
+    let first = with_target_partitions(state, config, widest);
+    let plan = first.create_physical_plan(logical).await?;
+    let partitions = config.tasks_for_bytes(scan_bytes(&plan));
+    if partitions == widest {
+        return Ok(plan);
+    }
+    let sized = with_target_partitions(state, config, partitions);
+    Ok(sized.create_physical_plan(logical).await?)
+}
+
+fn with_target_partitions(state: &SessionState, config: &EngineConfig, n: usize) -> SessionState {
+    let mut session = state.config().clone();
+    let fresh = session_config(config, n);
+    session.options_mut().execution.target_partitions = fresh.target_partitions();
+    SessionStateBuilder::new_from_existing(state.clone())
+        .with_config(session)
+        .build()
+}
+
+/// Bytes the file scans of `plan` read (whole files, or their assigned byte ranges).
+pub fn scan_bytes(plan: &Arc<dyn ExecutionPlan>) -> u64 {
+    use datafusion::common::tree_node::TreeNode;
+    let mut total = 0u64;
+    let _ = plan.apply(|node| {
+        if let Some(scan) = node.downcast_ref::<DataSourceExec>() {
+            if let Some(config) = scan.data_source().downcast_ref::<FileScanConfig>() {
+                for group in &config.file_groups {
+                    for file in group.files() {
+                        total += match &file.range {
+                            Some(r) => (r.end - r.start).max(0) as u64,
+                            None => file.object_meta.size,
+                        };
+                    }
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    total
+}
+
+/// Encodes a stage plan to bytes.
+pub fn encode_plan(plan: Arc<dyn ExecutionPlan>) -> Result<Vec<u8>> {
+    Ok(physical_plan_to_bytes_with_extension_codec(plan, &LambdaFusionCodec)?.to_vec())
+}
+
+/// Decodes a stage plan; `ctx` must resolve every object store the plan reads.
+pub fn decode_plan(bytes: &[u8], ctx: &TaskContext) -> Result<Arc<dyn ExecutionPlan>> {
+    Ok(physical_plan_from_bytes_with_extension_codec(
+        bytes,
+        ctx,
+        &LambdaFusionCodec,
+    )?)
+}
+
+/// Encodes an Arrow schema (datafusion-proto's `Schema` message).
+pub fn encode_schema(schema: &Schema) -> Result<Vec<u8>> {
+    let proto = protobuf::Schema::try_from(schema)
+        .map_err(|e| Error::Internal(format!("cannot encode schema: {e}")))?;
+    Ok(proto.encode_to_vec())
+}
+
+/// Decodes a schema written by [`encode_schema`].
+pub fn decode_schema(bytes: &[u8]) -> Result<SchemaRef> {
+    let proto = protobuf::Schema::decode(bytes)
+        .map_err(|e| Error::Internal(format!("corrupt stored schema: {e}")))?;
+    let schema = Schema::try_from(&proto)
+        .map_err(|e| Error::Internal(format!("corrupt stored schema: {e}")))?;
+    Ok(Arc::new(schema))
+}

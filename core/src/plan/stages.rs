@@ -1,0 +1,322 @@
+//! [`StageSplitter`]: the planner pass that cuts a physical plan into stages.
+//!
+//! Walking the plan bottom-up (`transform_up`), every exchange becomes a stage edge:
+//! - a hash `RepartitionExec` -> the input becomes a stage writing a hash shuffle, read
+//!   by a [`ReadMode::Hash`] reader;
+//! - `CoalescePartitionsExec` / `SortPreservingMergeExec` over several partitions -> the
+//!   input becomes a stage, read by a [`ReadMode::Gather`] reader under the same
+//!   coalesce / merge;
+//! - the build side of a collect-left hash join, nested-loop join or cross join -> a
+//!   stage read whole by every consumer task ([`ReadMode::All`], a broadcast).
+//!
+//! Round-robin repartitions only spread work over the threads of one process; they
+//! are dropped (the session does not plan them in the first place). What remains
+//! above the last exchange is the final stage, whose tasks write the result.
+
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::joins::{
+    CrossJoinExec, HashJoinExec, NestedLoopJoinExec, PartitionMode,
+};
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, Partitioning,
+    ReplaceChildrenOptions,
+};
+
+use crate::shuffle::{ReadMode, ShuffleReaderExec, ShuffleWriterExec};
+use crate::state::{EdgeKind, StageInput};
+use crate::Result;
+
+/// One stage: a plan rooted at a [`ShuffleWriterExec`], run as `tasks` tasks.
+#[derive(Debug, Clone)]
+pub struct Stage {
+    /// Stage id; stages are numbered in topological order.
+    pub id: u32,
+    /// The stage plan (root: [`ShuffleWriterExec`]).
+    pub plan: Arc<dyn ExecutionPlan>,
+    /// Stages it reads, and how.
+    pub inputs: Vec<StageInput>,
+    /// Number of tasks.
+    pub tasks: usize,
+    /// Slices each task writes.
+    pub output_partitions: usize,
+    /// One line saying what it does.
+    pub summary: String,
+}
+
+/// The stages of one query; the last one produces the result.
+#[derive(Debug, Clone)]
+pub struct StageGraph {
+    /// Stages in topological order.
+    pub stages: Vec<Stage>,
+}
+
+impl StageGraph {
+    /// The result stage.
+    pub fn final_stage(&self) -> &Stage {
+        self.stages.last().expect("a stage graph has at least one stage")
+    }
+
+    /// A readable rendering: one block per stage with its edges and plan.
+    pub fn display(&self) -> String {
+        use datafusion::physical_plan::displayable;
+        let mut out = String::new();
+        for s in &self.stages {
+            let inputs: Vec<String> = s
+                .inputs
+                .iter()
+                .map(|i| format!("{} from stage {}", edge_name(i.kind), i.stage))
+                .collect();
+            out.push_str(&format!(
+                "Stage {} ({} task{}, {} output slice{}){}\n",
+                s.id,
+                s.tasks,
+                if s.tasks == 1 { "" } else { "s" },
+                s.output_partitions,
+                if s.output_partitions == 1 { "" } else { "s" },
+                if inputs.is_empty() {
+                    String::new()
+                } else {
+                    format!(" <- {}", inputs.join(", "))
+                }
+            ));
+            out.push_str(&displayable(s.plan.as_ref()).indent(false).to_string());
+        }
+        out
+    }
+}
+
+/// Name of an edge kind as shown to users.
+pub fn edge_name(kind: EdgeKind) -> &'static str {
+    match kind {
+        EdgeKind::Hash => "hash shuffle",
+        EdgeKind::Gather => "gather",
+        EdgeKind::Broadcast => "broadcast",
+    }
+}
+
+/// Cuts a physical plan into a [`StageGraph`]. See the [module docs](self).
+#[derive(Debug, Default)]
+pub struct StageSplitter {
+    stages: Vec<Stage>,
+}
+
+impl StageSplitter {
+    /// Cuts `plan` into stages.
+    pub fn split(plan: Arc<dyn ExecutionPlan>) -> Result<StageGraph> {
+        let mut splitter = StageSplitter::default();
+        let root = plan.transform_up(|node| splitter.cut(node))?.data;
+        splitter.add_stage(root, None)?;
+        Ok(StageGraph {
+            stages: splitter.stages,
+        })
+    }
+
+    fn cut(&mut self, node: Arc<dyn ExecutionPlan>) -> DfResult<Transformed<Arc<dyn ExecutionPlan>>> {
+        if let Some(repartition) = node.downcast_ref::<RepartitionExec>() {
+            return self.cut_repartition(repartition);
+        }
+        if let Some(coalesce) = node.downcast_ref::<CoalescePartitionsExec>() {
+            let input = coalesce.input();
+            if input.output_partitioning().partition_count() <= 1 {
+                return Ok(Transformed::no(node));
+            }
+            let reader = self.gather(input)?;
+            let merged = CoalescePartitionsExec::new(reader).with_fetch(coalesce.fetch());
+            return Ok(Transformed::yes(Arc::new(merged)));
+        }
+        if let Some(merge) = node.downcast_ref::<SortPreservingMergeExec>() {
+            let input = merge.input();
+            if input.output_partitioning().partition_count() <= 1 {
+                return Ok(Transformed::no(node));
+            }
+            let reader = self.gather(input)?;
+            let merged = SortPreservingMergeExec::new(merge.expr().clone(), reader)
+                .with_fetch(merge.fetch());
+            return Ok(Transformed::yes(Arc::new(merged)));
+        }
+        let build_side = if let Some(join) = node.downcast_ref::<HashJoinExec>() {
+            (*join.partition_mode() == PartitionMode::CollectLeft).then(|| join.left().clone())
+        } else if let Some(join) = node.downcast_ref::<NestedLoopJoinExec>() {
+            Some(join.left().clone())
+        } else if let Some(join) = node.downcast_ref::<CrossJoinExec>() {
+            Some(join.left().clone())
+        } else {
+            None
+        };
+        match build_side {
+            Some(left) => self.broadcast_build_side(node, left),
+            None => Ok(Transformed::no(node)),
+        }
+    }
+
+    fn cut_repartition(&mut self, repartition: &RepartitionExec) -> DfResult<Transformed<Arc<dyn ExecutionPlan>>> {
+        let input = repartition.input().clone();
+        match repartition.partitioning() {
+            Partitioning::Hash(..) => {
+                let partitioning = repartition.partitioning().clone();
+                let schema = input.schema();
+                let (stage, producers) = self.add_stage(input, Some(partitioning.clone()))?;
+                let reader: Arc<dyn ExecutionPlan> = Arc::new(ShuffleReaderExec::new(
+                    stage,
+                    producers,
+                    ReadMode::Hash(partitioning),
+                    schema,
+                    None,
+                ));
+                // An order-preserving repartition merges sorted inputs; slices read one
+                // after another are not merged, so sort each partition again.
+                match repartition.properties().output_ordering() {
+                    Some(ordering) if repartition.preserve_order() => {
+                        let sort = SortExec::new(ordering.clone(), reader)
+                            .with_preserve_partitioning(true);
+                        Ok(Transformed::yes(Arc::new(sort)))
+                    }
+                    _ => Ok(Transformed::yes(reader)),
+                }
+            }
+            Partitioning::RoundRobinBatch(_) => Ok(Transformed::yes(input)),
+            other => Err(DataFusionError::NotImplemented(format!(
+                "lambdafusion cannot distribute a {other} repartition"
+            ))),
+        }
+    }
+
+    /// Makes `input` a stage and returns a gather reader over it.
+    fn gather(&mut self, input: &Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
+        let eq = input.equivalence_properties().clone();
+        let schema = input.schema();
+        let (stage, producers) = self.add_stage(input.clone(), None)?;
+        Ok(Arc::new(ShuffleReaderExec::new(
+            stage,
+            producers,
+            ReadMode::Gather,
+            schema,
+            Some(eq),
+        )))
+    }
+
+    /// Gives a join's build side (`left`) to every consumer task whole, computed once.
+    fn broadcast_build_side(
+        &mut self,
+        join: Arc<dyn ExecutionPlan>,
+        left: Arc<dyn ExecutionPlan>,
+    ) -> DfResult<Transformed<Arc<dyn ExecutionPlan>>> {
+        if let Some(reader) = left.downcast_ref::<ShuffleReaderExec>() {
+            if matches!(reader.mode(), ReadMode::All) {
+                return Ok(Transformed::no(join));
+            }
+        }
+        // Coalesce over a gather reader already moves every producer's output here:
+        // read it whole in one partition directly.
+        let gathered = left
+            .downcast_ref::<CoalescePartitionsExec>()
+            .filter(|c| c.fetch().is_none())
+            .and_then(|c| c.input().downcast_ref::<ShuffleReaderExec>())
+            .filter(|r| matches!(r.mode(), ReadMode::Gather))
+            .map(|r| (r.stage(), r.producers()));
+        let new_left: Arc<dyn ExecutionPlan> = match gathered {
+            Some((stage, producers)) => Arc::new(ShuffleReaderExec::new(
+                stage,
+                producers,
+                ReadMode::All,
+                left.schema(),
+                None,
+            )),
+            // A single consumer task computes the build side once anyway.
+            None if join.output_partitioning().partition_count() <= 1 => {
+                return Ok(Transformed::no(join));
+            }
+            None => {
+                let schema = left.schema();
+                let (stage, producers) = self.add_stage(left, None)?;
+                Arc::new(ShuffleReaderExec::new(stage, producers, ReadMode::All, schema, None))
+            }
+        };
+        let mut children: Vec<Arc<dyn ExecutionPlan>> =
+            join.children().into_iter().cloned().collect();
+        children[0] = new_left;
+        Ok(Transformed::yes(join.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )?))
+    }
+
+    /// Wraps `input` in a writer as a new stage; returns its id and task count.
+    fn add_stage(
+        &mut self,
+        input: Arc<dyn ExecutionPlan>,
+        partitioning: Option<Partitioning>,
+    ) -> DfResult<(u32, usize)> {
+        let id = self.stages.len() as u32;
+        let writer = ShuffleWriterExec::try_new(id, input, partitioning).map_err(DataFusionError::from)?;
+        let tasks = writer.tasks();
+        let output_partitions = writer.output_slices();
+        let plan: Arc<dyn ExecutionPlan> = Arc::new(writer);
+        let inputs = stage_inputs(&plan, tasks)?;
+        let summary = summarize(&plan);
+        self.stages.push(Stage {
+            id,
+            plan,
+            inputs,
+            tasks,
+            output_partitions,
+            summary,
+        });
+        Ok((id, tasks))
+    }
+}
+
+/// The readers of a stage plan as input edges. A whole-output read is a broadcast when
+/// several tasks each read it, a gather when one does.
+fn stage_inputs(plan: &Arc<dyn ExecutionPlan>, tasks: usize) -> DfResult<Vec<StageInput>> {
+    let mut inputs = Vec::new();
+    plan.apply(|node| {
+        if let Some(reader) = node.downcast_ref::<ShuffleReaderExec>() {
+            let kind = match reader.mode() {
+                ReadMode::All if tasks > 1 => EdgeKind::Broadcast,
+                mode => mode.edge(),
+            };
+            if !inputs.iter().any(|i: &StageInput| i.stage == reader.stage()) {
+                inputs.push(StageInput {
+                    stage: reader.stage(),
+                    kind,
+                });
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    inputs.sort_by_key(|i| i.stage);
+    Ok(inputs)
+}
+
+/// "HashJoinExec <- AggregateExec <- DataSourceExec(parquet)" — the notable operators,
+/// top-down, without the plumbing.
+fn summarize(plan: &Arc<dyn ExecutionPlan>) -> String {
+    const PLUMBING: &[&str] = &[
+        "ShuffleWriterExec",
+        "ProjectionExec",
+        "CoalesceBatchesExec",
+        "CooperativeExec",
+        "ShuffleReaderExec",
+    ];
+    let mut names: Vec<String> = Vec::new();
+    let _ = plan.apply(|node| {
+        let name = node.name();
+        if !PLUMBING.contains(&name) && names.last().map(String::as_str) != Some(name) {
+            names.push(name.trim_end_matches("Exec").to_string());
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    if names.is_empty() {
+        "read".to_string()
+    } else {
+        names.join(" <- ")
+    }
+}

@@ -1,0 +1,233 @@
+//! Statements the scheduler answers itself, with no executor: catalog DDL, `SHOW TABLES`
+//! and other `information_schema` queries, `DESCRIBE`, and `EXPLAIN` (which also shows the
+//! stage graph). Their result is written like a one-task final stage, so the result API
+//! serves them like any query.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{RecordBatch, StringArray};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+use datafusion::physical_plan::displayable;
+use datafusion::prelude::SessionContext;
+use object_store::{ObjectStoreExt, PutPayload};
+
+use super::Submitted;
+use crate::plan::{self, StageSplitter};
+use crate::shuffle::format::ObjectBuilder;
+use crate::shuffle::task_output_path;
+use crate::state::{
+    JobKind, JobRecord, JobState, StageRecord, StageState, TaskOutput, TaskRecord, TaskState,
+};
+use crate::time::now_ms;
+use crate::{Error, Result, Services};
+
+/// Whether `plan` is answered by the scheduler rather than distributed.
+pub(super) fn is_statement(plan: &LogicalPlan) -> bool {
+    match plan {
+        LogicalPlan::Ddl(_)
+        | LogicalPlan::Dml(_)
+        | LogicalPlan::Copy(_)
+        | LogicalPlan::Statement(_)
+        | LogicalPlan::Explain(_)
+        | LogicalPlan::Analyze(_)
+        | LogicalPlan::DescribeTable(_) => true,
+        other => reads_information_schema(other),
+    }
+}
+
+fn reads_information_schema(plan: &LogicalPlan) -> bool {
+    let mut found = false;
+    let _ = plan.apply(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            if scan.table_name.schema() == Some("information_schema") {
+                found = true;
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    found
+}
+
+/// Runs a statement and records it as a finished job.
+pub(super) async fn run(
+    services: &Services,
+    state: &SessionState,
+    job_id: &str,
+    sql: &str,
+    logical: LogicalPlan,
+) -> Result<Submitted> {
+    let batches = match &logical {
+        LogicalPlan::Ddl(DdlStatement::CreateExternalTable(cmd)) => {
+            let record =
+                crate::catalog::create_table(state, services.store.as_ref(), cmd, sql).await?;
+            let message = match record {
+                Some(r) => format!(
+                    "table {} created: {} columns, {} at {}",
+                    r.name,
+                    plan::decode_schema(&r.schema)?.fields().len(),
+                    r.format,
+                    r.locations.join(", ")
+                ),
+                None => format!("table {} already exists; nothing changed", cmd.name),
+            };
+            message_batch(&message)?
+        }
+        LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => {
+            let existed =
+                crate::catalog::drop_table(services.store.as_ref(), &drop.name, drop.if_exists)
+                    .await?;
+            message_batch(&if existed {
+                format!("table {} dropped", drop.name)
+            } else {
+                format!("table {} does not exist; nothing changed", drop.name)
+            })?
+        }
+        LogicalPlan::Ddl(other) => {
+            return Err(Error::InvalidInput(format!(
+                "{} is not supported: the catalog holds external tables only \
+                 (CREATE EXTERNAL TABLE ... STORED AS PARQUET|CSV|JSON LOCATION '...')",
+                other.name()
+            )))
+        }
+        LogicalPlan::Dml(_) | LogicalPlan::Copy(_) => {
+            return Err(Error::InvalidInput(
+                "INSERT, UPDATE, DELETE and COPY are not supported: lambdafusion reads tables"
+                    .into(),
+            ))
+        }
+        LogicalPlan::Statement(s) => {
+            return Err(Error::InvalidInput(format!(
+                "{} statements are not supported",
+                s.name()
+            )))
+        }
+        LogicalPlan::Analyze(_) => {
+            return Err(Error::InvalidInput(
+                "EXPLAIN ANALYZE is not supported; run the query and read its per-stage \
+                 metrics from GET /v1/queries/{id}"
+                    .into(),
+            ))
+        }
+        LogicalPlan::Explain(explain) => {
+            let mut rows = Vec::new();
+            let logical = state.optimize(&explain.plan)?;
+            rows.push(("logical_plan".to_string(), logical.display_indent().to_string()));
+            let physical = plan::physical_plan(state, &explain.plan, &services.config).await?;
+            rows.push((
+                "physical_plan".to_string(),
+                displayable(physical.as_ref()).indent(false).to_string(),
+            ));
+            let graph = StageSplitter::split(physical)?;
+            rows.push(("distributed_plan".to_string(), graph.display()));
+            explain_batch(rows)?
+        }
+        _ => {
+            let ctx = SessionContext::new_with_state(state.clone());
+            let df = ctx.execute_logical_plan(logical.clone()).await?;
+            df.collect().await?
+        }
+    };
+    let schema = batches
+        .first()
+        .map(|b| b.schema())
+        .unwrap_or_else(|| Arc::new(logical.schema().as_arrow().clone()));
+    record_result(services, job_id, sql, schema, &batches).await?;
+    Ok(Submitted {
+        job_id: job_id.to_string(),
+        state: JobState::Succeeded,
+    })
+}
+
+fn message_batch(message: &str) -> Result<Vec<RecordBatch>> {
+    let schema = Arc::new(Schema::new(vec![Field::new("result", DataType::Utf8, false)]));
+    let column = StringArray::from(vec![message]);
+    Ok(vec![RecordBatch::try_new(schema, vec![Arc::new(column)])?])
+}
+
+fn explain_batch(rows: Vec<(String, String)>) -> Result<Vec<RecordBatch>> {
+    let schema = Arc::new(Schema::new(vec![
+        Field::new("plan_type", DataType::Utf8, false),
+        Field::new("plan", DataType::Utf8, false),
+    ]));
+    let types = StringArray::from_iter_values(rows.iter().map(|r| r.0.as_str()));
+    let plans = StringArray::from_iter_values(rows.iter().map(|r| r.1.as_str()));
+    Ok(vec![RecordBatch::try_new(schema, vec![Arc::new(types), Arc::new(plans)])?])
+}
+
+/// Writes `batches` as the one-task final stage of a finished job.
+async fn record_result(
+    services: &Services,
+    job_id: &str,
+    sql: &str,
+    schema: SchemaRef,
+    batches: &[RecordBatch],
+) -> Result<()> {
+    let started = now_ms();
+    let mut builder = ObjectBuilder::new(schema.clone(), 1)?;
+    for b in batches {
+        builder.append(0, b)?;
+    }
+    let rows = builder.rows()[0];
+    let (chunks, ends) = builder.finish()?;
+    let bytes = chunks.iter().map(|c| c.len() as u64).sum();
+    let path = task_output_path(&services.shuffle.prefix, job_id, 0, 0, 1, "statement");
+    services
+        .shuffle_store()?
+        .put(&path, PutPayload::from_iter(chunks))
+        .await?;
+    let now = now_ms();
+    let expires_at = services.expires_at();
+    let job = JobRecord {
+        job_id: job_id.to_string(),
+        sql: sql.to_string(),
+        kind: JobKind::Statement,
+        state: JobState::Succeeded,
+        stage_count: 1,
+        result_schema: plan::encode_schema(&schema)?,
+        created_ms: started,
+        finished_ms: Some(now),
+        error: None,
+        expires_at,
+    };
+    let stage = StageRecord {
+        job_id: job_id.to_string(),
+        stage: 0,
+        state: StageState::Dispatched,
+        tasks: 1,
+        remaining: 0,
+        output_partitions: 1,
+        inputs: vec![],
+        plan: None,
+        plan_object: None,
+        summary: "statement (answered by the scheduler)".into(),
+        dispatched_ms: Some(started),
+        last_commit_ms: Some(now),
+        expires_at,
+    };
+    let task = TaskRecord {
+        job_id: job_id.to_string(),
+        stage: 0,
+        partition: 0,
+        state: TaskState::Succeeded,
+        attempt: 1,
+        dispatched_ms: Some(started),
+        output: Some(TaskOutput {
+            attempt: 1,
+            object: path.to_string(),
+            ends,
+            rows,
+            bytes,
+            started_ms: started,
+            finished_ms: now,
+        }),
+        error: None,
+        retryable: false,
+        failures: 0,
+        expires_at,
+    };
+    services.store.create_job(&job, &[stage], &[task]).await
+}

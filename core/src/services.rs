@@ -1,0 +1,67 @@
+//! [`Services`]: the handles scheduler, executor and API share — the job store, the
+//! invoker, object storage and the engine settings. Built once per process (or per
+//! Lambda container) and cloned cheaply.
+
+use std::sync::Arc;
+
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::execution::runtime_env::RuntimeEnv;
+use datafusion::execution::SessionState;
+use object_store::path::Path;
+use object_store::ObjectStore;
+
+use crate::dispatch::Invoker;
+use crate::state::JobStore;
+use crate::{EngineConfig, Result};
+
+/// Where shuffle objects, results and large stage plans live.
+#[derive(Debug, Clone)]
+pub struct ShuffleLocation {
+    /// Object store URL registered in the runtime (`s3://bucket`, `file:///`, `memory://`).
+    pub url: ObjectStoreUrl,
+    /// Key prefix inside that store.
+    pub prefix: Path,
+}
+
+/// Shared handles. See the [module docs](self).
+#[derive(Clone)]
+pub struct Services {
+    /// The job store.
+    pub store: Arc<dyn JobStore>,
+    /// Dispatches tasks and wakes the scheduler.
+    pub invoker: Arc<dyn Invoker>,
+    /// DataFusion runtime: its object store registry resolves table data and shuffle URLs.
+    pub runtime: Arc<RuntimeEnv>,
+    /// Shuffle location.
+    pub shuffle: ShuffleLocation,
+    /// Engine settings.
+    pub config: EngineConfig,
+}
+
+impl std::fmt::Debug for Services {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Services")
+            .field("store", &self.store)
+            .field("invoker", &self.invoker)
+            .field("shuffle", &self.shuffle)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Services {
+    /// The object store holding shuffle data.
+    pub fn shuffle_store(&self) -> Result<Arc<dyn ObjectStore>> {
+        Ok(self.runtime.object_store(&self.shuffle.url)?)
+    }
+
+    /// A DataFusion session state configured for this engine, planning with
+    /// `target_partitions` partitions.
+    pub fn session_state(&self, target_partitions: usize) -> SessionState {
+        crate::plan::session_state(self.runtime.clone(), &self.config, target_partitions)
+    }
+
+    /// TTL for records written now (seconds since epoch).
+    pub fn expires_at(&self) -> u64 {
+        (crate::time::now_ms() / 1000) + self.config.job_ttl.as_secs()
+    }
+}

@@ -1,0 +1,183 @@
+//! The shuffle object layout.
+//!
+//! ```text
+//! [slice 0: Arrow IPC stream][slice 1]...[slice n-1]
+//! [end of slice 0: u64 LE]...[end of slice n-1: u64 LE][n: u32 LE][MAGIC: 8 bytes]
+//! ```
+//!
+//! An empty slice has zero bytes (its end equals the previous end). Each non-empty slice
+//! is a complete IPC stream (schema, batches, end-of-stream marker), LZ4-compressed, so
+//! a reader decodes it alone from one ranged read. The footer makes the object
+//! self-describing; readers normally take the ends from the completion record instead.
+
+use std::io::Cursor;
+
+use bytes::Bytes;
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::ipc::reader::StreamReader;
+use datafusion::arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
+use datafusion::arrow::ipc::CompressionType;
+use object_store::path::Path;
+use object_store::{GetOptions, GetRange, ObjectStore};
+
+use crate::{Error, Result};
+
+/// Trailer magic of a shuffle object.
+pub const MAGIC: &[u8; 8] = b"LFSHUF01";
+
+/// IPC options used for every slice.
+pub fn ipc_options() -> Result<IpcWriteOptions> {
+    Ok(IpcWriteOptions::default().try_with_compression(Some(CompressionType::LZ4_FRAME))?)
+}
+
+/// Builds one shuffle object: slices are opened lazily, so a slice that never gets a row
+/// costs zero bytes.
+pub struct ObjectBuilder {
+    schema: SchemaRef,
+    options: IpcWriteOptions,
+    slices: Vec<Option<StreamWriter<Vec<u8>>>>,
+    rows: Vec<u64>,
+}
+
+impl ObjectBuilder {
+    /// A builder for `slices` output partitions of `schema`.
+    pub fn new(schema: SchemaRef, slices: usize) -> Result<Self> {
+        Ok(Self {
+            schema,
+            options: ipc_options()?,
+            slices: (0..slices).map(|_| None).collect(),
+            rows: vec![0; slices],
+        })
+    }
+
+    /// Appends `batch` to slice `slice`. Empty batches are skipped.
+    pub fn append(&mut self, slice: usize, batch: &RecordBatch) -> Result<()> {
+        if batch.num_rows() == 0 {
+            return Ok(());
+        }
+        let writer = match &mut self.slices[slice] {
+            Some(w) => w,
+            empty => empty.insert(StreamWriter::try_new_with_options(
+                Vec::new(),
+                &self.schema,
+                self.options.clone(),
+            )?),
+        };
+        writer.write(batch)?;
+        self.rows[slice] += batch.num_rows() as u64;
+        Ok(())
+    }
+
+    /// Rows appended so far, per slice.
+    pub fn rows(&self) -> &[u64] {
+        &self.rows
+    }
+
+    /// Finishes every slice and returns the object's chunks (to upload without copying)
+    /// and the slice end offsets.
+    pub fn finish(self) -> Result<(Vec<Bytes>, Vec<u64>)> {
+        let mut chunks = Vec::with_capacity(self.slices.len() + 1);
+        let mut ends = Vec::with_capacity(self.slices.len());
+        let mut offset = 0u64;
+        for slice in self.slices {
+            if let Some(mut writer) = slice {
+                writer.finish()?;
+                let bytes = writer.into_inner()?;
+                offset += bytes.len() as u64;
+                chunks.push(Bytes::from(bytes));
+            }
+            ends.push(offset);
+        }
+        chunks.push(Bytes::from(encode_footer(&ends)));
+        Ok((chunks, ends))
+    }
+}
+
+/// The index footer for `ends`.
+pub fn encode_footer(ends: &[u64]) -> Vec<u8> {
+    let mut footer = Vec::with_capacity(ends.len() * 8 + 12);
+    for end in ends {
+        footer.extend_from_slice(&end.to_le_bytes());
+    }
+    footer.extend_from_slice(&(ends.len() as u32).to_le_bytes());
+    footer.extend_from_slice(MAGIC);
+    footer
+}
+
+/// Reads the index of a shuffle object from its footer (two ranged reads).
+pub async fn read_index(store: &dyn ObjectStore, path: &Path) -> Result<Vec<u64>> {
+    let tail = get_suffix(store, path, 12).await?;
+    if tail.len() < 12 || &tail[4..] != MAGIC {
+        return Err(Error::Internal(format!("{path} is not a shuffle object (bad magic)")));
+    }
+    let count = u32::from_le_bytes(tail[..4].try_into().expect("4 bytes")) as usize;
+    let footer = get_suffix(store, path, 12 + count as u64 * 8).await?;
+    Ok(footer[..count * 8]
+        .chunks_exact(8)
+        .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+        .collect())
+}
+
+async fn get_suffix(store: &dyn ObjectStore, path: &Path, n: u64) -> Result<Bytes> {
+    let options = GetOptions {
+        range: Some(GetRange::Suffix(n)),
+        ..Default::default()
+    };
+    Ok(store.get_opts(path, options).await?.bytes().await?)
+}
+
+/// Decodes one slice (a complete IPC stream) into batches.
+pub fn decode_slice(bytes: Bytes) -> Result<Vec<RecordBatch>> {
+    let reader = StreamReader::try_new(Cursor::new(bytes), None)?;
+    Ok(reader.collect::<std::result::Result<Vec<_>, _>>()?)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use datafusion::arrow::array::{Int64Array, StringArray};
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use object_store::memory::InMemory;
+    use object_store::{ObjectStoreExt, PutPayload};
+
+    use super::*;
+
+    fn batch(schema: &SchemaRef, from: i64, n: usize) -> RecordBatch {
+        let ids: Int64Array = (from..from + n as i64).collect();
+        let names: StringArray = (0..n).map(|i| Some(format!("row-{}", from + i as i64))).collect();
+        RecordBatch::try_new(schema.clone(), vec![Arc::new(ids), Arc::new(names)]).unwrap()
+    }
+
+    #[tokio::test]
+    async fn slices_round_trip_and_empty_slices_take_no_bytes() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        let mut builder = ObjectBuilder::new(schema.clone(), 4).unwrap();
+        builder.append(0, &batch(&schema, 0, 10)).unwrap();
+        builder.append(2, &batch(&schema, 100, 5)).unwrap();
+        builder.append(2, &batch(&schema, 200, 0)).unwrap();
+        builder.append(2, &batch(&schema, 300, 7)).unwrap();
+        assert_eq!(builder.rows(), &[10, 0, 12, 0]);
+        let (chunks, ends) = builder.finish().unwrap();
+        assert_eq!(ends.len(), 4);
+        assert_eq!(ends[0], ends[1], "slice 1 is empty");
+        assert_eq!(ends[2], ends[3], "slice 3 is empty");
+
+        let store = InMemory::new();
+        let path = Path::from("t/obj");
+        store.put(&path, PutPayload::from_iter(chunks)).await.unwrap();
+        assert_eq!(read_index(&store, &path).await.unwrap(), ends);
+
+        let slice2 = store.get_range(&path, ends[1]..ends[2]).await.unwrap();
+        let batches = decode_slice(slice2).unwrap();
+        let ids: Vec<i64> = batches
+            .iter()
+            .flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec())
+            .collect();
+        assert_eq!(ids, (100..105).chain(300..307).collect::<Vec<_>>());
+    }
+}

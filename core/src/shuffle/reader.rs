@@ -1,0 +1,244 @@
+//! [`ShuffleReaderExec`]: a leaf that reads the committed output of another stage.
+//!
+//! Which slices a reader partition reads depends on the edge:
+//! - [`ReadMode::Hash`]: partition `p` reads slice `p` of every producer;
+//! - [`ReadMode::Gather`]: partition `p` reads all of producer `p` (one partition per
+//!   producer, order within each kept — a coalesce or sort-preserving merge sits above);
+//! - [`ReadMode::All`]: one partition reading all of every producer.
+//!
+//! Producer locations come from the task's [`ShuffleInputs`]; empty slices cost nothing.
+
+use std::sync::Arc;
+
+use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{
+    DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
+    ReplaceChildrenOptions, SendableRecordBatchStream,
+};
+use futures::{StreamExt, TryStreamExt};
+use object_store::path::Path;
+use object_store::ObjectStoreExt;
+
+use super::format::decode_slice;
+use super::ShuffleInputs;
+use crate::state::{EdgeKind, TaskOutput};
+use crate::Error;
+
+/// How a reader maps producer slices to its partitions.
+#[derive(Debug, Clone)]
+pub enum ReadMode {
+    /// Hash shuffle with this partitioning (its partition count is the reader's).
+    Hash(Partitioning),
+    /// One partition per producer task.
+    Gather,
+    /// One partition with everything (a broadcast when several tasks read it).
+    All,
+}
+
+impl ReadMode {
+    /// The edge kind this mode reads.
+    pub fn edge(&self) -> EdgeKind {
+        match self {
+            ReadMode::Hash(_) => EdgeKind::Hash,
+            ReadMode::Gather => EdgeKind::Gather,
+            ReadMode::All => EdgeKind::Gather,
+        }
+    }
+}
+
+/// Reads another stage's shuffle output. See the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct ShuffleReaderExec {
+    stage: u32,
+    producers: usize,
+    mode: ReadMode,
+    schema: SchemaRef,
+    properties: Arc<PlanProperties>,
+}
+
+impl ShuffleReaderExec {
+    /// A reader of stage `stage`, which runs `producers` tasks producing `schema`.
+    /// `eq_properties` carries the producer's orderings into gather mode.
+    pub fn new(
+        stage: u32,
+        producers: usize,
+        mode: ReadMode,
+        schema: SchemaRef,
+        eq_properties: Option<EquivalenceProperties>,
+    ) -> Self {
+        let partitioning = match &mode {
+            ReadMode::Hash(p) => p.clone(),
+            ReadMode::Gather => Partitioning::UnknownPartitioning(producers),
+            ReadMode::All => Partitioning::UnknownPartitioning(1),
+        };
+        let eq = match (&mode, eq_properties) {
+            (ReadMode::Gather, Some(eq)) => eq,
+            _ => EquivalenceProperties::new(schema.clone()),
+        };
+        let properties = Arc::new(PlanProperties::new(
+            eq,
+            partitioning,
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        Self {
+            stage,
+            producers,
+            mode,
+            schema,
+            properties,
+        }
+    }
+
+    /// The stage read.
+    pub fn stage(&self) -> u32 {
+        self.stage
+    }
+
+    /// Number of producer tasks.
+    pub fn producers(&self) -> usize {
+        self.producers
+    }
+
+    /// How slices map to partitions.
+    pub fn mode(&self) -> &ReadMode {
+        &self.mode
+    }
+
+    /// The byte ranges partition `partition` reads, in order, empty slices left out.
+    pub fn ranges(&self, partition: usize, outputs: &[TaskOutput]) -> Vec<(Path, std::ops::Range<u64>)> {
+        let whole = |o: &TaskOutput| -> Vec<(Path, std::ops::Range<u64>)> {
+            (0..o.ends.len())
+                .map(|s| (Path::from(o.object.as_str()), o.slice(s)))
+                .collect()
+        };
+        let ranges: Vec<_> = match &self.mode {
+            ReadMode::Hash(_) => outputs
+                .iter()
+                .map(|o| (Path::from(o.object.as_str()), o.slice(partition)))
+                .collect(),
+            ReadMode::Gather => outputs.get(partition).map(whole).unwrap_or_default(),
+            ReadMode::All => outputs.iter().flat_map(whole).collect(),
+        };
+        ranges.into_iter().filter(|(_, r)| !r.is_empty()).collect()
+    }
+}
+
+impl DisplayAs for ShuffleReaderExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        let mode = match &self.mode {
+            ReadMode::Hash(p) => format!("{p}"),
+            ReadMode::Gather => "gather".to_string(),
+            ReadMode::All => "all".to_string(),
+        };
+        match t {
+            DisplayFormatType::TreeRender => write!(f, "stage: {}\nmode: {mode}", self.stage),
+            _ => write!(
+                f,
+                "ShuffleReaderExec: stage={}, producers={}, mode={mode}",
+                self.stage, self.producers
+            ),
+        }
+    }
+}
+
+impl ExecutionPlan for ShuffleReaderExec {
+    fn name(&self) -> &'static str {
+        "ShuffleReaderExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        _children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(self)
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        let inputs = context
+            .session_config()
+            .get_extension::<ShuffleInputs>()
+            .ok_or_else(|| {
+                DataFusionError::Internal(
+                    "ShuffleReaderExec needs the shuffle inputs of its task; \
+                     run stage plans through the lambdafusion executor"
+                        .into(),
+                )
+            })?;
+        let outputs = inputs.stages.get(&self.stage).ok_or_else(|| {
+            DataFusionError::from(Error::Internal(format!(
+                "no committed outputs of input stage {} were handed to this task",
+                self.stage
+            )))
+        })?;
+        if outputs.len() != self.producers {
+            return Err(Error::Internal(format!(
+                "input stage {} has {} committed outputs, expected {}",
+                self.stage,
+                outputs.len(),
+                self.producers
+            ))
+            .into());
+        }
+        let ranges = self.ranges(partition, outputs);
+        let store = inputs.store.clone();
+        let schema = self.schema.clone();
+        let batches = futures::stream::iter(ranges)
+            .map(move |(path, range)| {
+                let store = store.clone();
+                async move {
+                    let bytes = store.get_range(&path, range).await.map_err(Error::from)?;
+                    let batches = decode_slice(bytes)?;
+                    Ok::<_, Error>(futures::stream::iter(batches.into_iter().map(Ok::<_, Error>)))
+                }
+            })
+            .buffered(inputs.fetch_concurrency.max(1))
+            .try_flatten()
+            .map(move |batch| {
+                let batch = batch?;
+                // Same columns; adopt the plan's schema (field metadata, nullability).
+                let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+                Ok(RecordBatch::try_new_with_options(
+                    schema.clone(),
+                    batch.columns().to_vec(),
+                    &options,
+                )?)
+            })
+            .map_err(|e: Error| DataFusionError::from(e));
+        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), batches)))
+    }
+}

@@ -1,0 +1,238 @@
+//! [`ShuffleWriterExec`]: the root of every stage plan. It runs one partition of its
+//! input, splits the rows into the stage's output slices (hash partitioning, or a single
+//! slice for gather / broadcast / result stages) and uploads them as one object.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use datafusion::common::tree_node::TreeNodeRecursion;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::metrics::Time;
+use datafusion::physical_plan::repartition::BatchPartitioner;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
+    Partitioning, PlanProperties, ReplaceChildrenOptions, SendableRecordBatchStream,
+};
+use futures::StreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+
+use super::format::ObjectBuilder;
+use crate::{Error, Result};
+
+/// Writes one task's output as a shuffle object. See the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct ShuffleWriterExec {
+    stage: u32,
+    input: Arc<dyn ExecutionPlan>,
+    /// `Some(Hash(..))` for a hash shuffle; `None` writes everything to one slice.
+    partitioning: Option<Partitioning>,
+    properties: Arc<PlanProperties>,
+}
+
+/// What one task's write produced.
+#[derive(Debug, Clone, PartialEq)]
+pub struct WriteSummary {
+    /// Object written.
+    pub path: Path,
+    /// End offset of each slice.
+    pub ends: Vec<u64>,
+    /// Rows per slice.
+    pub slice_rows: Vec<u64>,
+    /// Total rows.
+    pub rows: u64,
+    /// Object size in bytes (footer included).
+    pub bytes: u64,
+}
+
+impl ShuffleWriterExec {
+    /// A writer for stage `stage` over `input`; `partitioning` must be `None` or
+    /// `Some(Partitioning::Hash(..))`.
+    pub fn try_new(
+        stage: u32,
+        input: Arc<dyn ExecutionPlan>,
+        partitioning: Option<Partitioning>,
+    ) -> Result<Self> {
+        if let Some(p) = &partitioning {
+            if !matches!(p, Partitioning::Hash(..)) {
+                return Err(Error::Internal(format!(
+                    "shuffle writer supports hash partitioning only, got {p}"
+                )));
+            }
+        }
+        let properties = Arc::new(input.properties().as_ref().clone());
+        Ok(Self {
+            stage,
+            input,
+            partitioning,
+            properties,
+        })
+    }
+
+    /// Stage this writer belongs to.
+    pub fn stage(&self) -> u32 {
+        self.stage
+    }
+
+    /// The stage plan below the writer.
+    pub fn input(&self) -> &Arc<dyn ExecutionPlan> {
+        &self.input
+    }
+
+    /// Output partitioning (`None`: one slice).
+    pub fn partitioning(&self) -> Option<&Partitioning> {
+        self.partitioning.as_ref()
+    }
+
+    /// Number of tasks of the stage: the input's partition count.
+    pub fn tasks(&self) -> usize {
+        self.input.output_partitioning().partition_count()
+    }
+
+    /// Number of slices each task writes.
+    pub fn output_slices(&self) -> usize {
+        self.partitioning.as_ref().map_or(1, |p| p.partition_count())
+    }
+
+    /// Runs input partition `partition` and writes its output to `path` in `store`.
+    /// Checks `cancelled` before every batch and gives up with [`Error::Cancelled`].
+    pub async fn write_partition(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+        store: &dyn ObjectStore,
+        path: &Path,
+        cancelled: &AtomicBool,
+        job_id: &str,
+    ) -> Result<WriteSummary> {
+        let mut stream = self.input.execute(partition, context)?;
+        let mut builder = ObjectBuilder::new(self.input.schema(), self.output_slices())?;
+        let mut partitioner = match &self.partitioning {
+            Some(p) => Some(BatchPartitioner::try_new(
+                p.clone(),
+                Time::new(),
+                partition,
+                self.tasks(),
+            )?),
+            None => None,
+        };
+        while let Some(batch) = stream.next().await {
+            if cancelled.load(Ordering::Relaxed) {
+                return Err(Error::Cancelled(job_id.to_string()));
+            }
+            let batch = batch?;
+            match &mut partitioner {
+                Some(partitioner) => partitioner.partition(batch, |slice, part| {
+                    builder.append(slice, &part).map_err(DataFusionError::from)
+                })?,
+                None => builder.append(0, &batch)?,
+            }
+        }
+        let slice_rows = builder.rows().to_vec();
+        let (chunks, ends) = builder.finish()?;
+        let bytes = chunks.iter().map(|c| c.len() as u64).sum();
+        store.put(path, PutPayload::from_iter(chunks)).await?;
+        Ok(WriteSummary {
+            path: path.clone(),
+            rows: slice_rows.iter().sum(),
+            ends,
+            slice_rows,
+            bytes,
+        })
+    }
+}
+
+impl DisplayAs for ShuffleWriterExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        match (t, &self.partitioning) {
+            (DisplayFormatType::TreeRender, _) => write!(f, "stage: {}", self.stage),
+            (_, Some(p)) => write!(f, "ShuffleWriterExec: stage={}, partitioning={p}", self.stage),
+            (_, None) => write!(f, "ShuffleWriterExec: stage={}, partitioning=single", self.stage),
+        }
+    }
+}
+
+impl ExecutionPlan for ShuffleWriterExec {
+    fn name(&self) -> &'static str {
+        "ShuffleWriterExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        &self.properties
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        if let Some(Partitioning::Hash(exprs, _)) = &self.partitioning {
+            for e in exprs {
+                if f(e)? == TreeNodeRecursion::Stop {
+                    return Ok(TreeNodeRecursion::Stop);
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        options: ReplaceChildrenOptions,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return Err(DataFusionError::Internal(format!(
+                "ShuffleWriterExec takes one child, got {}",
+                children.len()
+            )));
+        }
+        let input = children.swap_remove(0);
+        let properties = match options.children_properties {
+            ChildrenPropertiesMode::Keep => self.properties.clone(),
+            ChildrenPropertiesMode::Recompute => Arc::new(input.properties().as_ref().clone()),
+        };
+        Ok(Arc::new(Self {
+            stage: self.stage,
+            input,
+            partitioning: self.partitioning.clone(),
+            properties,
+        }))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )
+    }
+
+    fn execute(
+        &self,
+        _partition: usize,
+        _context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        Err(DataFusionError::Internal(
+            "ShuffleWriterExec is run by the lambdafusion executor through write_partition, \
+             not through execute"
+                .into(),
+        ))
+    }
+}
+
+impl ShuffleWriterExec {
+    /// Downcast helper for the root of a decoded stage plan.
+    pub fn from_plan(plan: &Arc<dyn ExecutionPlan>) -> Result<&ShuffleWriterExec> {
+        plan.downcast_ref::<ShuffleWriterExec>().ok_or_else(|| {
+            Error::Internal(format!("stage plan root is {}, not ShuffleWriterExec", plan.name()))
+        })
+    }
+}

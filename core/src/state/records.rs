@@ -1,0 +1,326 @@
+//! The records of the job store: one job item, one item per stage, one per task (written
+//! only when a task has something to say: a retry, a failure or its completion), and one
+//! per catalog table. Field names are the attribute names of the DynamoDB items.
+
+use serde::{Deserialize, Serialize};
+
+/// Lifecycle of a job.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobState {
+    /// Stages are being dispatched and run.
+    Running,
+    /// Every stage completed; the result is readable.
+    Succeeded,
+    /// A task failed for good, or planning the job failed after it was recorded.
+    Failed,
+    /// Cancelled by a user; running tasks stop at their next batch.
+    Cancelled,
+}
+
+impl JobState {
+    /// True for the states a job never leaves.
+    pub fn is_terminal(self) -> bool {
+        !matches!(self, JobState::Running)
+    }
+
+    /// Lower-case name used in the API.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            JobState::Running => "running",
+            JobState::Succeeded => "succeeded",
+            JobState::Failed => "failed",
+            JobState::Cancelled => "cancelled",
+        }
+    }
+}
+
+/// What a job is: a distributed query, or a statement the scheduler answers itself
+/// (DDL, `SHOW TABLES`, `EXPLAIN`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum JobKind {
+    /// A query cut into stages and run by executors.
+    Query,
+    /// A statement answered inline by the scheduler; its result is one object.
+    Statement,
+}
+
+/// The job item (`sk = META`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    /// Job id.
+    pub job_id: String,
+    /// The SQL text as submitted.
+    pub sql: String,
+    /// Query or statement.
+    pub kind: JobKind,
+    /// Current state.
+    pub state: JobState,
+    /// Number of stages; the last one (`stage_count - 1`) produces the result.
+    pub stage_count: u32,
+    /// Schema of the result (see [`crate::plan::encode_schema`]).
+    #[serde(with = "b64")]
+    pub result_schema: Vec<u8>,
+    /// Submission time (ms since epoch).
+    pub created_ms: u64,
+    /// When the job reached a terminal state.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finished_ms: Option<u64>,
+    /// Why the job failed or was cancelled.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Expiry (seconds since epoch) for the store's TTL.
+    pub expires_at: u64,
+}
+
+impl JobRecord {
+    /// Id of the stage whose output is the job's result.
+    pub fn final_stage(&self) -> u32 {
+        self.stage_count.saturating_sub(1)
+    }
+}
+
+/// Whether a stage's tasks have been dispatched.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum StageState {
+    /// Waiting for its inputs.
+    Pending,
+    /// Claimed by a scheduler invocation, which dispatched its tasks.
+    Dispatched,
+}
+
+/// How a stage reads one of its input stages.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum EdgeKind {
+    /// Hash shuffle: task `p` reads slice `p` of every producer.
+    Hash,
+    /// Gather: the stage reads every producer's whole output as one partition each
+    /// (coalesce, sort-preserving merge).
+    Gather,
+    /// Broadcast: every task reads all of every producer (build side of a join).
+    Broadcast,
+}
+
+/// One input edge of a stage.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct StageInput {
+    /// Producing stage.
+    pub stage: u32,
+    /// How it is read.
+    pub kind: EdgeKind,
+}
+
+/// A stage item (`sk = STAGE#<n>`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageRecord {
+    /// Job id.
+    pub job_id: String,
+    /// Stage id, `0..stage_count`, in topological order.
+    pub stage: u32,
+    /// Pending or dispatched.
+    pub state: StageState,
+    /// Number of tasks (= partitions the stage runs).
+    pub tasks: u32,
+    /// Tasks not yet committed; `0` means the stage is complete.
+    pub remaining: u32,
+    /// Output slices each task writes (hash shuffle width, or 1).
+    pub output_partitions: u32,
+    /// Stages this one reads.
+    pub inputs: Vec<StageInput>,
+    /// The encoded stage plan, when small enough to live in the item.
+    #[serde(default, with = "b64_opt", skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Vec<u8>>,
+    /// Object path of the encoded stage plan, when too large for the item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_object: Option<String>,
+    /// One line saying what the stage does, for progress displays.
+    pub summary: String,
+    /// When the stage was claimed and its tasks dispatched.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatched_ms: Option<u64>,
+    /// When the last task committed (set by each commit; final once `remaining == 0`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_commit_ms: Option<u64>,
+    /// Expiry (seconds since epoch) for the store's TTL.
+    pub expires_at: u64,
+}
+
+impl StageRecord {
+    /// True once every task committed.
+    pub fn is_complete(&self) -> bool {
+        self.remaining == 0
+    }
+}
+
+/// State of a task item.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum TaskState {
+    /// An attempt was dispatched and has not reported.
+    Running,
+    /// One attempt committed; its output is the task's output.
+    Succeeded,
+    /// The current attempt failed; the scheduler retries it or fails the job.
+    Failed,
+}
+
+/// What a committed attempt produced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskOutput {
+    /// The attempt that won the commit.
+    pub attempt: u32,
+    /// Object path of its shuffle (or result) object.
+    pub object: String,
+    /// End offset of each output slice in the object; slice `i` spans
+    /// `ends[i-1]..ends[i]` (from `0` for the first). Equal ends mean an empty slice.
+    pub ends: Vec<u64>,
+    /// Rows written.
+    pub rows: u64,
+    /// Bytes written.
+    pub bytes: u64,
+    /// When the attempt started (ms since epoch).
+    pub started_ms: u64,
+    /// When the attempt finished writing (ms since epoch).
+    pub finished_ms: u64,
+}
+
+impl TaskOutput {
+    /// Byte range of output slice `slice` in the object.
+    pub fn slice(&self, slice: usize) -> std::ops::Range<u64> {
+        let start = if slice == 0 { 0 } else { self.ends[slice - 1] };
+        start..self.ends[slice]
+    }
+
+    /// Byte range covering every slice.
+    pub fn all(&self) -> std::ops::Range<u64> {
+        0..self.ends.last().copied().unwrap_or(0)
+    }
+}
+
+/// A task item (`sk = TASK#<stage>#<partition>`). Absent until the task has something
+/// to record: attempt 1 of every task is implied by its stage's dispatch.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord {
+    /// Job id.
+    pub job_id: String,
+    /// Stage id.
+    pub stage: u32,
+    /// Partition (task index within the stage).
+    pub partition: u32,
+    /// Current state.
+    pub state: TaskState,
+    /// Latest attempt dispatched (1-based).
+    pub attempt: u32,
+    /// When the latest attempt was dispatched (retries only; attempt 1 uses the stage's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatched_ms: Option<u64>,
+    /// The winning attempt's output, once succeeded.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub output: Option<TaskOutput>,
+    /// Last failure message.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Whether the last failure may succeed on a new attempt.
+    #[serde(default)]
+    pub retryable: bool,
+    /// Failed attempts so far.
+    #[serde(default)]
+    pub failures: u32,
+    /// Expiry (seconds since epoch) for the store's TTL.
+    pub expires_at: u64,
+}
+
+/// A catalog table (`pk = CATALOG`, `sk = TABLE#<name>`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TableRecord {
+    /// Table name as used in SQL (lower case unless quoted).
+    pub name: String,
+    /// The `CREATE EXTERNAL TABLE` statement it was created with.
+    pub ddl: String,
+    /// Absolute location URLs (`s3://...`, `file:///...`).
+    pub locations: Vec<String>,
+    /// File format (`PARQUET`, `CSV`, `JSON`, `ARROW`).
+    pub format: String,
+    /// Schema resolved at creation (see [`crate::plan::encode_schema`]), so queries need
+    /// not infer it again.
+    #[serde(with = "b64")]
+    pub schema: Vec<u8>,
+    /// Creation time (ms since epoch).
+    pub created_ms: u64,
+}
+
+/// A change to one item, as the store's stream delivers it (the new image).
+#[derive(Debug, Clone, PartialEq)]
+pub enum ChangeRecord {
+    /// A job item changed.
+    Job(JobRecord),
+    /// A stage item changed.
+    Stage(StageRecord),
+    /// A task item changed.
+    Task(TaskRecord),
+}
+
+impl ChangeRecord {
+    /// Job the change belongs to.
+    pub fn job_id(&self) -> &str {
+        match self {
+            ChangeRecord::Job(j) => &j.job_id,
+            ChangeRecord::Stage(s) => &s.job_id,
+            ChangeRecord::Task(t) => &t.job_id,
+        }
+    }
+
+    /// Whether this change should wake the scheduler: a stage that just completed or a
+    /// task that failed. The DynamoDB event-source filter in `infra/terraform` says the
+    /// same thing; everything else (commits of other tasks, dispatch writes) is noise.
+    pub fn wakes_scheduler(&self) -> bool {
+        match self {
+            ChangeRecord::Job(_) => false,
+            ChangeRecord::Stage(s) => s.remaining == 0,
+            ChangeRecord::Task(t) => t.state == TaskState::Failed,
+        }
+    }
+}
+
+/// Base64 (standard alphabet) for byte fields, so records stay readable JSON and
+/// DynamoDB strings.
+pub mod b64 {
+    use base64::Engine;
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Serializes bytes as a base64 string.
+    pub fn serialize<S: Serializer>(bytes: &[u8], s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_str(&base64::engine::general_purpose::STANDARD.encode(bytes))
+    }
+
+    /// Deserializes bytes from a base64 string.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Vec<u8>, D::Error> {
+        let text = String::deserialize(d)?;
+        base64::engine::general_purpose::STANDARD
+            .decode(text.as_bytes())
+            .map_err(serde::de::Error::custom)
+    }
+}
+
+/// [`b64`] for optional byte fields.
+pub mod b64_opt {
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    /// Serializes optional bytes as an optional base64 string.
+    pub fn serialize<S: Serializer>(bytes: &Option<Vec<u8>>, s: S) -> Result<S::Ok, S::Error> {
+        match bytes {
+            Some(b) => super::b64::serialize(b, s),
+            None => s.serialize_none(),
+        }
+    }
+
+    /// Deserializes optional bytes from an optional base64 string.
+    pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<u8>>, D::Error> {
+        #[derive(Deserialize)]
+        struct Wrap(#[serde(with = "super::b64")] Vec<u8>);
+        Ok(Option::<Wrap>::deserialize(d)?.map(|w| w.0))
+    }
+}

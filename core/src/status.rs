@@ -1,0 +1,174 @@
+//! The status of a job as users see it: state, timings, per-stage progress and metrics,
+//! and an estimate of what it would cost on Lambda.
+
+use serde::Serialize;
+
+use crate::state::{JobKind, JobSnapshot, TaskState};
+use crate::time::now_ms;
+
+/// Lambda price assumptions for the cost estimate (us-east-1, arm64, 2026 list prices).
+pub mod prices {
+    /// USD per GB-second of arm64 Lambda compute.
+    pub const LAMBDA_GB_SECOND: f64 = 0.000_013_333_4;
+    /// USD per Lambda request.
+    pub const LAMBDA_REQUEST: f64 = 0.000_000_2;
+    /// USD per DynamoDB on-demand write request unit.
+    pub const DYNAMODB_WRITE: f64 = 0.000_000_625;
+    /// USD per S3 PUT request.
+    pub const S3_PUT: f64 = 0.000_005;
+    /// USD per S3 GET request.
+    pub const S3_GET: f64 = 0.000_000_4;
+}
+
+/// Memory of the executor function assumed by the cost estimate, in MB.
+pub const ASSUMED_EXECUTOR_MB: f64 = 3008.0;
+
+/// Per-stage progress and metrics.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct StageStatus {
+    /// Stage id.
+    pub stage: u32,
+    /// `pending`, `running` or `complete`.
+    pub state: &'static str,
+    /// What the stage does.
+    pub summary: String,
+    /// Input stages and edge kinds, e.g. `"hash shuffle from stage 0"`.
+    pub inputs: Vec<String>,
+    /// Tasks in the stage.
+    pub tasks: u32,
+    /// Tasks committed.
+    pub tasks_done: u32,
+    /// Failed attempts so far.
+    pub failed_attempts: u32,
+    /// Rows written by committed tasks.
+    pub rows: u64,
+    /// Bytes written by committed tasks.
+    pub bytes: u64,
+    /// Shuffle objects written by committed tasks.
+    pub objects: u64,
+    /// Sum of the committed tasks' run times (ms).
+    pub task_ms: u64,
+    /// Wall time from dispatch to the last commit (ms), once complete.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub elapsed_ms: Option<u64>,
+}
+
+/// A job's status. `GET /v1/queries/{id}` returns it as JSON.
+#[derive(Debug, Clone, Serialize, PartialEq)]
+pub struct JobStatus {
+    /// Job id.
+    pub id: String,
+    /// `running`, `succeeded`, `failed` or `cancelled`.
+    pub state: &'static str,
+    /// `query` or `statement`.
+    pub kind: &'static str,
+    /// The SQL.
+    pub sql: String,
+    /// The error, for failed or cancelled jobs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// Submission time (ms since epoch).
+    pub created_ms: u64,
+    /// End time (ms since epoch).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub finished_ms: Option<u64>,
+    /// Time from submission to the end (or to now while running), ms.
+    pub elapsed_ms: u64,
+    /// Rows in the result (final stage), once succeeded.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub result_rows: Option<u64>,
+    /// Tasks committed / total, over all stages.
+    pub tasks_done: u32,
+    /// Total tasks.
+    pub tasks: u32,
+    /// Per-stage progress.
+    pub stages: Vec<StageStatus>,
+    /// Estimated Lambda + DynamoDB + S3 cost of the work done so far, in USD, assuming
+    /// executors of [`ASSUMED_EXECUTOR_MB`] MB.
+    pub estimated_cost_usd: f64,
+}
+
+impl JobStatus {
+    /// True once the job will not change any more.
+    pub fn is_terminal(&self) -> bool {
+        self.state != "running"
+    }
+}
+
+/// Builds the status of a job from its snapshot.
+pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
+    let job = &snapshot.job;
+    let mut stages = Vec::with_capacity(snapshot.stages.len());
+    let (mut gb_seconds, mut invocations, mut puts, mut gets, mut writes) = (0.0, 0u64, 0u64, 0u64, 0u64);
+    for s in &snapshot.stages {
+        let (mut rows, mut bytes, mut objects, mut task_ms, mut failed) = (0, 0, 0, 0, 0);
+        for t in snapshot.tasks_of(s.stage) {
+            failed += t.failures;
+            if let (TaskState::Succeeded, Some(o)) = (t.state, &t.output) {
+                rows += o.rows;
+                bytes += o.bytes;
+                objects += 1;
+                task_ms += o.finished_ms.saturating_sub(o.started_ms);
+                gets += o.ends.len() as u64;
+            }
+        }
+        gb_seconds += task_ms as f64 / 1000.0 * ASSUMED_EXECUTOR_MB / 1024.0;
+        invocations += objects + failed as u64;
+        puts += objects;
+        writes += objects * 4 + 1;
+        let state = if s.is_complete() {
+            "complete"
+        } else if s.dispatched_ms.is_some() {
+            "running"
+        } else {
+            "pending"
+        };
+        stages.push(StageStatus {
+            stage: s.stage,
+            state,
+            summary: s.summary.clone(),
+            inputs: s
+                .inputs
+                .iter()
+                .map(|i| format!("{} from stage {}", crate::plan::edge_name(i.kind), i.stage))
+                .collect(),
+            tasks: s.tasks,
+            tasks_done: s.tasks - s.remaining,
+            failed_attempts: failed,
+            rows,
+            bytes,
+            objects,
+            task_ms,
+            elapsed_ms: match (s.is_complete(), s.dispatched_ms, s.last_commit_ms) {
+                (true, Some(d), Some(c)) => Some(c.saturating_sub(d)),
+                _ => None,
+            },
+        });
+    }
+    let result_rows = (job.state == crate::state::JobState::Succeeded)
+        .then(|| stages.last().map_or(0, |s| s.rows));
+    let end = job.finished_ms.unwrap_or_else(now_ms);
+    let cost = gb_seconds * prices::LAMBDA_GB_SECOND
+        + invocations as f64 * prices::LAMBDA_REQUEST
+        + writes as f64 * prices::DYNAMODB_WRITE
+        + puts as f64 * prices::S3_PUT
+        + gets as f64 * prices::S3_GET;
+    JobStatus {
+        id: job.job_id.clone(),
+        state: job.state.as_str(),
+        kind: match job.kind {
+            JobKind::Query => "query",
+            JobKind::Statement => "statement",
+        },
+        sql: job.sql.clone(),
+        error: job.error.clone(),
+        created_ms: job.created_ms,
+        finished_ms: job.finished_ms,
+        elapsed_ms: end.saturating_sub(job.created_ms),
+        result_rows,
+        tasks_done: stages.iter().map(|s| s.tasks_done).sum(),
+        tasks: stages.iter().map(|s| s.tasks).sum(),
+        stages,
+        estimated_cost_usd: cost,
+    }
+}
