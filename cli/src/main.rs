@@ -1,1 +1,376 @@
-fn main() {}
+//! `lambdafusion`: serverless distributed SQL, run embedded on this machine or against
+//! a deployed endpoint. `lambdafusion --help` lists the commands.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::{Duration, Instant};
+
+use clap::{Args, Parser, Subcommand};
+use lambdafusion::embedded::{Embedded, EmbeddedOptions};
+use lambdafusion::EngineConfig;
+use lambdafusion_cli::{bench, client, display, tpch};
+
+#[derive(Parser)]
+#[command(name = "lambdafusion", version, about = "Serverless distributed SQL on DataFusion")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generates TPC-H data if needed and runs TPC-H Q3 through the whole distributed path.
+    Demo(DemoArgs),
+    /// Serves the HTTP API with the embedded engine.
+    Serve(ServeArgs),
+    /// Runs one SQL statement, embedded or against --endpoint.
+    Query(QueryArgs),
+    /// TPC-H data generation.
+    Tpch {
+        #[command(subcommand)]
+        command: TpchCommand,
+    },
+    /// Benchmarks against single-process DataFusion.
+    Bench {
+        #[command(subcommand)]
+        command: BenchCommand,
+    },
+}
+
+#[derive(Args, Clone)]
+struct EngineArgs {
+    /// Directory for the catalog, job records and shuffle data.
+    #[arg(long, env = "LAMBDAFUSION_DATA_DIR", default_value = "lambdafusion-data")]
+    data_dir: PathBuf,
+    /// Concurrent tasks (the embedded "function slots"); default: 2 per CPU.
+    #[arg(long)]
+    slots: Option<usize>,
+    /// Target input bytes per leaf task.
+    #[arg(long, default_value_t = 128 * 1024 * 1024)]
+    bytes_per_task: u64,
+    /// Most tasks in one stage.
+    #[arg(long, default_value_t = 64)]
+    max_tasks_per_stage: usize,
+}
+
+impl EngineArgs {
+    fn options(&self) -> EmbeddedOptions {
+        let defaults = EmbeddedOptions::default();
+        EmbeddedOptions {
+            data_dir: Some(self.data_dir.clone()),
+            config: EngineConfig::default()
+                .with_bytes_per_task(self.bytes_per_task)
+                .with_max_tasks_per_stage(self.max_tasks_per_stage),
+            slots: self.slots.unwrap_or(defaults.slots),
+        }
+    }
+}
+
+#[derive(Args)]
+struct DemoArgs {
+    /// TPC-H scale factor of the demo data.
+    #[arg(long, default_value_t = 0.1)]
+    sf: f64,
+    /// Where the demo keeps its data and state.
+    #[arg(long, env = "LAMBDAFUSION_DATA_DIR", default_value = "lambdafusion-data")]
+    data_dir: PathBuf,
+    /// Target input bytes per task; small, so that even the demo fans out.
+    #[arg(long, default_value_t = 4 * 1024 * 1024)]
+    bytes_per_task: u64,
+    /// TPC-H query to run (1-22).
+    #[arg(long, default_value_t = 3, value_parser = clap::value_parser!(u8).range(1..=22))]
+    query: u8,
+}
+
+#[derive(Args)]
+struct ServeArgs {
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:8080")]
+    bind: SocketAddr,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[derive(Args)]
+struct QueryArgs {
+    /// The SQL statement.
+    sql: String,
+    /// Send it to this endpoint (`lambdafusion serve`, the local stack, a deployment).
+    #[arg(long, env = "LAMBDAFUSION_ENDPOINT")]
+    endpoint: Option<String>,
+    /// Output: a table, CSV or JSON lines.
+    #[arg(long, value_enum, default_value = "table")]
+    format: OutputFormat,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+#[derive(Clone, Copy, clap::ValueEnum)]
+enum OutputFormat {
+    Table,
+    Csv,
+    Json,
+}
+
+#[derive(Subcommand)]
+enum TpchCommand {
+    /// Writes the eight TPC-H tables as Parquet under OUT/<table>/.
+    Gen {
+        /// Scale factor (1 = about 1 GB of CSV, 6 million lineitem rows).
+        #[arg(long, default_value_t = 1.0)]
+        sf: f64,
+        /// Output directory.
+        #[arg(long)]
+        out: PathBuf,
+    },
+}
+
+#[derive(Subcommand)]
+enum BenchCommand {
+    /// The 22 TPC-H queries, lambdafusion embedded vs single-process DataFusion.
+    Tpch {
+        /// Scale factor.
+        #[arg(long, default_value_t = 1.0)]
+        sf: f64,
+        /// Where generated data is kept (`<dir>/sf<sf>`).
+        #[arg(long, default_value = "lambdafusion-data/tpch")]
+        data: PathBuf,
+        /// Comma-separated query numbers (default: all 22).
+        #[arg(long, value_delimiter = ',')]
+        queries: Vec<usize>,
+        /// Runs per query and engine; the fastest counts.
+        #[arg(long, default_value_t = 1)]
+        iterations: usize,
+        /// Target input bytes per leaf task.
+        #[arg(long, default_value_t = 32 * 1024 * 1024)]
+        bytes_per_task: u64,
+        /// Most tasks in one stage.
+        #[arg(long, default_value_t = 64)]
+        max_tasks_per_stage: usize,
+        /// Concurrent tasks; default: 2 per CPU.
+        #[arg(long)]
+        slots: Option<usize>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let default_level = if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" };
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level)),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(16 * 1024 * 1024)
+        .build()
+        .expect("tokio runtime");
+    match runtime.block_on(run(cli)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(message) => {
+            eprintln!("error: {message}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<(), String> {
+    match cli.command {
+        Command::Demo(args) => demo(args).await,
+        Command::Serve(args) => serve(args).await,
+        Command::Query(args) => query(args).await,
+        Command::Tpch {
+            command: TpchCommand::Gen { sf, out },
+        } => generate(&out, sf).map(|_| ()),
+        Command::Bench {
+            command:
+                BenchCommand::Tpch {
+                    sf,
+                    data,
+                    queries,
+                    iterations,
+                    bytes_per_task,
+                    max_tasks_per_stage,
+                    slots,
+                },
+        } => {
+            let queries = if queries.is_empty() { (1..=22).collect() } else { queries };
+            if let Some(q) = queries.iter().find(|q| !(1..=22).contains(*q)) {
+                return Err(format!("there is no TPC-H query {q} (1-22)"));
+            }
+            let options = bench::BenchOptions {
+                sf,
+                data,
+                queries,
+                iterations,
+                config: EngineConfig::default()
+                    .with_bytes_per_task(bytes_per_task)
+                    .with_max_tasks_per_stage(max_tasks_per_stage),
+                slots: slots.unwrap_or(EmbeddedOptions::default().slots),
+            };
+            let rows = bench::run(&options).await?;
+            println!("{}", bench::report(&options, &rows));
+            if rows.iter().any(|r| r.mismatch.is_some()) {
+                return Err("some results differ from DataFusion's".into());
+            }
+            Ok(())
+        }
+    }
+}
+
+/// Generates TPC-H data with a progress bar; returns the data directory.
+fn generate(dir: &std::path::Path, sf: f64) -> Result<PathBuf, String> {
+    if tpch::is_generated(dir) {
+        eprintln!("TPC-H SF {sf} data already in {}", dir.display());
+        return Ok(dir.to_path_buf());
+    }
+    let jobs = tpch::file_jobs(sf);
+    let bar = indicatif::ProgressBar::new(jobs.len() as u64);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{spinner} generating TPC-H SF {msg} [{bar:30}] {pos}/{len} files ({elapsed})")
+            .expect("valid template")
+            .progress_chars("=> "),
+    );
+    bar.set_message(format!("{sf}"));
+    let started = Instant::now();
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    let rows = tpch::generate(dir, sf, threads, &|_, _| bar.inc(1))?;
+    bar.finish_and_clear();
+    eprintln!(
+        "generated TPC-H SF {sf} ({rows} rows) into {} in {:.1} s",
+        dir.display(),
+        started.elapsed().as_secs_f64()
+    );
+    Ok(dir.to_path_buf())
+}
+
+async fn demo(args: DemoArgs) -> Result<(), String> {
+    let data = generate(&tpch::data_dir(&args.data_dir.join("tpch"), args.sf), args.sf)?;
+    let data = std::fs::canonicalize(&data).map_err(|e| e.to_string())?;
+    let engine = Embedded::start(EmbeddedOptions {
+        data_dir: Some(args.data_dir.join("engine")),
+        config: EngineConfig::default().with_bytes_per_task(args.bytes_per_task),
+        ..EmbeddedOptions::default()
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    for sql in tpch::create_statements(&data.display().to_string()) {
+        engine.sql(&sql).await.map_err(|e| e.to_string())?;
+    }
+    let q = args.query as usize;
+    let sql = tpch::query(q);
+    println!("TPC-H Q{q} over SF {} — planned by DataFusion, cut into stages, every task pushed", args.sf);
+    println!("to an in-process function slot, shuffled through files, results read back:\n");
+    let (status, schema, batches) = run_embedded(&engine, sql).await?;
+    println!("{}", display::rows_table(&schema, &batches));
+    println!("{}\n", display::status_line(&status));
+    println!("{}", display::stage_summary(&status));
+
+    let baseline = datafusion::prelude::SessionContext::new();
+    tpch::register_baseline(&baseline, &data).await.map_err(|e| e.to_string())?;
+    let expected = baseline
+        .sql(sql)
+        .await
+        .map_err(|e| e.to_string())?
+        .collect()
+        .await
+        .map_err(|e| e.to_string())?;
+    match lambdafusion::verify::compare(&expected, &batches, tpch::is_ordered(q)) {
+        Ok(()) => println!("result checked: identical to single-process DataFusion on the same files"),
+        Err(diff) => return Err(format!("result differs from single-process DataFusion: {diff}")),
+    }
+    println!("\nnext: `lambdafusion serve` for the HTTP API, `lambdafusion query \"SHOW TABLES\"`,");
+    println!("      `lambdafusion bench tpch --sf 1` for the benchmark");
+    Ok(())
+}
+
+/// Runs `sql` on `engine` with a progress bar; a failed query is an error.
+async fn run_embedded(
+    engine: &Embedded,
+    sql: &str,
+) -> Result<(lambdafusion::status::JobStatus, datafusion::arrow::datatypes::SchemaRef, Vec<datafusion::arrow::array::RecordBatch>), String> {
+    let id = engine.submit(sql).await.map_err(|e| e.to_string())?;
+    let bar = display::task_progress();
+    let status = loop {
+        let status = engine
+            .wait(&id, Duration::from_millis(200))
+            .await
+            .map_err(|e| e.to_string())?;
+        display::update_progress(&bar, &status);
+        if status.is_terminal() {
+            break status;
+        }
+    };
+    bar.finish_and_clear();
+    if status.state != "succeeded" {
+        return Err(format!("query {} {}: {}", status.id, status.state, status.error.unwrap_or_default()));
+    }
+    let (schema, batches) = lambdafusion::results::collect(engine.services(), &id)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((status, schema, batches))
+}
+
+async fn serve(args: ServeArgs) -> Result<(), String> {
+    let engine = Embedded::start(args.engine.options()).await.map_err(|e| e.to_string())?;
+    let listener = tokio::net::TcpListener::bind(args.bind)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
+    eprintln!(
+        "lambdafusion serving on http://{} (data in {}); try:\n  lambdafusion query --endpoint http://{} \"SELECT 1\"",
+        args.bind,
+        args.engine.data_dir.display(),
+        args.bind
+    );
+    axum::serve(listener, engine.router())
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(|e| e.to_string())
+}
+
+async fn query(args: QueryArgs) -> Result<(), String> {
+    let (status, schema, batches) = match &args.endpoint {
+        Some(endpoint) => {
+            let client = client::Client::new(endpoint);
+            let bar = display::task_progress();
+            let result = client
+                .run(&args.sql, &mut |s| display::update_progress(&bar, s))
+                .await
+                .map_err(|e| e.to_string());
+            bar.finish_and_clear();
+            result?
+        }
+        None => {
+            let engine = Embedded::start(args.engine.options()).await.map_err(|e| e.to_string())?;
+            run_embedded(&engine, &args.sql).await?
+        }
+    };
+    match args.format {
+        OutputFormat::Table => {
+            println!("{}", display::rows_table(&schema, &batches));
+            eprintln!("{}", display::status_line(&status));
+        }
+        OutputFormat::Csv => {
+            let mut writer = datafusion::arrow::csv::WriterBuilder::new()
+                .with_header(true)
+                .build(std::io::stdout());
+            for b in &batches {
+                writer.write(b).map_err(|e| e.to_string())?;
+            }
+        }
+        OutputFormat::Json => {
+            let mut writer = datafusion::arrow::json::LineDelimitedWriter::new(std::io::stdout());
+            for b in &batches {
+                writer.write(b).map_err(|e| e.to_string())?;
+            }
+            writer.finish().map_err(|e| e.to_string())?;
+        }
+    }
+    Ok(())
+}

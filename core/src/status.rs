@@ -1,7 +1,7 @@
 //! The status of a job as users see it: state, timings, per-stage progress and metrics,
 //! and an estimate of what it would cost on Lambda.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::state::{JobKind, JobSnapshot, TaskState};
 use crate::time::now_ms;
@@ -24,12 +24,12 @@ pub mod prices {
 pub const ASSUMED_EXECUTOR_MB: f64 = 3008.0;
 
 /// Per-stage progress and metrics.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct StageStatus {
     /// Stage id.
     pub stage: u32,
     /// `pending`, `running` or `complete`.
-    pub state: &'static str,
+    pub state: String,
     /// What the stage does.
     pub summary: String,
     /// Input stages and edge kinds, e.g. `"hash shuffle from stage 0"`.
@@ -49,33 +49,33 @@ pub struct StageStatus {
     /// Sum of the committed tasks' run times (ms).
     pub task_ms: u64,
     /// Wall time from dispatch to the last commit (ms), once complete.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elapsed_ms: Option<u64>,
 }
 
 /// A job's status. `GET /v1/queries/{id}` returns it as JSON.
-#[derive(Debug, Clone, Serialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
 pub struct JobStatus {
     /// Job id.
     pub id: String,
     /// `running`, `succeeded`, `failed` or `cancelled`.
-    pub state: &'static str,
+    pub state: String,
     /// `query` or `statement`.
-    pub kind: &'static str,
+    pub kind: String,
     /// The SQL.
     pub sql: String,
     /// The error, for failed or cancelled jobs.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
     /// Submission time (ms since epoch).
     pub created_ms: u64,
     /// End time (ms since epoch).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_ms: Option<u64>,
     /// Time from submission to the end (or to now while running), ms.
     pub elapsed_ms: u64,
     /// Rows in the result (final stage), once succeeded.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub result_rows: Option<u64>,
     /// Tasks committed / total, over all stages.
     pub tasks_done: u32,
@@ -125,7 +125,7 @@ pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
         };
         stages.push(StageStatus {
             stage: s.stage,
-            state,
+            state: state.to_string(),
             summary: s.summary.clone(),
             inputs: s
                 .inputs
@@ -155,11 +155,12 @@ pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
         + gets as f64 * prices::S3_GET;
     JobStatus {
         id: job.job_id.clone(),
-        state: job.state.as_str(),
+        state: job.state.as_str().to_string(),
         kind: match job.kind {
             JobKind::Query => "query",
             JobKind::Statement => "statement",
-        },
+        }
+        .to_string(),
         sql: job.sql.clone(),
         error: job.error.clone(),
         created_ms: job.created_ms,

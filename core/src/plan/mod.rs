@@ -5,6 +5,7 @@
 //! stage plans travel as bytes ([`encode_plan`] / [`decode_plan`]: datafusion-proto with
 //! [`LambdaFusionCodec`]).
 
+mod joins;
 mod stages;
 
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use datafusion_proto::bytes::{
 use datafusion_proto::protobuf;
 use prost::Message;
 
+pub use joins::distribute_joins;
 pub use stages::{edge_name, Stage, StageGraph, StageSplitter};
 
 use crate::shuffle::LambdaFusionCodec;
@@ -38,6 +40,10 @@ use crate::{EngineConfig, Error, Result};
 ///   join to report, which in a task running one partition would wait forever).
 /// - File-scan work stealing is off: a task runs one partition and never its siblings,
 ///   so a partition must read exactly the files planned for it.
+/// - Uncorrelated scalar subqueries are planned as joins (DataFusion's setting for
+///   distributed engines): their in-process result sharing cannot cross stages. As in
+///   DataFusion before version 52, a scalar subquery returning several rows is then not
+///   reported as an error.
 /// - A scan smaller than one task's worth of bytes is not split by byte ranges.
 pub fn session_config(config: &EngineConfig, target_partitions: usize) -> SessionConfig {
     let mut c = SessionConfig::new()
@@ -46,6 +52,10 @@ pub fn session_config(config: &EngineConfig, target_partitions: usize) -> Sessio
         .with_information_schema(true);
     let o = c.options_mut();
     o.optimizer.enable_round_robin_repartition = false;
+    // Uncorrelated scalar subqueries become joins: the executing form keeps the
+    // subquery's result in process memory next to the expression reading it, and a
+    // stage cut between the two cannot carry it.
+    o.optimizer.enable_physical_uncorrelated_scalar_subquery = false;
     // Each task runs one partition alone: a partition must read its own files only.
     o.execution.enable_file_stream_work_stealing = false;
     // Set each one: assigning the umbrella field does not propagate like `SET` does.

@@ -110,6 +110,7 @@ pub struct StageSplitter {
 impl StageSplitter {
     /// Cuts `plan` into stages.
     pub fn split(plan: Arc<dyn ExecutionPlan>) -> Result<StageGraph> {
+        let plan = super::distribute_joins(plan)?;
         let mut splitter = StageSplitter::default();
         let root = plan.transform_up(|node| splitter.cut(node))?.data;
         splitter.add_stage(root, None)?;

@@ -1,0 +1,8 @@
+//! The `lambdafusion` command line: embedded server and one-shot queries, a client for
+//! a deployed (or emulated) endpoint, TPC-H data generation, the demo and the benchmark.
+//! The library half holds what the tests share with the binary.
+
+pub mod bench;
+pub mod client;
+pub mod display;
+pub mod tpch;
