@@ -10,7 +10,7 @@ use std::time::Duration;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::execution::object_store::ObjectStoreUrl;
-use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use object_store::local::LocalFileSystem;
@@ -99,14 +99,7 @@ impl Embedded {
                 runtime.register_object_store(url.as_ref(), Arc::new(LocalFileSystem::new()));
                 (store, ShuffleLocation { url, prefix }, runtime)
             }
-            None => {
-                let store = EmbeddedStore::in_memory()?;
-                let url = ObjectStoreUrl::parse("memory://").map_err(Error::from)?;
-                let runtime = RuntimeEnvBuilder::new().build_arc()?;
-                runtime.register_object_store(url.as_ref(), Arc::new(InMemory::new()));
-                let prefix = Path::from("lambdafusion");
-                (store, ShuffleLocation { url, prefix }, runtime)
-            }
+            None => in_memory_parts()?,
         };
         let invoker = Arc::new(LocalInvoker::new(options.slots));
         let services = Services {
@@ -206,6 +199,33 @@ impl Embedded {
             batches,
         })
     }
+}
+
+fn in_memory_parts() -> Result<(EmbeddedStore, ShuffleLocation, Arc<RuntimeEnv>)> {
+    let store = EmbeddedStore::in_memory()?;
+    let url = ObjectStoreUrl::parse("memory://").map_err(Error::from)?;
+    let runtime = RuntimeEnvBuilder::new().build_arc()?;
+    runtime.register_object_store(url.as_ref(), Arc::new(InMemory::new()));
+    let prefix = Path::from("lambdafusion");
+    Ok((store, ShuffleLocation { url, prefix }, runtime))
+}
+
+/// Services on an in-memory store and object store with the given invoker — for tests
+/// that drive the scheduler and executor by hand. Nothing consumes the store's stream
+/// unless the caller takes it ([`EmbeddedStore::take_stream`]).
+pub fn in_memory_services(
+    invoker: Arc<dyn crate::dispatch::Invoker>,
+    config: EngineConfig,
+) -> Result<(Services, EmbeddedStore)> {
+    let (store, shuffle, runtime) = in_memory_parts()?;
+    let services = Services {
+        store: Arc::new(store.clone()),
+        invoker,
+        runtime,
+        shuffle,
+        config,
+    };
+    Ok((services, store))
 }
 
 /// The embedded "stream trigger": every batch of change records goes to a fresh

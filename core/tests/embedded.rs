@@ -5,54 +5,11 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use datafusion::dataframe::DataFrameWriteOptions;
-use datafusion::prelude::{ParquetReadOptions, SessionContext};
+mod common;
+
+use common::{reference, write_tables};
 use lambdafusion::embedded::{Embedded, EmbeddedOptions};
 use lambdafusion::EngineConfig;
-
-/// Writes two tables of generated data as several Parquet files each.
-async fn write_tables(dir: &Path) {
-    let ctx = SessionContext::new();
-    let facts = ctx
-        .sql(
-            "SELECT value AS id, value % 97 AS k, CAST(value AS DOUBLE) * 1.5 AS v, \
-             concat('name-', CAST(value AS VARCHAR)) AS s \
-             FROM generate_series(1, 30000)",
-        )
-        .await
-        .unwrap()
-        .repartition(datafusion::logical_expr::Partitioning::RoundRobinBatch(4))
-        .unwrap();
-    facts
-        .write_parquet(
-            dir.join("facts").to_str().unwrap(),
-            DataFrameWriteOptions::new(),
-            None,
-        )
-        .await
-        .unwrap();
-    let dims = ctx
-        .sql("SELECT value AS k, concat('group-', CAST(value AS VARCHAR)) AS label FROM generate_series(0, 96)")
-        .await
-        .unwrap();
-    dims.write_parquet(
-        dir.join("dims").to_str().unwrap(),
-        DataFrameWriteOptions::new(),
-        None,
-    )
-    .await
-    .unwrap();
-}
-
-async fn reference(dir: &Path, sql: &str) -> Vec<datafusion::arrow::array::RecordBatch> {
-    let ctx = SessionContext::new();
-    for t in ["facts", "dims"] {
-        ctx.register_parquet(t, dir.join(t).to_str().unwrap(), ParquetReadOptions::default())
-            .await
-            .unwrap();
-    }
-    ctx.sql(sql).await.unwrap().collect().await.unwrap()
-}
 
 async fn engine(config: EngineConfig) -> Arc<Embedded> {
     let _ = tracing_subscriber::fmt()
@@ -69,11 +26,7 @@ async fn engine(config: EngineConfig) -> Arc<Embedded> {
 }
 
 async fn register(engine: &Embedded, dir: &Path) {
-    for t in ["facts", "dims"] {
-        let sql = format!(
-            "CREATE EXTERNAL TABLE {t} STORED AS PARQUET LOCATION '{}/'",
-            dir.join(t).display()
-        );
+    for sql in common::create_statements(dir) {
         engine.sql(&sql).await.unwrap();
     }
 }
@@ -135,3 +88,23 @@ async fn small_input_runs_as_one_task() {
     assert_eq!(status.state, "succeeded");
 }
 
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stage_plans_too_large_for_an_item_go_to_object_storage() {
+    use lambdafusion::state::JobStore;
+    let dir = tempfile::tempdir().unwrap();
+    write_tables(dir.path()).await;
+    let engine = engine(
+        EngineConfig::default()
+            .with_bytes_per_task(1)
+            .with_max_tasks_per_stage(3)
+            .with_inline_plan_limit(0),
+    )
+    .await;
+    register(&engine, dir.path()).await;
+    let out = engine.sql(QUERIES[2].0).await.unwrap();
+    let expected = reference(dir.path(), QUERIES[2].0).await;
+    lambdafusion::verify::compare(&expected, &out.batches, true).unwrap();
+    let snapshot = engine.services().store.load_job(&out.status.id).await.unwrap().unwrap();
+    assert!(snapshot.stages.iter().all(|s| s.plan.is_none() && s.plan_object.is_some()));
+}

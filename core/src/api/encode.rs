@@ -118,16 +118,31 @@ pub async fn encode(
             Ok::<_, Error>(Bytes::from(writer.into_inner()))
         })),
         ResultFormat::Csv => {
-            let mut header = true;
-            Body::from_stream(batches.map(move |batch| {
-                let batch = batch?;
+            // The header goes out with the first batch, or alone at the end if there
+            // was none: an empty result still names its columns.
+            let header = Arc::new(std::sync::atomic::AtomicBool::new(true));
+            let pending = header.clone();
+            let csv = move |batch: &RecordBatch, with_header: bool| -> Result<Bytes> {
                 let mut writer = datafusion::arrow::csv::WriterBuilder::new()
-                    .with_header(header)
+                    .with_header(with_header)
                     .build(Vec::new());
-                header = false;
-                writer.write(&batch)?;
-                Ok::<_, Error>(Bytes::from(writer.into_inner()))
-            }))
+                writer.write(batch)?;
+                Ok(Bytes::from(writer.into_inner()))
+            };
+            let body = batches
+                .map(move |batch| {
+                    let batch = batch?;
+                    let first = header.swap(false, std::sync::atomic::Ordering::Relaxed);
+                    csv(&batch, first)
+                })
+                .chain(futures::stream::once(async move {
+                    if pending.load(std::sync::atomic::Ordering::Relaxed) {
+                        csv(&RecordBatch::new_empty(schema), true)
+                    } else {
+                        Ok(Bytes::new())
+                    }
+                }));
+            Body::from_stream(body)
         }
         ResultFormat::Arrow => {
             let buf = SharedBuf::default();

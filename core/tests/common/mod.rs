@@ -1,0 +1,65 @@
+//! Test data shared by the engine tests: two small tables written as Parquet by
+//! DataFusion itself, and the single-process reference for any query over them.
+#![allow(dead_code)]
+
+use std::path::Path;
+
+use datafusion::dataframe::DataFrameWriteOptions;
+use datafusion::prelude::{ParquetReadOptions, SessionContext};
+
+/// Writes two tables of generated data as several Parquet files each.
+pub async fn write_tables(dir: &Path) {
+    let ctx = SessionContext::new();
+    let facts = ctx
+        .sql(
+            "SELECT value AS id, value % 97 AS k, CAST(value AS DOUBLE) * 1.5 AS v, \
+             concat('name-', CAST(value AS VARCHAR)) AS s \
+             FROM generate_series(1, 30000)",
+        )
+        .await
+        .unwrap()
+        .repartition(datafusion::logical_expr::Partitioning::RoundRobinBatch(4))
+        .unwrap();
+    facts
+        .write_parquet(
+            dir.join("facts").to_str().unwrap(),
+            DataFrameWriteOptions::new(),
+            None,
+        )
+        .await
+        .unwrap();
+    let dims = ctx
+        .sql("SELECT value AS k, concat('group-', CAST(value AS VARCHAR)) AS label FROM generate_series(0, 96)")
+        .await
+        .unwrap();
+    dims.write_parquet(
+        dir.join("dims").to_str().unwrap(),
+        DataFrameWriteOptions::new(),
+        None,
+    )
+    .await
+    .unwrap();
+}
+
+pub async fn reference(dir: &Path, sql: &str) -> Vec<datafusion::arrow::array::RecordBatch> {
+    let ctx = SessionContext::new();
+    for t in ["facts", "dims"] {
+        ctx.register_parquet(t, dir.join(t).to_str().unwrap(), ParquetReadOptions::default())
+            .await
+            .unwrap();
+    }
+    ctx.sql(sql).await.unwrap().collect().await.unwrap()
+}
+
+/// `CREATE EXTERNAL TABLE` statements for the tables under `dir`.
+pub fn create_statements(dir: &Path) -> Vec<String> {
+    ["facts", "dims"]
+        .iter()
+        .map(|t| {
+            format!(
+                "CREATE EXTERNAL TABLE {t} STORED AS PARQUET LOCATION '{}/'",
+                dir.join(t).display()
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,130 @@
+//! Stage cutting (which exchanges become which edges) and the stage-plan codec.
+
+mod common;
+
+use std::sync::Arc;
+
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::physical_plan::{displayable, ExecutionPlan};
+use datafusion::prelude::{ParquetReadOptions, SessionContext};
+use lambdafusion::plan::{self, StageGraph, StageSplitter};
+use lambdafusion::shuffle::ShuffleWriterExec;
+use lambdafusion::state::{EdgeKind, StageInput};
+use lambdafusion::EngineConfig;
+
+async fn graph(sql: &str, partitions: usize) -> StageGraph {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_tables(dir.path()).await;
+    let config = EngineConfig::default().with_bytes_per_task(1).with_max_tasks_per_stage(partitions);
+    let runtime = RuntimeEnvBuilder::new().build_arc().unwrap();
+    let state = plan::session_state(runtime, &config, partitions);
+    let ctx = SessionContext::new_with_state(state);
+    for t in ["facts", "dims"] {
+        ctx.register_parquet(t, dir.path().join(t).to_str().unwrap(), ParquetReadOptions::default())
+            .await
+            .unwrap();
+    }
+    let logical = ctx.state().create_logical_plan(sql).await.unwrap();
+    let physical = plan::physical_plan(&ctx.state(), &logical, &config).await.unwrap();
+    let graph = StageSplitter::split(physical).unwrap();
+    round_trip(&ctx, &graph);
+    graph
+}
+
+/// Every stage plan survives encode -> decode unchanged.
+fn round_trip(ctx: &SessionContext, graph: &StageGraph) {
+    let task_ctx = ctx.task_ctx();
+    for stage in &graph.stages {
+        let bytes = plan::encode_plan(stage.plan.clone()).unwrap();
+        let decoded = plan::decode_plan(&bytes, &task_ctx).unwrap();
+        assert_eq!(show(&stage.plan), show(&decoded), "stage {}", stage.id);
+        assert_eq!(bytes, plan::encode_plan(decoded).unwrap(), "stage {} re-encodes identically", stage.id);
+    }
+}
+
+fn show(plan: &Arc<dyn ExecutionPlan>) -> String {
+    displayable(plan.as_ref()).indent(true).to_string()
+}
+
+fn inputs(graph: &StageGraph, stage: usize) -> Vec<StageInput> {
+    graph.stages[stage].inputs.clone()
+}
+
+#[tokio::test]
+async fn an_aggregation_becomes_a_hash_shuffle() {
+    let g = graph("SELECT k, count(*) FROM facts GROUP BY k", 4).await;
+    assert_eq!(g.stages.len(), 2, "{}", g.display());
+    assert_eq!(g.stages[0].tasks, 4);
+    assert_eq!(g.stages[0].output_partitions, 4);
+    let writer = g.stages[0].plan.downcast_ref::<ShuffleWriterExec>().unwrap();
+    assert!(writer.partitioning().is_some());
+    assert_eq!(inputs(&g, 1), vec![StageInput { stage: 0, kind: EdgeKind::Hash }]);
+    // No ORDER BY: the result is the union of the final stage's four tasks.
+    assert_eq!(g.final_stage().tasks, 4);
+}
+
+#[tokio::test]
+async fn order_by_gathers_into_one_task() {
+    let g = graph("SELECT k, count(*) AS n FROM facts GROUP BY k ORDER BY n DESC", 4).await;
+    let last = g.final_stage();
+    assert_eq!(last.tasks, 1, "{}", g.display());
+    assert_eq!(last.inputs.len(), 1);
+    assert_eq!(last.inputs[0].kind, EdgeKind::Gather);
+    assert!(show(&last.plan).contains("SortPreservingMergeExec"));
+}
+
+#[tokio::test]
+async fn a_small_build_side_is_broadcast() {
+    let g = graph("SELECT d.label, f.v FROM facts f JOIN dims d ON f.k = d.k", 4).await;
+    let text = g.display();
+    let join_stage = g
+        .stages
+        .iter()
+        .find(|s| show(&s.plan).contains("HashJoinExec: mode=CollectLeft"))
+        .unwrap_or_else(|| panic!("{text}"));
+    assert!(join_stage.tasks > 1, "{text}");
+    assert!(
+        join_stage.inputs.iter().any(|i| i.kind == EdgeKind::Broadcast),
+        "{text}"
+    );
+}
+
+#[tokio::test]
+async fn outer_and_semi_joins_are_partitioned_not_broadcast() {
+    for sql in [
+        "SELECT d.label, f.id FROM dims d LEFT JOIN facts f ON f.k = d.k",
+        "SELECT d.label FROM dims d WHERE EXISTS (SELECT 1 FROM facts f WHERE f.k = d.k)",
+        "SELECT d.label FROM dims d WHERE NOT EXISTS (SELECT 1 FROM facts f WHERE f.k = d.k AND f.v > 100)",
+    ] {
+        let g = graph(sql, 4).await;
+        let text = g.display();
+        assert!(!text.contains("mode=CollectLeft"), "{sql}\n{text}");
+        assert!(!g.stages.iter().any(|s| s.inputs.iter().any(|i| i.kind == EdgeKind::Broadcast)), "{sql}\n{text}");
+    }
+}
+
+#[tokio::test]
+async fn one_partition_is_one_stage() {
+    let g = graph("SELECT k, count(*) FROM facts GROUP BY k ORDER BY k", 1).await;
+    assert_eq!(g.stages.len(), 1, "{}", g.display());
+    assert!(g.stages[0].inputs.is_empty());
+    assert_eq!(g.stages[0].tasks, 1);
+}
+
+#[tokio::test]
+async fn stages_are_in_topological_order() {
+    let g = graph(
+        "SELECT d.label, count(*) FROM facts f JOIN dims d ON f.k = d.k \
+         WHERE f.id IN (SELECT id FROM facts WHERE v > 10) GROUP BY d.label ORDER BY 2",
+        4,
+    )
+    .await;
+    for (i, s) in g.stages.iter().enumerate() {
+        assert_eq!(s.id as usize, i);
+        assert!(s.inputs.iter().all(|input| (input.stage as usize) < i), "{}", g.display());
+    }
+    // Every stage but the last feeds another.
+    for s in &g.stages[..g.stages.len() - 1] {
+        assert!(g.stages.iter().any(|c| c.inputs.iter().any(|i| i.stage == s.id)));
+    }
+}
