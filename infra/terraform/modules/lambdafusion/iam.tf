@@ -1,0 +1,232 @@
+# One role per function, each with exactly the actions aws/src/contract.rs lists for it, on
+# exactly the resources they are called on. tests/tests/terraform_contract.rs compares these
+# statements with the contract (sets equal, in both directions).
+#
+# Each role has two inline policies:
+#  - *_runtime: what Lambda itself needs before the function can even be created (logs,
+#    X-Ray, the scheduler's dead-letter queue); it names no function, so the functions can
+#    depend on it;
+#  - the data policy: table, stream, bucket and the other function, which names the other
+#    function's ARN and so is attached after the functions exist.
+
+data "aws_partition" "current" {}
+
+locals {
+  data_bucket_arns        = [for b in var.data_buckets : "arn:${data.aws_partition.current.partition}:s3:::${b}"]
+  data_bucket_object_arns = [for b in var.data_buckets : "arn:${data.aws_partition.current.partition}:s3:::${b}/*"]
+}
+
+data "aws_iam_policy_document" "lambda_assume_role" {
+  statement {
+    sid     = "LambdaAssumeRole"
+    actions = ["sts:AssumeRole"]
+
+    principals {
+      type        = "Service"
+      identifiers = ["lambda.amazonaws.com"]
+    }
+  }
+}
+
+# ---------------------------------------------------------------------------------------
+# scheduler-fn
+# ---------------------------------------------------------------------------------------
+
+resource "aws_iam_role" "scheduler" {
+  name               = "${var.name_prefix}-scheduler"
+  description        = "Execution role of ${local.scheduler_function_name}"
+  assume_role_policy = data.aws_iam_policy_document.lambda_assume_role.json
+  tags               = var.tags
+}
+
+data "aws_iam_policy_document" "scheduler_runtime" {
+  statement {
+    sid       = "WriteOwnLogs"
+    actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
+    resources = ["${aws_cloudwatch_log_group.scheduler.arn}:*"]
+  }
+
+  statement {
+    sid       = "XRay"
+    actions   = ["xray:PutTraceSegments", "xray:PutTelemetryRecords"]
+    resources = ["*"] # X-Ray has no resource-level permissions
+  }
+
+  # Failure destination of the stream trigger and dead-letter queue of async invocations:
+  # both are delivered with the function's own role.
+  statement {
+    sid       = "PoisonQueue"
+    actions   = ["sqs:SendMessage"]
+    resources = [aws_sqs_queue.poison.arn]
+  }
+}
+
+resource "aws_iam_role_policy" "scheduler_runtime" {
+  name   = "runtime"
+  role   = aws_iam_role.scheduler.id
+  policy = data.aws_iam_policy_document.scheduler_runtime.json
+}
+
+data "aws_iam_policy_document" "scheduler" {
+  statement {
+    sid = "JobTable"
+    actions = [
+      "dynamodb:GetItem",
+      "dynamodb:PutItem",
+      "dynamodb:UpdateItem",
+      "dynamodb:DeleteItem",
+      "dynamodb:Query",
+      "dynamodb:BatchWriteItem",
+      "dynamodb:TransactWriteItems",
+    ]
+    # The table has no secondary indexes; add "${arn}/index/<name>" here if it gets one.
+    resources = [aws_dynamodb_table.jobs.arn]
+  }
+
+  statement {
+    sid = "JobTableStream"
+    actions = [
+      "dynamodb:DescribeStream",
+      "dynamodb:GetRecords",
+      "dynamodb:GetShardIterator",
+    ]
+    resources = [aws_dynamodb_table.jobs.stream_arn]
+  }
+
+  # The event-source mapping calls ListStreams, which is not resource-scoped: AWS requires "*".
+  statement {
+    sid       = "ListStreams"
+    actions   = ["dynamodb:ListStreams"]
+    resources = ["*"]
+  }
+
+  statement {
+    sid       = "ShuffleBucket"
+    actions   = ["s3:ListBucket"]
+    resources = [aws_s3_bucket.shuffle.arn]
+  }
+
+  statement {
+    sid       = "ShuffleObjects"
+    actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
+    resources = ["${aws_s3_bucket.shuffle.arn}/${var.prefix}/*"]
+  }
+
+  dynamic "statement" {
+    for_each = length(var.data_buckets) > 0 ? [1] : []
+    content {
+      sid       = "DataBuckets"
+      actions   = ["s3:ListBucket"]
+      resources = local.data_bucket_arns
+    }
+  }
+
+  dynamic "statement" {
+    for_each = length(var.data_buckets) > 0 ? [1] : []
+    content {
+      sid       = "DataObjects"
+      actions   = ["s3:GetObject"]
+      resources = local.data_bucket_object_arns
+    }
+  }
+
+  statement {
+    sid       = "DispatchTasks"
+    actions   = ["lambda:InvokeFunction"]
+    resources = [aws_lambda_function.executor.arn]
+  }
+}
+
+resource "aws_iam_role_policy" "scheduler" {
+  name   = "engine"
+  role   = aws_iam_role.scheduler.id
+  policy = data.aws_iam_policy_document.scheduler.json
+}
+
+# ---------------------------------------------------------------------------------------
+# executor-fn
+# ---------------------------------------------------------------------------------------
+
+resource "aws_iam_role" "executor" {
+  name               = "${var.name_prefix}-executor"
+  description        = "Execution role of ${local.executor_function_name}"
+  assume_role_policy = data.aws_iam_policy_document.lambda_assume_role.json
+  tags               = var.tags
+}
+
+data "aws_iam_policy_document" "executor_runtime" {
+  statement {
+    sid       = "WriteOwnLogs"
+    actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
+    resources = ["${aws_cloudwatch_log_group.executor.arn}:*"]
+  }
+
+  statement {
+    sid       = "XRay"
+    actions   = ["xray:PutTraceSegments", "xray:PutTelemetryRecords"]
+    resources = ["*"] # X-Ray has no resource-level permissions
+  }
+}
+
+resource "aws_iam_role_policy" "executor_runtime" {
+  name   = "runtime"
+  role   = aws_iam_role.executor.id
+  policy = data.aws_iam_policy_document.executor_runtime.json
+}
+
+data "aws_iam_policy_document" "executor" {
+  statement {
+    sid = "JobTable"
+    actions = [
+      "dynamodb:GetItem",
+      "dynamodb:Query",
+      "dynamodb:UpdateItem",
+      "dynamodb:TransactWriteItems",
+    ]
+    resources = [aws_dynamodb_table.jobs.arn]
+  }
+
+  statement {
+    sid       = "ShuffleBucket"
+    actions   = ["s3:ListBucket"]
+    resources = [aws_s3_bucket.shuffle.arn]
+  }
+
+  statement {
+    sid       = "ShuffleObjects"
+    actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
+    resources = ["${aws_s3_bucket.shuffle.arn}/${var.prefix}/*"]
+  }
+
+  dynamic "statement" {
+    for_each = length(var.data_buckets) > 0 ? [1] : []
+    content {
+      sid       = "DataBuckets"
+      actions   = ["s3:ListBucket"]
+      resources = local.data_bucket_arns
+    }
+  }
+
+  dynamic "statement" {
+    for_each = length(var.data_buckets) > 0 ? [1] : []
+    content {
+      sid       = "DataObjects"
+      actions   = ["s3:GetObject"]
+      resources = local.data_bucket_object_arns
+    }
+  }
+
+  # Fast-path wake of the scheduler, and the on-failure destination of task events, which
+  # Lambda delivers with this role.
+  statement {
+    sid       = "WakeScheduler"
+    actions   = ["lambda:InvokeFunction"]
+    resources = [aws_lambda_function.scheduler.arn]
+  }
+}
+
+resource "aws_iam_role_policy" "executor" {
+  name   = "engine"
+  role   = aws_iam_role.executor.id
+  policy = data.aws_iam_policy_document.executor.json
+}

@@ -1,0 +1,455 @@
+# ---------------------------------------------------------------------------------------
+# Naming and tagging
+# ---------------------------------------------------------------------------------------
+
+variable "name_prefix" {
+  description = "Prefix of every resource name (functions, table, roles, queue, API, rule, log groups). Lower case letters, digits and hyphens, since it also starts the bucket name."
+  type        = string
+  default     = "lambdafusion"
+
+  validation {
+    condition     = can(regex("^[a-z][a-z0-9-]{0,30}[a-z0-9]$", var.name_prefix))
+    error_message = "name_prefix must be 2-32 characters of lower case letters, digits and hyphens, start with a letter and not end with a hyphen."
+  }
+}
+
+variable "tags" {
+  description = "Tags applied to every taggable resource the module creates."
+  type        = map(string)
+  default     = {}
+}
+
+# ---------------------------------------------------------------------------------------
+# Function code and sizing
+# ---------------------------------------------------------------------------------------
+
+variable "scheduler_zip_path" {
+  description = "Path to scheduler-fn's deployment zip, as written by `cargo lambda build --release --arm64 --output-format zip -p scheduler-fn` (target/lambda/scheduler-fn/bootstrap.zip)."
+  type        = string
+
+  validation {
+    condition     = endswith(var.scheduler_zip_path, ".zip")
+    error_message = "scheduler_zip_path must point at a .zip file (build with --output-format zip)."
+  }
+}
+
+variable "executor_zip_path" {
+  description = "Path to executor-fn's deployment zip, as written by `cargo lambda build --release --arm64 --output-format zip -p executor-fn` (target/lambda/executor-fn/bootstrap.zip)."
+  type        = string
+
+  validation {
+    condition     = endswith(var.executor_zip_path, ".zip")
+    error_message = "executor_zip_path must point at a .zip file (build with --output-format zip)."
+  }
+}
+
+variable "scheduler_memory_mb" {
+  description = "Memory of the scheduler function in MB. It plans SQL and writes/reads a job's records; 1024 MB gives it ~0.6 vCPU, enough for DataFusion planning without paying for idle CPU."
+  type        = number
+  default     = 1024
+
+  validation {
+    condition     = var.scheduler_memory_mb >= 128 && var.scheduler_memory_mb <= 10240
+    error_message = "scheduler_memory_mb must be between 128 and 10240."
+  }
+}
+
+variable "scheduler_timeout_seconds" {
+  description = "Timeout of the scheduler function in seconds. HTTP requests are cut at 30 s by API Gateway anyway; stream batches and sweeps only read one job and dispatch, so 60 s is generous."
+  type        = number
+  default     = 60
+
+  validation {
+    condition     = var.scheduler_timeout_seconds >= 3 && var.scheduler_timeout_seconds <= 900
+    error_message = "scheduler_timeout_seconds must be between 3 and 900."
+  }
+}
+
+variable "scheduler_ephemeral_storage_mb" {
+  description = "Size of the scheduler function's /tmp in MB."
+  type        = number
+  default     = 512
+
+  validation {
+    condition     = var.scheduler_ephemeral_storage_mb >= 512 && var.scheduler_ephemeral_storage_mb <= 10240
+    error_message = "scheduler_ephemeral_storage_mb must be between 512 and 10240."
+  }
+}
+
+variable "executor_memory_mb" {
+  description = "Memory of the executor function in MB. Lambda allots CPU in proportion to memory (1769 MB = 1 vCPU); 3008 MB gives ~1.7 vCPU for one DataFusion partition and is the largest size every account gets without a quota increase (new accounts are capped at 3008 MB)."
+  type        = number
+  default     = 3008
+
+  validation {
+    condition     = var.executor_memory_mb >= 128 && var.executor_memory_mb <= 10240
+    error_message = "executor_memory_mb must be between 128 and 10240."
+  }
+}
+
+variable "executor_timeout_seconds" {
+  description = "Timeout of the executor function in seconds. Tasks are sized to run for seconds, but a skewed partition must still finish rather than be retried forever, so the default is Lambda's maximum (900); only the time actually used is billed."
+  type        = number
+  default     = 900
+
+  validation {
+    condition     = var.executor_timeout_seconds >= 10 && var.executor_timeout_seconds <= 900
+    error_message = "executor_timeout_seconds must be between 10 and 900."
+  }
+}
+
+variable "executor_ephemeral_storage_mb" {
+  description = "Size of the executor function's /tmp in MB: spill space for sorts, joins and aggregations that outgrow memory (2 GB costs a fraction of a cent per hour of use)."
+  type        = number
+  default     = 2048
+
+  validation {
+    condition     = var.executor_ephemeral_storage_mb >= 512 && var.executor_ephemeral_storage_mb <= 10240
+    error_message = "executor_ephemeral_storage_mb must be between 512 and 10240."
+  }
+}
+
+variable "scheduler_reserved_concurrency" {
+  description = "Reserved concurrency of the scheduler function, or null to leave it unreserved (draws on the account's unreserved pool)."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.scheduler_reserved_concurrency == null ? true : var.scheduler_reserved_concurrency >= 0
+    error_message = "scheduler_reserved_concurrency must be null or >= 0."
+  }
+}
+
+variable "executor_reserved_concurrency" {
+  description = "Reserved concurrency of the executor function, or null to leave it unreserved. Setting it caps a query's fan-out (and protects other functions in the account); throttled task events wait in the async queue, up to executor_max_event_age_seconds."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.executor_reserved_concurrency == null ? true : var.executor_reserved_concurrency >= 0
+    error_message = "executor_reserved_concurrency must be null or >= 0."
+  }
+}
+
+variable "tracing_mode" {
+  description = "X-Ray tracing mode of both functions: Active (sampled traces of every function, ~free at low volume) or PassThrough."
+  type        = string
+  default     = "Active"
+
+  validation {
+    condition     = contains(["Active", "PassThrough"], var.tracing_mode)
+    error_message = "tracing_mode must be Active or PassThrough."
+  }
+}
+
+variable "allow_recursive_loop" {
+  description = "Set Lambda's recursive loop detection to Allow on both functions. The fast path (executor invokes scheduler, scheduler invokes executors) is a deliberate chain of direct invocations; with detection on (Terminate), Lambda drops the 17th invocation of a chain, i.e. queries with more than ~16 stages would stall until the sweep."
+  type        = bool
+  default     = true
+}
+
+variable "log_retention_days" {
+  description = "Retention of the functions' and the API's CloudWatch log groups, in days."
+  type        = number
+  default     = 30
+
+  validation {
+    condition     = contains([1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, 400, 545, 731, 1096, 1827, 2192, 2557, 2922, 3288, 3653], var.log_retention_days)
+    error_message = "log_retention_days must be one of the values CloudWatch Logs accepts (1, 3, 5, 7, 14, 30, 60, 90, 120, 150, 180, 365, ...)."
+  }
+}
+
+# ---------------------------------------------------------------------------------------
+# Task dispatch (executor async invocations)
+# ---------------------------------------------------------------------------------------
+
+variable "executor_max_event_age_seconds" {
+  description = "How long a task event may wait in the executor's async queue (throttling, errors) before Lambda gives up on it and sends it to the on-failure destination (the scheduler, which records a failed attempt and retries it). 30 minutes: long enough to ride out a throttled wide stage, short enough that a query is not left waiting for hours."
+  type        = number
+  default     = 1800
+
+  validation {
+    condition     = var.executor_max_event_age_seconds >= 60 && var.executor_max_event_age_seconds <= 21600
+    error_message = "executor_max_event_age_seconds must be between 60 and 21600."
+  }
+}
+
+# ---------------------------------------------------------------------------------------
+# DynamoDB stream -> scheduler
+# ---------------------------------------------------------------------------------------
+
+variable "stream_batch_size" {
+  description = "Maximum stream records per scheduler invocation (the filter already leaves only stage completions, failed tasks and cancellations)."
+  type        = number
+  default     = 100
+
+  validation {
+    condition     = var.stream_batch_size >= 1 && var.stream_batch_size <= 10000
+    error_message = "stream_batch_size must be between 1 and 10000."
+  }
+}
+
+variable "stream_parallelization_factor" {
+  description = "Concurrent scheduler invocations per stream shard (records of one job keep their order: they share a partition key)."
+  type        = number
+  default     = 2
+
+  validation {
+    condition     = var.stream_parallelization_factor >= 1 && var.stream_parallelization_factor <= 10
+    error_message = "stream_parallelization_factor must be between 1 and 10."
+  }
+}
+
+variable "stream_maximum_retry_attempts" {
+  description = "Retries of a failing stream batch (halved each time by bisect_batch_on_function_error) before the record goes to the poison queue. Every scheduler step is idempotent, so retrying is safe."
+  type        = number
+  default     = 10
+
+  validation {
+    condition     = var.stream_maximum_retry_attempts >= 0 && var.stream_maximum_retry_attempts <= 10000
+    error_message = "stream_maximum_retry_attempts must be between 0 and 10000."
+  }
+}
+
+variable "stream_maximum_record_age_seconds" {
+  description = "Stream records older than this are sent to the poison queue instead of the scheduler (the sweep re-drives their jobs anyway)."
+  type        = number
+  default     = 3600
+
+  validation {
+    condition     = var.stream_maximum_record_age_seconds >= 60 && var.stream_maximum_record_age_seconds <= 604800
+    error_message = "stream_maximum_record_age_seconds must be between 60 and 604800."
+  }
+}
+
+variable "poison_queue_retention_seconds" {
+  description = "How long the poison queue keeps records (stream records the scheduler could not process, and scheduler async events that failed every retry)."
+  type        = number
+  default     = 1209600
+
+  validation {
+    condition     = var.poison_queue_retention_seconds >= 60 && var.poison_queue_retention_seconds <= 1209600
+    error_message = "poison_queue_retention_seconds must be between 60 and 1209600 (14 days)."
+  }
+}
+
+# ---------------------------------------------------------------------------------------
+# Table
+# ---------------------------------------------------------------------------------------
+
+variable "table_deletion_protection" {
+  description = "Enable DynamoDB deletion protection on the job table. Off by default so `terraform destroy` works; the table only holds job state that expires after job_ttl_days anyway, plus the table catalog."
+  type        = bool
+  default     = false
+}
+
+# ---------------------------------------------------------------------------------------
+# Bucket
+# ---------------------------------------------------------------------------------------
+
+variable "bucket_name" {
+  description = "Name of the shuffle/result bucket, or null to let AWS derive a unique one from name_prefix."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.bucket_name == null ? true : can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", var.bucket_name))
+    error_message = "bucket_name must be a valid S3 bucket name."
+  }
+}
+
+variable "prefix" {
+  description = "Key prefix inside the bucket under which the engine writes everything (LAMBDAFUSION_PREFIX). The functions may only touch objects under it."
+  type        = string
+  default     = "lambdafusion"
+
+  validation {
+    condition     = can(regex("^[A-Za-z0-9!_.*'()-]+(/[A-Za-z0-9!_.*'()-]+)*$", var.prefix))
+    error_message = "prefix must be a non-empty key prefix without leading or trailing '/'."
+  }
+}
+
+variable "results_retention_days" {
+  description = "Days after which shuffle data and results under <prefix>/jobs/ expire (one lifecycle rule). Also the default job TTL, so a job record never outlives its results."
+  type        = number
+  default     = 7
+
+  validation {
+    condition     = var.results_retention_days >= 1 && var.results_retention_days <= 3650
+    error_message = "results_retention_days must be between 1 and 3650."
+  }
+}
+
+variable "force_destroy" {
+  description = "Let `terraform destroy` delete the bucket even when it still holds objects. Off by default: empty the bucket first, or set this to true."
+  type        = bool
+  default     = false
+}
+
+variable "data_buckets" {
+  description = "Names (not ARNs, not s3:// URLs) of buckets holding table data the engine may read. Both functions get s3:GetObject on their objects and s3:ListBucket on them, nothing else."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for b in var.data_buckets : can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", b))])
+    error_message = "data_buckets must be plain bucket names (no s3:// scheme, no ARN, no key)."
+  }
+}
+
+# ---------------------------------------------------------------------------------------
+# HTTP entry
+# ---------------------------------------------------------------------------------------
+
+variable "enable_http_api" {
+  description = "Create the API Gateway HTTP API in front of the scheduler. Turn off where HTTP APIs are unavailable (LocalStack Community) and use the function URL instead."
+  type        = bool
+  default     = true
+}
+
+variable "authorization_type" {
+  description = "Authorization of the API's routes: AWS_IAM (callers sign with SigV4 and need execute-api:Invoke) or JWT (an OIDC issuer; set jwt_issuer and jwt_audience)."
+  type        = string
+  default     = "AWS_IAM"
+
+  validation {
+    condition     = contains(["AWS_IAM", "JWT"], var.authorization_type)
+    error_message = "authorization_type must be AWS_IAM or JWT."
+  }
+}
+
+variable "jwt_issuer" {
+  description = "JWT issuer URL (e.g. https://cognito-idp.<region>.amazonaws.com/<pool id>) when authorization_type is JWT."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.jwt_issuer == null ? true : startswith(var.jwt_issuer, "https://")
+    error_message = "jwt_issuer must be an https:// URL."
+  }
+}
+
+variable "jwt_audience" {
+  description = "Accepted JWT audiences (aud or client_id claims) when authorization_type is JWT."
+  type        = list(string)
+  default     = []
+}
+
+variable "api_throttling_burst_limit" {
+  description = "Burst limit of the API's default route settings (requests)."
+  type        = number
+  default     = 200
+
+  validation {
+    condition     = var.api_throttling_burst_limit >= 1
+    error_message = "api_throttling_burst_limit must be at least 1."
+  }
+}
+
+variable "api_throttling_rate_limit" {
+  description = "Steady-state rate limit of the API's default route settings (requests per second)."
+  type        = number
+  default     = 100
+
+  validation {
+    condition     = var.api_throttling_rate_limit >= 1
+    error_message = "api_throttling_rate_limit must be at least 1."
+  }
+}
+
+variable "enable_function_url" {
+  description = "Also create a Lambda function URL for the scheduler, always with AWS_IAM auth (for LocalStack Community, which has no HTTP APIs, or to skip API Gateway)."
+  type        = bool
+  default     = false
+}
+
+# ---------------------------------------------------------------------------------------
+# Sweep
+# ---------------------------------------------------------------------------------------
+
+variable "sweep_schedule_expression" {
+  description = "EventBridge schedule of the sweep that finds lost tasks and stuck jobs (a rate() or cron() expression)."
+  type        = string
+  default     = "rate(1 minute)"
+
+  validation {
+    condition     = can(regex("^(rate|cron)\\(.+\\)$", var.sweep_schedule_expression))
+    error_message = "sweep_schedule_expression must be a rate(...) or cron(...) expression."
+  }
+}
+
+# ---------------------------------------------------------------------------------------
+# Engine settings (environment). null leaves the variable unset: the code's default applies.
+# ---------------------------------------------------------------------------------------
+
+variable "bytes_per_task" {
+  description = "Target input bytes per leaf task (LAMBDAFUSION_BYTES_PER_TASK); null for the code's default."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.bytes_per_task == null ? true : var.bytes_per_task >= 1048576
+    error_message = "bytes_per_task must be null or at least 1 MiB."
+  }
+}
+
+variable "max_tasks_per_stage" {
+  description = "Upper bound on tasks per stage (LAMBDAFUSION_MAX_TASKS_PER_STAGE); null for the code's default. Keep it at or below executor_reserved_concurrency if you set that."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.max_tasks_per_stage == null ? true : var.max_tasks_per_stage >= 1
+    error_message = "max_tasks_per_stage must be null or at least 1."
+  }
+}
+
+variable "max_attempts" {
+  description = "Attempts per task before the job fails (LAMBDAFUSION_MAX_ATTEMPTS); null for the code's default. Lambda itself never retries a task (maximum_retry_attempts = 0): the scheduler owns retries."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.max_attempts == null ? true : var.max_attempts >= 1
+    error_message = "max_attempts must be null or at least 1."
+  }
+}
+
+variable "task_timeout_seconds" {
+  description = "Seconds after dispatch when the sweep treats a task as lost (LAMBDAFUSION_TASK_TIMEOUT_SECS). null derives it: executor_max_event_age_seconds + executor_timeout_seconds + 60, the longest a task can legitimately take from dispatch to commit."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.task_timeout_seconds == null ? true : var.task_timeout_seconds >= 10
+    error_message = "task_timeout_seconds must be null or at least 10."
+  }
+}
+
+variable "dispatch_concurrency" {
+  description = "Concurrent async invocations per dispatching function (LAMBDAFUSION_DISPATCH_CONCURRENCY); null for the code's default."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.dispatch_concurrency == null ? true : var.dispatch_concurrency >= 1
+    error_message = "dispatch_concurrency must be null or at least 1."
+  }
+}
+
+variable "job_ttl_days" {
+  description = "Days a job's records live before DynamoDB's TTL removes them (LAMBDAFUSION_JOB_TTL_DAYS). null uses results_retention_days, so job records and their results expire together."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.job_ttl_days == null ? true : var.job_ttl_days >= 1
+    error_message = "job_ttl_days must be null or at least 1."
+  }
+}
+
+variable "fast_path" {
+  description = "Whether an executor that completes a stage wakes the scheduler at once (LAMBDAFUSION_FAST_PATH); null for the code's default (true)."
+  type        = bool
+  default     = null
+}

@@ -1,0 +1,945 @@
+//! Holds the Terraform module (`infra/terraform/modules/lambdafusion`) against the contract in
+//! `aws/src/contract.rs`, statically: the HCL is parsed with hcl-rs, nothing is planned.
+//!
+//! - both functions: runtime, handler and architecture are the contract's;
+//! - environment: every variable set is in `ALL_ENV`, each function sets its required ones
+//!   unconditionally, and together they can set every variable in `ALL_ENV`;
+//! - IAM: each function's role carries exactly the contract's actions for that function, on
+//!   exactly the intended resources, statement by statement (matched by `sid`), plus a short,
+//!   explicit list of actions the Lambda service needs on the function's behalf;
+//! - the wiring the design relies on: executor async settings (no Lambda retries, failures to
+//!   the scheduler), the stream trigger and its filter, the table's keys, TTL and stream.
+//!
+//! Every comparison is an exact set equality, so an action added to the Terraform or to the
+//! contract without the other fails this test. The `negative_*` tests mutate the HCL (or the
+//! contract) and assert that the check notices, so the check itself can fail.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use hcl::expr::{Expression, ObjectKey, TraversalOperator};
+use hcl::{Block, Body};
+use lambdafusion_aws::contract::*;
+
+/// The module, relative to the repository root.
+const MODULE_DIR: &str = "infra/terraform/modules/lambdafusion";
+
+// Actions the roles need that are not calls made by our code, so the contract does not list
+// them. They are the Lambda service acting with the function's execution role:
+/// CloudWatch Logs: Lambda writes each function's logs to its own (pre-created) log group.
+const LOG_ACTIONS: &[&str] = &["logs:CreateLogStream", "logs:PutLogEvents"];
+/// X-Ray: `tracing_config { mode = "Active" }` uploads traces with the execution role, and
+/// Lambda refuses to create an Active-traced function whose role lacks these. X-Ray has no
+/// resource-level permissions, so their resource is "*".
+const XRAY_ACTIONS: &[&str] = &["xray:PutTraceSegments", "xray:PutTelemetryRecords"];
+/// SQS (scheduler only): the stream event-source mapping's on-failure destination and the
+/// scheduler's dead-letter queue are both delivered with the scheduler's role.
+const POISON_QUEUE_ACTIONS: &[&str] = &["sqs:SendMessage"];
+/// Actions AWS does not scope to a resource: they must be granted on "*".
+const ACCOUNT_WIDE_ACTIONS: &[&str] = &["dynamodb:ListStreams"];
+
+// Rendered resource expressions (hcl-rs formatting) the statements must name exactly.
+const TABLE: &str = "aws_dynamodb_table.jobs.arn";
+const TABLE_STREAM: &str = "aws_dynamodb_table.jobs.stream_arn";
+const BUCKET: &str = "aws_s3_bucket.shuffle.arn";
+/// Objects under the engine's key prefix only.
+const BUCKET_OBJECTS: &str = r#""${aws_s3_bucket.shuffle.arn}/${var.prefix}/*""#;
+const DATA_BUCKETS: &str =
+    r#"[for b in var.data_buckets : "arn:${data.aws_partition.current.partition}:s3:::${b}"]"#;
+const DATA_OBJECTS: &str =
+    r#"[for b in var.data_buckets : "arn:${data.aws_partition.current.partition}:s3:::${b}/*"]"#;
+const POISON_QUEUE: &str = "aws_sqs_queue.poison.arn";
+const SCHEDULER_FN: &str = "aws_lambda_function.scheduler.arn";
+const EXECUTOR_FN: &str = "aws_lambda_function.executor.arn";
+const ANY_RESOURCE: &str = r#""*""#;
+const SCHEDULER_LOGS: &str = r#""${aws_cloudwatch_log_group.scheduler.arn}:*""#;
+const EXECUTOR_LOGS: &str = r#""${aws_cloudwatch_log_group.executor.arn}:*""#;
+
+// ---------------------------------------------------------------------------------------
+// What the module must say, built from the contract
+// ---------------------------------------------------------------------------------------
+
+#[derive(Clone, Debug)]
+struct ExpectedStatement {
+    sid: &'static str,
+    actions: BTreeSet<String>,
+    resources: BTreeSet<String>,
+}
+
+fn stmt(sid: &'static str, actions: &[&str], resources: &[&str]) -> ExpectedStatement {
+    ExpectedStatement {
+        sid,
+        actions: actions.iter().map(|a| a.to_string()).collect(),
+        resources: resources.iter().map(|r| r.to_string()).collect(),
+    }
+}
+
+#[derive(Clone, Debug)]
+struct Contract {
+    runtime: String,
+    handler: String,
+    architecture: String,
+    all_env: BTreeSet<String>,
+    /// Function resource label -> (required env, expected statements of its role).
+    functions: BTreeMap<&'static str, (BTreeSet<String>, Vec<ExpectedStatement>)>,
+}
+
+fn strings(list: &[&str]) -> BTreeSet<String> {
+    list.iter().map(|s| s.to_string()).collect()
+}
+
+fn contract() -> Contract {
+    let (account_wide, on_stream): (Vec<&str>, Vec<&str>) = SCHEDULER_STREAM_ACTIONS
+        .iter()
+        .copied()
+        .partition(|a| ACCOUNT_WIDE_ACTIONS.contains(a));
+
+    let mut scheduler = vec![
+        stmt("WriteOwnLogs", LOG_ACTIONS, &[SCHEDULER_LOGS]),
+        stmt("XRay", XRAY_ACTIONS, &[ANY_RESOURCE]),
+        stmt("PoisonQueue", POISON_QUEUE_ACTIONS, &[POISON_QUEUE]),
+        stmt("JobTable", SCHEDULER_TABLE_ACTIONS, &[TABLE]),
+        stmt("JobTableStream", &on_stream, &[TABLE_STREAM]),
+        stmt("ShuffleBucket", BUCKET_ACTIONS, &[BUCKET]),
+        stmt("ShuffleObjects", BUCKET_OBJECT_ACTIONS, &[BUCKET_OBJECTS]),
+        stmt("DataBuckets", DATA_BUCKET_ACTIONS, &[DATA_BUCKETS]),
+        stmt("DataObjects", DATA_OBJECT_ACTIONS, &[DATA_OBJECTS]),
+        stmt("DispatchTasks", SCHEDULER_LAMBDA_ACTIONS, &[EXECUTOR_FN]),
+    ];
+    if !account_wide.is_empty() {
+        scheduler.push(stmt("ListStreams", &account_wide, &[ANY_RESOURCE]));
+    }
+
+    let executor = vec![
+        stmt("WriteOwnLogs", LOG_ACTIONS, &[EXECUTOR_LOGS]),
+        stmt("XRay", XRAY_ACTIONS, &[ANY_RESOURCE]),
+        stmt("JobTable", EXECUTOR_TABLE_ACTIONS, &[TABLE]),
+        stmt("ShuffleBucket", BUCKET_ACTIONS, &[BUCKET]),
+        stmt("ShuffleObjects", BUCKET_OBJECT_ACTIONS, &[BUCKET_OBJECTS]),
+        stmt("DataBuckets", DATA_BUCKET_ACTIONS, &[DATA_BUCKETS]),
+        stmt("DataObjects", DATA_OBJECT_ACTIONS, &[DATA_OBJECTS]),
+        stmt("WakeScheduler", EXECUTOR_LAMBDA_ACTIONS, &[SCHEDULER_FN]),
+    ];
+
+    let mut functions = BTreeMap::new();
+    functions.insert("scheduler", (strings(SCHEDULER_REQUIRED_ENV), scheduler));
+    functions.insert("executor", (strings(EXECUTOR_REQUIRED_ENV), executor));
+    Contract {
+        runtime: RUNTIME.to_string(),
+        handler: HANDLER.to_string(),
+        architecture: ARCHITECTURE.to_string(),
+        all_env: strings(ALL_ENV),
+        functions,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Reading the module
+// ---------------------------------------------------------------------------------------
+
+fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// All `.tf` files of the module, in name order, as one HCL text (Terraform merges a
+/// directory's files into one module, so this is what Terraform sees).
+fn module_source() -> String {
+    let dir = repo_root().join(MODULE_DIR);
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("cannot read {}: {e}", dir.display()))
+        .map(|entry| entry.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|ext| ext == "tf"))
+        .collect();
+    files.sort();
+    assert!(!files.is_empty(), "no .tf files in {}", dir.display());
+    files
+        .iter()
+        .map(|f| {
+            let text = std::fs::read_to_string(f).unwrap();
+            format!(
+                "# ---- {}\n{text}\n",
+                f.file_name().unwrap().to_string_lossy()
+            )
+        })
+        .collect()
+}
+
+struct Module {
+    /// (type, name) -> block body
+    resources: BTreeMap<(String, String), Body>,
+    data: BTreeMap<(String, String), Body>,
+    locals: BTreeMap<String, Expression>,
+}
+
+fn labels(block: &Block) -> Vec<&str> {
+    block.labels().iter().map(|l| l.as_str()).collect()
+}
+
+fn parse_module(src: &str) -> Module {
+    let body: Body = hcl::from_str(src).expect("module HCL does not parse");
+    let mut module = Module {
+        resources: BTreeMap::new(),
+        data: BTreeMap::new(),
+        locals: BTreeMap::new(),
+    };
+    for block in body.blocks() {
+        let l = labels(block);
+        match block.identifier() {
+            "resource" if l.len() == 2 => {
+                let key = (l[0].to_string(), l[1].to_string());
+                assert!(
+                    module.resources.insert(key, block.body().clone()).is_none(),
+                    "duplicate resource {l:?}"
+                );
+            }
+            "data" if l.len() == 2 => {
+                let key = (l[0].to_string(), l[1].to_string());
+                assert!(
+                    module.data.insert(key, block.body().clone()).is_none(),
+                    "duplicate data {l:?}"
+                );
+            }
+            "locals" => {
+                for attr in block.body().attributes() {
+                    let dup = module
+                        .locals
+                        .insert(attr.key().to_string(), attr.expr().clone());
+                    assert!(dup.is_none(), "duplicate local {}", attr.key());
+                }
+            }
+            _ => {}
+        }
+    }
+    module
+}
+
+fn attr<'a>(body: &'a Body, key: &str) -> Option<&'a Expression> {
+    body.attributes().find(|a| a.key() == key).map(|a| a.expr())
+}
+
+fn blocks<'a>(body: &'a Body, identifier: &'a str) -> impl Iterator<Item = &'a Block> + 'a {
+    body.blocks().filter(move |b| b.identifier() == identifier)
+}
+
+fn render(expr: &Expression) -> String {
+    expr.to_string()
+}
+
+/// `root.a.b...` of a plain traversal such as `aws_iam_role.scheduler.arn`.
+fn traversal_path(expr: &Expression) -> Option<Vec<String>> {
+    let Expression::Traversal(t) = expr else {
+        return None;
+    };
+    let Expression::Variable(root) = &t.expr else {
+        return None;
+    };
+    let mut path = vec![root.as_str().to_string()];
+    for op in &t.operators {
+        match op {
+            TraversalOperator::GetAttr(id) => path.push(id.as_str().to_string()),
+            _ => return None,
+        }
+    }
+    Some(path)
+}
+
+/// Replaces `local.<name>` by the local's expression (repeatedly), at the top and inside
+/// arrays; leaves everything else as written.
+fn resolve_locals(
+    expr: &Expression,
+    locals: &BTreeMap<String, Expression>,
+    depth: usize,
+) -> Expression {
+    assert!(depth < 16, "locals nest too deep (cycle?)");
+    if let Some(path) = traversal_path(expr) {
+        if path.len() == 2 && path[0] == "local" {
+            if let Some(value) = locals.get(&path[1]) {
+                return resolve_locals(value, locals, depth + 1);
+            }
+        }
+    }
+    match expr {
+        Expression::Array(items) => Expression::Array(
+            items
+                .iter()
+                .map(|e| resolve_locals(e, locals, depth + 1))
+                .collect(),
+        ),
+        Expression::Parenthesis(inner) => resolve_locals(inner, locals, depth + 1),
+        other => other.clone(),
+    }
+}
+
+fn string_literal(expr: &Expression) -> Option<&str> {
+    match expr {
+        Expression::String(s) => Some(s.as_str()),
+        _ => None,
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// The check
+// ---------------------------------------------------------------------------------------
+
+/// Every way the module deviates from the contract, as readable sentences; empty if none.
+fn check(src: &str, contract: &Contract) -> Vec<String> {
+    let module = parse_module(src);
+    let mut errors = Vec::new();
+    check_functions(&module, contract, &mut errors);
+    check_environment(&module, contract, &mut errors);
+    check_iam(&module, contract, &mut errors);
+    check_wiring(&module, &mut errors);
+    errors
+}
+
+fn function<'a>(module: &'a Module, name: &str) -> Option<&'a Body> {
+    module
+        .resources
+        .get(&("aws_lambda_function".to_string(), name.to_string()))
+}
+
+fn check_functions(module: &Module, contract: &Contract, errors: &mut Vec<String>) {
+    let declared: BTreeSet<&str> = module
+        .resources
+        .keys()
+        .filter(|(t, _)| t == "aws_lambda_function")
+        .map(|(_, n)| n.as_str())
+        .collect();
+    let expected: BTreeSet<&str> = contract.functions.keys().copied().collect();
+    if declared != expected {
+        errors.push(format!(
+            "aws_lambda_function resources are {declared:?}, expected exactly {expected:?}"
+        ));
+    }
+    for name in contract.functions.keys() {
+        let Some(body) = function(module, name) else {
+            continue;
+        };
+        let runtime = attr(body, "runtime").and_then(string_literal);
+        if runtime != Some(contract.runtime.as_str()) {
+            errors.push(format!(
+                "{name}: runtime is {runtime:?}, contract says {:?}",
+                contract.runtime
+            ));
+        }
+        let handler = attr(body, "handler").and_then(string_literal);
+        if handler != Some(contract.handler.as_str()) {
+            errors.push(format!(
+                "{name}: handler is {handler:?}, contract says {:?}",
+                contract.handler
+            ));
+        }
+        let arch: Option<Vec<String>> = match attr(body, "architectures") {
+            Some(Expression::Array(items)) => items
+                .iter()
+                .map(|e| string_literal(e).map(str::to_string))
+                .collect(),
+            _ => None,
+        };
+        if arch != Some(vec![contract.architecture.clone()]) {
+            errors.push(format!(
+                "{name}: architectures is {arch:?}, contract says [{:?}]",
+                contract.architecture
+            ));
+        }
+    }
+}
+
+/// Collects the names of an environment map: name -> set unconditionally?
+fn env_names(
+    expr: &Expression,
+    locals: &BTreeMap<String, Expression>,
+    conditional: bool,
+    out: &mut BTreeMap<String, bool>,
+    errors: &mut Vec<String>,
+    depth: usize,
+) {
+    if depth > 16 {
+        errors.push("environment: expressions nest too deep (cycle?)".into());
+        return;
+    }
+    if let Some(path) = traversal_path(expr) {
+        if path.len() == 2 && path[0] == "local" {
+            match locals.get(&path[1]) {
+                Some(value) => env_names(value, locals, conditional, out, errors, depth + 1),
+                None => errors.push(format!("environment: unknown local.{}", path[1])),
+            }
+            return;
+        }
+    }
+    match expr {
+        Expression::Object(object) => {
+            for key in object.keys() {
+                let name = match key {
+                    ObjectKey::Identifier(id) => id.as_str().to_string(),
+                    ObjectKey::Expression(Expression::String(s)) => s.clone(),
+                    other => {
+                        errors.push(format!(
+                            "environment: variable name {other:?} is not a literal"
+                        ));
+                        continue;
+                    }
+                };
+                *out.entry(name).or_insert(false) |= !conditional;
+            }
+        }
+        Expression::FuncCall(call) if call.name.name.as_str() == "merge" => {
+            for arg in &call.args {
+                env_names(arg, locals, conditional, out, errors, depth + 1);
+            }
+        }
+        // `{ for k, v in {...} : k => v if ... }` keeps the collection's names, some of them.
+        Expression::ForExpr(for_expr) => {
+            let keeps_keys = matches!(
+                (&for_expr.key_var, &for_expr.key_expr),
+                (Some(var), Some(Expression::Variable(key))) if var.as_str() == key.as_str()
+            );
+            if !keeps_keys {
+                errors.push(format!(
+                    "environment: cannot read the names of {}",
+                    render(expr)
+                ));
+                return;
+            }
+            let conditional = conditional || for_expr.cond_expr.is_some();
+            env_names(
+                &for_expr.collection_expr,
+                locals,
+                conditional,
+                out,
+                errors,
+                depth + 1,
+            );
+        }
+        Expression::Conditional(cond) => {
+            env_names(&cond.true_expr, locals, true, out, errors, depth + 1);
+            env_names(&cond.false_expr, locals, true, out, errors, depth + 1);
+        }
+        Expression::Parenthesis(inner) => {
+            env_names(inner, locals, conditional, out, errors, depth + 1)
+        }
+        Expression::Null => {}
+        other => errors.push(format!(
+            "environment: cannot read variable names statically from {}",
+            render(other)
+        )),
+    }
+}
+
+fn check_environment(module: &Module, contract: &Contract, errors: &mut Vec<String>) {
+    let mut settable = BTreeSet::new();
+    for (name, (required, _)) in &contract.functions {
+        let Some(body) = function(module, name) else {
+            continue;
+        };
+        let envs: Vec<&Block> = blocks(body, "environment").collect();
+        let Some(variables) = envs.first().and_then(|b| attr(b.body(), "variables")) else {
+            errors.push(format!("{name}: no environment {{ variables = ... }}"));
+            continue;
+        };
+        let mut names = BTreeMap::new();
+        env_names(variables, &module.locals, false, &mut names, errors, 0);
+        for (var, _) in names
+            .iter()
+            .filter(|(var, _)| !contract.all_env.contains(*var))
+        {
+            errors.push(format!(
+                "{name}: sets {var}, which is not in the contract's ALL_ENV"
+            ));
+        }
+        for var in required {
+            match names.get(var) {
+                Some(true) => {}
+                Some(false) => {
+                    errors.push(format!("{name}: required {var} is only set conditionally"))
+                }
+                None => errors.push(format!("{name}: required {var} is not set")),
+            }
+        }
+        settable.extend(names.into_keys());
+    }
+    for var in contract.all_env.difference(&settable) {
+        errors.push(format!(
+            "{var} is in the contract's ALL_ENV but neither function can have it set"
+        ));
+    }
+}
+
+#[derive(Debug)]
+struct Statement {
+    sid: String,
+    actions: BTreeSet<String>,
+    resources: BTreeSet<String>,
+}
+
+fn statements(
+    doc_name: &str,
+    doc: &Body,
+    locals: &BTreeMap<String, Expression>,
+    errors: &mut Vec<String>,
+) -> Vec<Statement> {
+    let mut bodies: Vec<&Body> = blocks(doc, "statement").map(|b| b.body()).collect();
+    for dynamic in blocks(doc, "dynamic") {
+        if labels(dynamic) == ["statement"] {
+            bodies.extend(blocks(dynamic.body(), "content").map(|b| b.body()));
+        }
+    }
+    let mut out = Vec::new();
+    for body in bodies {
+        let sid = attr(body, "sid")
+            .and_then(string_literal)
+            .unwrap_or("")
+            .to_string();
+        let at = format!("{doc_name}/{sid}");
+        if sid.is_empty() {
+            errors.push(format!("{doc_name}: statement without a literal sid"));
+        }
+        for forbidden in ["not_actions", "not_resources"] {
+            if attr(body, forbidden).is_some() {
+                errors.push(format!("{at}: uses {forbidden}"));
+            }
+        }
+        if let Some(effect) = attr(body, "effect") {
+            if string_literal(effect) != Some("Allow") {
+                errors.push(format!(
+                    "{at}: effect is {}, expected Allow",
+                    render(effect)
+                ));
+            }
+        }
+        let mut actions = BTreeSet::new();
+        match attr(body, "actions") {
+            Some(Expression::Array(items)) => {
+                for item in items {
+                    match string_literal(item) {
+                        Some(a) if a.contains('*') => {
+                            errors.push(format!("{at}: wildcard action {a}"))
+                        }
+                        Some(a) => {
+                            if !actions.insert(a.to_string()) {
+                                errors.push(format!("{at}: {a} listed twice"));
+                            }
+                        }
+                        None => errors.push(format!(
+                            "{at}: action {} is not a literal string",
+                            render(item)
+                        )),
+                    }
+                }
+            }
+            _ => errors.push(format!("{at}: actions is not a literal list")),
+        }
+        let resources = match attr(body, "resources").map(|e| resolve_locals(e, locals, 0)) {
+            Some(Expression::Array(items)) => items.iter().map(render).collect(),
+            Some(other) => BTreeSet::from([render(&other)]),
+            None => {
+                errors.push(format!("{at}: no resources"));
+                BTreeSet::new()
+            }
+        };
+        out.push(Statement {
+            sid,
+            actions,
+            resources,
+        });
+    }
+    out
+}
+
+fn check_iam(module: &Module, contract: &Contract, errors: &mut Vec<String>) {
+    // Only inline policies built from aws_iam_policy_document, so they can be read here.
+    for (kind, name) in module.resources.keys() {
+        if matches!(
+            kind.as_str(),
+            "aws_iam_role_policy_attachment"
+                | "aws_iam_policy"
+                | "aws_iam_policy_attachment"
+                | "aws_iam_role_policies_exclusive"
+        ) {
+            errors.push(format!("{kind}.{name}: attach permissions only as aws_iam_role_policy from aws_iam_policy_document"));
+        }
+        if kind == "aws_iam_role" {
+            let body = &module.resources[&(kind.clone(), name.clone())];
+            if attr(body, "managed_policy_arns").is_some()
+                || blocks(body, "inline_policy").next().is_some()
+            {
+                errors.push(format!(
+                    "aws_iam_role.{name}: managed_policy_arns / inline_policy are not allowed"
+                ));
+            }
+        }
+    }
+
+    // role label -> policy document labels attached to it
+    let mut attached: BTreeMap<String, Vec<String>> = BTreeMap::new();
+    for ((kind, name), body) in &module.resources {
+        if kind != "aws_iam_role_policy" {
+            continue;
+        }
+        let role = attr(body, "role").and_then(traversal_path);
+        let policy = attr(body, "policy").and_then(traversal_path);
+        match (role.as_deref(), policy.as_deref()) {
+            (Some([r, role_name, id]), Some([d, t, doc, json]))
+                if r == "aws_iam_role" && (id == "id" || id == "name") && d == "data" && t == "aws_iam_policy_document" && json == "json" =>
+            {
+                attached.entry(role_name.clone()).or_default().push(doc.clone());
+            }
+            _ => errors.push(format!(
+                "aws_iam_role_policy.{name}: role must be aws_iam_role.<name>.id and policy data.aws_iam_policy_document.<name>.json"
+            )),
+        }
+    }
+
+    let mut roles_seen = BTreeSet::new();
+    for (function_name, (_, expected)) in &contract.functions {
+        let Some(body) = function(module, function_name) else {
+            continue;
+        };
+        let role = match attr(body, "role").and_then(traversal_path).as_deref() {
+            Some([r, role, arn]) if r == "aws_iam_role" && arn == "arn" => role.clone(),
+            _ => {
+                errors.push(format!(
+                    "{function_name}: role must be aws_iam_role.<name>.arn"
+                ));
+                continue;
+            }
+        };
+        if !roles_seen.insert(role.clone()) {
+            errors.push(format!(
+                "{function_name}: shares role {role} with another function (one role per function)"
+            ));
+        }
+
+        let mut actual: Vec<Statement> = Vec::new();
+        for doc in attached.get(&role).map(Vec::as_slice).unwrap_or_default() {
+            match module
+                .data
+                .get(&("aws_iam_policy_document".to_string(), doc.clone()))
+            {
+                Some(doc_body) => actual.extend(statements(doc, doc_body, &module.locals, errors)),
+                None => errors.push(format!(
+                    "role {role}: data.aws_iam_policy_document.{doc} does not exist"
+                )),
+            }
+        }
+
+        // The role as a whole: exactly the expected actions.
+        let want: BTreeSet<&String> = expected.iter().flat_map(|s| &s.actions).collect();
+        let have: BTreeSet<&String> = actual.iter().flat_map(|s| &s.actions).collect();
+        for a in have.difference(&want) {
+            errors.push(format!(
+                "{function_name} role {role}: grants {a}, which the contract does not list"
+            ));
+        }
+        for a in want.difference(&have) {
+            errors.push(format!(
+                "{function_name} role {role}: lacks {a}, which the contract lists"
+            ));
+        }
+
+        // Statement by statement: the right actions on the right resources.
+        let mut by_sid: BTreeMap<&str, &Statement> = BTreeMap::new();
+        for s in &actual {
+            if by_sid.insert(s.sid.as_str(), s).is_some() {
+                errors.push(format!(
+                    "{function_name} role {role}: sid {} used twice",
+                    s.sid
+                ));
+            }
+        }
+        for e in expected {
+            let Some(s) = by_sid.remove(e.sid) else {
+                errors.push(format!(
+                    "{function_name} role {role}: no statement with sid {}",
+                    e.sid
+                ));
+                continue;
+            };
+            if s.actions != e.actions {
+                errors.push(format!(
+                    "{function_name}/{}: actions {:?}, expected {:?}",
+                    e.sid, s.actions, e.actions
+                ));
+            }
+            if s.resources != e.resources {
+                errors.push(format!(
+                    "{function_name}/{}: resources {:?}, expected {:?}",
+                    e.sid, s.resources, e.resources
+                ));
+            }
+        }
+        for sid in by_sid.keys() {
+            errors.push(format!(
+                "{function_name} role {role}: unexpected statement {sid}"
+            ));
+        }
+    }
+}
+
+/// The wiring the failure model relies on (DESIGN.md): checked by attribute.
+fn check_wiring(module: &Module, errors: &mut Vec<String>) {
+    fn expect(errors: &mut Vec<String>, what: &str, actual: String, wanted: &str) {
+        if actual != wanted {
+            errors.push(format!("{what} is {actual:?}, expected {wanted:?}"));
+        }
+    }
+    let get = |kind: &str, name: &str| module.resources.get(&(kind.to_string(), name.to_string()));
+    let rendered = |body: &Body, key: &str| attr(body, key).map(render).unwrap_or_default();
+
+    match get("aws_dynamodb_table", "jobs") {
+        Some(table) => {
+            expect(
+                errors,
+                "table hash_key",
+                rendered(table, "hash_key"),
+                r#""pk""#,
+            );
+            expect(
+                errors,
+                "table range_key",
+                rendered(table, "range_key"),
+                r#""sk""#,
+            );
+            expect(
+                errors,
+                "table billing_mode",
+                rendered(table, "billing_mode"),
+                r#""PAY_PER_REQUEST""#,
+            );
+            expect(
+                errors,
+                "table stream_view_type",
+                rendered(table, "stream_view_type"),
+                r#""NEW_IMAGE""#,
+            );
+            let ttl = blocks(table, "ttl")
+                .next()
+                .map(|b| rendered(b.body(), "attribute_name"))
+                .unwrap_or_default();
+            expect(errors, "table ttl attribute", ttl, r#""expires_at""#);
+        }
+        None => errors.push("no aws_dynamodb_table.jobs".into()),
+    }
+
+    match get("aws_lambda_function_event_invoke_config", "executor") {
+        Some(cfg) => {
+            expect(
+                errors,
+                "executor function_name",
+                rendered(cfg, "function_name"),
+                "aws_lambda_function.executor.function_name",
+            );
+            expect(
+                errors,
+                "executor maximum_retry_attempts",
+                rendered(cfg, "maximum_retry_attempts"),
+                "0",
+            );
+            let dest = blocks(cfg, "destination_config")
+                .flat_map(|d| blocks(d.body(), "on_failure"))
+                .map(|f| rendered(f.body(), "destination"))
+                .next()
+                .unwrap_or_default();
+            expect(
+                errors,
+                "executor on_failure destination",
+                dest,
+                SCHEDULER_FN,
+            );
+        }
+        None => errors.push("no aws_lambda_function_event_invoke_config.executor".into()),
+    }
+
+    match get("aws_lambda_event_source_mapping", "stream") {
+        Some(esm) => {
+            expect(
+                errors,
+                "stream event_source_arn",
+                rendered(esm, "event_source_arn"),
+                TABLE_STREAM,
+            );
+            expect(
+                errors,
+                "stream function_name",
+                rendered(esm, "function_name"),
+                SCHEDULER_FN,
+            );
+            expect(
+                errors,
+                "stream starting_position",
+                rendered(esm, "starting_position"),
+                r#""LATEST""#,
+            );
+            expect(
+                errors,
+                "stream bisect_batch_on_function_error",
+                rendered(esm, "bisect_batch_on_function_error"),
+                "true",
+            );
+            let response_types: Option<Vec<&str>> = match attr(esm, "function_response_types") {
+                Some(Expression::Array(items)) => items.iter().map(string_literal).collect(),
+                _ => None,
+            };
+            if response_types != Some(vec!["ReportBatchItemFailures"]) {
+                errors.push(format!("stream function_response_types is {response_types:?}, expected [\"ReportBatchItemFailures\"]"));
+            }
+            let patterns: Vec<String> = blocks(esm, "filter_criteria")
+                .flat_map(|c| blocks(c.body(), "filter"))
+                .map(|f| rendered(f.body(), "pattern"))
+                .collect();
+            let wanted = [
+                ["\"STAGE#\"", "remaining", "\"0\""],
+                ["\"TASK#\"", "state", "\"FAILED\""],
+                ["\"META\"", "state", "\"CANCELLING\""],
+            ];
+            if patterns.len() != wanted.len() {
+                errors.push(format!(
+                    "stream: {} filters, expected {}",
+                    patterns.len(),
+                    wanted.len()
+                ));
+            }
+            for words in wanted {
+                if !patterns
+                    .iter()
+                    .any(|p| p.contains("NewImage") && words.iter().all(|w| p.contains(w)))
+                {
+                    errors.push(format!(
+                        "stream: no filter on NewImage mentioning {words:?}"
+                    ));
+                }
+            }
+        }
+        None => errors.push("no aws_lambda_event_source_mapping.stream".into()),
+    }
+}
+
+// ---------------------------------------------------------------------------------------
+// Tests
+// ---------------------------------------------------------------------------------------
+
+#[test]
+fn terraform_module_matches_contract() {
+    let errors = check(&module_source(), &contract());
+    assert!(
+        errors.is_empty(),
+        "infra/terraform drifted from aws/src/contract.rs:\n  - {}",
+        errors.join("\n  - ")
+    );
+}
+
+/// Replaces the first occurrence of `from`, which must be present (else the mutation, and
+/// the negative test, would be vacuous).
+fn mutate(src: &str, from: &str, to: &str) -> String {
+    assert!(
+        src.contains(from),
+        "mutation target not found in the module: {from:?}"
+    );
+    src.replacen(from, to, 1)
+}
+
+fn assert_detected(errors: Vec<String>, needle: &str) {
+    assert!(
+        errors.iter().any(|e| e.contains(needle)),
+        "the check did not notice the mutation (wanted an error containing {needle:?}); errors: {errors:#?}"
+    );
+}
+
+#[test]
+fn negative_extra_action_in_terraform_is_detected() {
+    let src = mutate(
+        &module_source(),
+        "\"dynamodb:BatchWriteItem\",",
+        "\"dynamodb:BatchWriteItem\",\n      \"dynamodb:Scan\",",
+    );
+    assert_detected(check(&src, &contract()), "dynamodb:Scan");
+}
+
+#[test]
+fn negative_missing_action_in_terraform_is_detected() {
+    let src = mutate(&module_source(), "\"dynamodb:DeleteItem\",", "");
+    assert_detected(check(&src, &contract()), "lacks dynamodb:DeleteItem");
+}
+
+#[test]
+fn negative_action_added_to_contract_only_is_detected() {
+    let mut c = contract();
+    let (_, executor) = c.functions.get_mut("executor").unwrap();
+    executor
+        .iter_mut()
+        .find(|s| s.sid == "JobTable")
+        .unwrap()
+        .actions
+        .insert("dynamodb:BatchGetItem".into());
+    assert_detected(check(&module_source(), &c), "lacks dynamodb:BatchGetItem");
+}
+
+#[test]
+fn negative_wrong_resource_is_detected() {
+    let src = mutate(
+        &module_source(),
+        "resources = [aws_lambda_function.executor.arn]",
+        "resources = [aws_lambda_function.scheduler.arn]",
+    );
+    assert_detected(
+        check(&src, &contract()),
+        "scheduler/DispatchTasks: resources",
+    );
+}
+
+#[test]
+fn negative_unknown_env_var_is_detected() {
+    let src = mutate(
+        &module_source(),
+        "LAMBDAFUSION_EXECUTOR_FUNCTION = local.executor_function_name",
+        "LAMBDAFUSION_EXECUTOR_FUNCTION = local.executor_function_name\n      LAMBDAFUSION_BOGUS = \"1\"",
+    );
+    assert_detected(check(&src, &contract()), "LAMBDAFUSION_BOGUS");
+}
+
+#[test]
+fn negative_missing_required_env_var_is_detected() {
+    let src = mutate(
+        &module_source(),
+        "LAMBDAFUSION_SCHEDULER_FUNCTION = local.scheduler_function_name",
+        "",
+    );
+    assert_detected(
+        check(&src, &contract()),
+        "executor: required LAMBDAFUSION_SCHEDULER_FUNCTION is not set",
+    );
+}
+
+#[test]
+fn negative_env_var_added_to_contract_only_is_detected() {
+    let mut c = contract();
+    c.all_env.insert("LAMBDAFUSION_SOMETHING_NEW".into());
+    assert_detected(check(&module_source(), &c), "LAMBDAFUSION_SOMETHING_NEW");
+}
+
+#[test]
+fn negative_wrong_runtime_and_architecture_are_detected() {
+    let src = mutate(
+        &module_source(),
+        "runtime          = \"provided.al2023\"",
+        "runtime          = \"provided.al2\"",
+    );
+    let src = mutate(
+        &src,
+        "architectures    = [\"arm64\"]",
+        "architectures    = [\"x86_64\"]",
+    );
+    let errors = check(&src, &contract());
+    assert_detected(errors.clone(), "runtime is Some(\"provided.al2\")");
+    assert_detected(errors, "architectures is Some([\"x86_64\"])");
+}
+
+#[test]
+fn negative_lambda_retries_on_tasks_are_detected() {
+    let src = mutate(
+        &module_source(),
+        "maximum_retry_attempts       = 0",
+        "maximum_retry_attempts       = 2",
+    );
+    assert_detected(check(&src, &contract()), "executor maximum_retry_attempts");
+}
