@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# The whole test suite — what CI runs (.ci/run) and what you run:
+#   1. installs the pinned Python tools (moto, checkov) into .venv,
+#   2. checks the Terraform (fmt, checkov; the contract test runs with the Rust tests),
+#   3. runs every Rust test: unit, embedded end to end, TPC-H against DataFusion, and
+#      the end-to-end tests against the local AWS stack.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+export VENV="${VENV:-$ROOT/.venv}"
+
+step() { printf '\n==> %s\n' "$*"; }
+
+step "python tools (.venv, local/requirements.txt)"
+if [ ! -x "$VENV/bin/python" ]; then
+  python3 -m venv "$VENV"
+fi
+"$VENV/bin/pip" install --quiet --disable-pip-version-check -r local/requirements.txt
+"$VENV/bin/pip" freeze --quiet | grep -i -E '^(moto|checkov)==' | sed 's/^/    /'
+
+step "terraform checks"
+infra/terraform/check.sh
+
+step "cargo test --workspace"
+cargo test --workspace --locked "$@"
