@@ -1,9 +1,11 @@
 //! The contract between the code and its deployment: every environment variable the two
 //! functions read and every AWS API action they call, per function.
 //!
-//! `infra/terraform` is held against these lists by a test (`tests/terraform_contract.rs`),
-//! and a unit test below holds the lists against the SDK calls this crate makes, so the
-//! IAM policy can never drift from the code in either direction.
+//! `infra/terraform` is held against these lists by `tests/tests/terraform_contract.rs`,
+//! and the lists are held against the code by `tests/tests/iam_contract.rs` (which job
+//! store operations each function performs, and which DynamoDB actions each needs) and
+//! by the unit test below (every SDK call this crate makes maps to a listed action), so
+//! the IAM policy cannot drift from the code in either direction.
 
 /// DynamoDB table holding jobs, stages, tasks and the table catalog (required).
 pub const ENV_TABLE: &str = "LAMBDAFUSION_TABLE";
@@ -29,7 +31,8 @@ pub const ENV_DISPATCH_CONCURRENCY: &str = "LAMBDAFUSION_DISPATCH_CONCURRENCY";
 pub const ENV_JOB_TTL_DAYS: &str = "LAMBDAFUSION_JOB_TTL_DAYS";
 /// Whether an executor that completes a stage wakes the scheduler at once (optional, default true).
 pub const ENV_FAST_PATH: &str = "LAMBDAFUSION_FAST_PATH";
-/// Comma-separated `s3://bucket` list the engine may read table data from (optional, informational).
+/// Comma-separated buckets (`s3://bucket` or `bucket`) tables may be created on; the IAM
+/// policy lets the functions read exactly these. Unset: any location (optional).
 pub const ENV_DATA_BUCKETS: &str = "LAMBDAFUSION_DATA_BUCKETS";
 
 /// Variables the scheduler function must have set.
@@ -53,7 +56,9 @@ pub const ALL_ENV: &[&str] = &[
     ENV_DATA_BUCKETS,
 ];
 
-/// DynamoDB actions on the job table the scheduler function calls.
+/// DynamoDB actions on the job table the scheduler function calls. (A transaction is
+/// authorized by the actions of its parts: `TransactWriteItems` of puts, updates and
+/// deletes needs `PutItem`, `UpdateItem` and `DeleteItem`; there is no action of its own.)
 pub const SCHEDULER_TABLE_ACTIONS: &[&str] = &[
     "dynamodb:GetItem",
     "dynamodb:PutItem",
@@ -61,7 +66,6 @@ pub const SCHEDULER_TABLE_ACTIONS: &[&str] = &[
     "dynamodb:DeleteItem",
     "dynamodb:Query",
     "dynamodb:BatchWriteItem",
-    "dynamodb:TransactWriteItems",
 ];
 /// DynamoDB Streams actions the scheduler's event-source mapping needs on the table's stream.
 pub const SCHEDULER_STREAM_ACTIONS: &[&str] = &[
@@ -70,21 +74,30 @@ pub const SCHEDULER_STREAM_ACTIONS: &[&str] = &[
     "dynamodb:GetShardIterator",
     "dynamodb:ListStreams",
 ];
-/// DynamoDB actions on the job table the executor function calls.
-pub const EXECUTOR_TABLE_ACTIONS: &[&str] = &[
-    "dynamodb:GetItem",
-    "dynamodb:Query",
-    "dynamodb:UpdateItem",
-    "dynamodb:TransactWriteItems",
-];
-/// S3 object actions both functions call on the shuffle/result bucket (`arn:...:bucket/*`).
-pub const BUCKET_OBJECT_ACTIONS: &[&str] = &["s3:GetObject", "s3:PutObject", "s3:DeleteObject"];
-/// S3 bucket actions both functions call on the shuffle/result bucket (`arn:...:bucket`).
-pub const BUCKET_ACTIONS: &[&str] = &["s3:ListBucket"];
-/// S3 actions on the data buckets (read only): objects, and listing the bucket.
-pub const DATA_OBJECT_ACTIONS: &[&str] = &["s3:GetObject"];
-/// S3 bucket actions on the data buckets.
-pub const DATA_BUCKET_ACTIONS: &[&str] = &["s3:ListBucket"];
+/// DynamoDB actions on the job table the executor function calls (reads, the commit
+/// transaction of two updates, failure records).
+pub const EXECUTOR_TABLE_ACTIONS: &[&str] = &["dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"];
+/// S3 object actions the scheduler calls on the shuffle bucket (`arn:...:bucket/<prefix>/*`):
+/// statement results and large stage plans (put), results (get), clean-up (delete).
+pub const SCHEDULER_BUCKET_OBJECT_ACTIONS: &[&str] = &["s3:GetObject", "s3:PutObject", "s3:DeleteObject"];
+/// S3 bucket actions the scheduler calls on the shuffle bucket (`arn:...:bucket`): listing
+/// a finished job's objects to delete them.
+pub const SCHEDULER_BUCKET_ACTIONS: &[&str] = &["s3:ListBucket"];
+/// S3 object actions the executor calls on the shuffle bucket: shuffle output (put),
+/// inputs and large stage plans (get), a losing duplicate's output (delete).
+pub const EXECUTOR_BUCKET_OBJECT_ACTIONS: &[&str] = &["s3:GetObject", "s3:PutObject", "s3:DeleteObject"];
+/// S3 bucket actions the executor calls on the shuffle bucket: none, it never lists.
+pub const EXECUTOR_BUCKET_ACTIONS: &[&str] = &[];
+/// S3 object actions the scheduler calls on the data buckets (schema resolution reads
+/// file footers).
+pub const SCHEDULER_DATA_OBJECT_ACTIONS: &[&str] = &["s3:GetObject"];
+/// S3 bucket actions the scheduler calls on the data buckets (listing a table's files).
+pub const SCHEDULER_DATA_BUCKET_ACTIONS: &[&str] = &["s3:ListBucket"];
+/// S3 object actions the executor calls on the data buckets (reading its files).
+pub const EXECUTOR_DATA_OBJECT_ACTIONS: &[&str] = &["s3:GetObject"];
+/// S3 bucket actions the executor calls on the data buckets: none, the stage plan names
+/// its files.
+pub const EXECUTOR_DATA_BUCKET_ACTIONS: &[&str] = &[];
 /// Lambda action the scheduler calls on the executor function (task dispatch).
 pub const SCHEDULER_LAMBDA_ACTIONS: &[&str] = &["lambda:InvokeFunction"];
 /// Lambda action the executor calls on the scheduler function (fast-path wake).

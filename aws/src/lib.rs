@@ -1,2 +1,77 @@
 //! AWS backends for lambdafusion — the only crate that knows the AWS SDK.
+//!
+//! - [`store::DynamoDbJobStore`]: the job store on one DynamoDB table;
+//! - [`invoker::LambdaInvoker`]: task dispatch as asynchronous Lambda invocations;
+//! - [`s3::S3Registry`]: S3 through `object_store`, any bucket on demand;
+//! - [`stream`]: DynamoDB stream batches -> change records, partial batch failures;
+//! - [`events`]: what the scheduler function receives, told apart;
+//! - [`config`]: settings from environment variables, all listed in [`contract`];
+//! - [`metrics`]: request counters, logged per invocation;
+//! - [`services`]: all of it assembled into the core's [`Services`].
+
+pub mod clients;
+pub mod config;
 pub mod contract;
+pub mod events;
+pub mod invoker;
+pub mod metrics;
+pub mod s3;
+pub mod store;
+pub mod stream;
+
+use std::sync::Arc;
+
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::object_store::ObjectStoreUrl;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use lambdafusion::services::ShuffleLocation;
+use lambdafusion::{Error, Result, Services};
+use object_store::path::Path;
+
+pub use config::{AwsSettings, ConfigError, Role};
+
+/// Share of the function's memory DataFusion may use before spilling to `/tmp`.
+const MEMORY_FRACTION: f64 = 0.7;
+
+/// Builds the services of a function from its environment: DynamoDB store, Lambda
+/// invoker, S3 registry, and a DataFusion runtime whose memory pool is sized from the
+/// function's memory (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`), spilling to `/tmp`.
+pub async fn services(role: Role) -> Result<Services> {
+    let settings = AwsSettings::from_env(role).map_err(|e| Error::InvalidInput(e.to_string()))?;
+    services_with(&settings).await
+}
+
+/// [`services`] with explicit settings.
+pub async fn services_with(settings: &AwsSettings) -> Result<Services> {
+    let sdk = clients::sdk_config().await;
+    let store = store::DynamoDbJobStore::new(aws_sdk_dynamodb::Client::new(&sdk), &settings.table);
+    let invoker = invoker::LambdaInvoker::new(
+        aws_sdk_lambda::Client::new(&sdk),
+        settings.executor_function.clone().unwrap_or_default(),
+        settings.scheduler_function.clone(),
+        settings.engine.dispatch_concurrency,
+    );
+    let mut runtime = RuntimeEnvBuilder::new()
+        .with_object_store_registry(Arc::new(s3::S3Registry::default()))
+        .with_disk_manager_builder(
+            DiskManagerBuilder::default().with_mode(DiskManagerMode::Directories(vec![std::env::temp_dir()])),
+        );
+    if let Some(mb) = std::env::var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+    {
+        runtime = runtime.with_memory_limit(mb * 1024 * 1024, MEMORY_FRACTION);
+    }
+    let runtime = runtime.build_arc()?;
+    let url = ObjectStoreUrl::parse(format!("s3://{}", settings.bucket))?;
+    Ok(Services {
+        store: Arc::new(store),
+        invoker: Arc::new(invoker),
+        runtime,
+        shuffle: ShuffleLocation {
+            url,
+            prefix: Path::from(settings.prefix.as_str()),
+        },
+        config: settings.engine.clone(),
+    })
+}

@@ -128,6 +128,7 @@ fn table_name(name: &TableReference) -> Result<String> {
 pub async fn create_table(
     state: &SessionState,
     store: &dyn JobStore,
+    config: &crate::EngineConfig,
     cmd: &CreateExternalTable,
     sql: &str,
 ) -> Result<Option<TableRecord>> {
@@ -150,6 +151,13 @@ pub async fn create_table(
         .iter()
         .map(|l| Ok(ListingTableUrl::parse(l)?.as_str().to_string()))
         .collect::<DfResult<Vec<_>>>()?;
+    if let Some(denied) = locations.iter().find(|l| !config.allows_location(l)) {
+        return Err(Error::InvalidInput(format!(
+            "{denied} is outside the data locations this deployment may read ({}); \
+             add its bucket to the deployment's data buckets",
+            config.allowed_locations.join(", ")
+        )));
+    }
     let cmd = CreateExternalTable {
         locations: locations.clone(),
         ..cmd.clone()

@@ -32,6 +32,9 @@ pub struct EngineConfig {
     pub batch_size: usize,
     /// How often a running task checks whether its job was cancelled.
     pub cancel_check_interval: Duration,
+    /// Location prefixes tables may be created on (`s3://bucket`); empty allows any.
+    /// A deployment lists the buckets its functions are allowed to read.
+    pub allowed_locations: Vec<String>,
 }
 
 impl Default for EngineConfig {
@@ -48,6 +51,7 @@ impl Default for EngineConfig {
             max_request_bytes: 1024 * 1024,
             batch_size: 8192,
             cancel_check_interval: Duration::from_secs(1),
+            allowed_locations: Vec::new(),
         }
     }
 }
@@ -89,6 +93,15 @@ impl EngineConfig {
         self
     }
 
+    /// Whether a table may live at `location` (see [`EngineConfig::allowed_locations`]).
+    pub fn allows_location(&self, location: &str) -> bool {
+        self.allowed_locations.is_empty()
+            || self.allowed_locations.iter().any(|prefix| {
+                let prefix = prefix.trim_end_matches('/');
+                location == prefix || location.starts_with(&format!("{prefix}/"))
+            })
+    }
+
     /// Number of tasks for `bytes` of input: `ceil(bytes / bytes_per_task)` within
     /// `1..=max_tasks_per_stage`.
     pub fn tasks_for_bytes(&self, bytes: u64) -> usize {
@@ -111,5 +124,16 @@ mod tests {
         assert_eq!(c.tasks_for_bytes(101), 2);
         assert_eq!(c.tasks_for_bytes(450), 5);
         assert_eq!(c.tasks_for_bytes(10_000), 8);
+    }
+
+    #[test]
+    fn allowed_locations_match_whole_bucket_names() {
+        let mut c = EngineConfig::default();
+        assert!(c.allows_location("s3://anything/x"));
+        c.allowed_locations = vec!["s3://data".into(), "s3://lake/".into()];
+        assert!(c.allows_location("s3://data/t/"));
+        assert!(c.allows_location("s3://lake/a/b.parquet"));
+        assert!(!c.allows_location("s3://data-private/t/"));
+        assert!(!c.allows_location("s3://other/t/"));
     }
 }

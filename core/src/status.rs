@@ -51,6 +51,10 @@ pub struct StageStatus {
     /// Wall time from dispatch to the last commit (ms), once complete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elapsed_ms: Option<u64>,
+    /// Hand-off time (ms): from the last commit of its input stages to the start of
+    /// its first task — the scheduler's wake-up, claim and dispatch, and the invocation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff_ms: Option<u64>,
 }
 
 /// A job's status. `GET /v1/queries/{id}` returns it as JSON.
@@ -95,6 +99,19 @@ impl JobStatus {
     }
 }
 
+/// From the last commit of `stage`'s inputs to its first task start.
+fn handoff(snapshot: &JobSnapshot, stage: &crate::state::StageRecord, first_start: Option<u64>) -> Option<u64> {
+    let start = first_start?;
+    let inputs_done = stage
+        .inputs
+        .iter()
+        .map(|i| snapshot.stages.iter().find(|s| s.stage == i.stage).and_then(|s| s.last_commit_ms))
+        .collect::<Option<Vec<u64>>>()?
+        .into_iter()
+        .max()?;
+    Some(start.saturating_sub(inputs_done))
+}
+
 /// Builds the status of a job from its snapshot.
 pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
     let job = &snapshot.job;
@@ -102,9 +119,11 @@ pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
     let (mut gb_seconds, mut invocations, mut puts, mut gets, mut writes) = (0.0, 0u64, 0u64, 0u64, 0u64);
     for s in &snapshot.stages {
         let (mut rows, mut bytes, mut objects, mut task_ms, mut failed) = (0, 0, 0, 0, 0);
+        let mut first_start: Option<u64> = None;
         for t in snapshot.tasks_of(s.stage) {
             failed += t.failures;
             if let (TaskState::Succeeded, Some(o)) = (t.state, &t.output) {
+                first_start = Some(first_start.map_or(o.started_ms, |f| f.min(o.started_ms)));
                 rows += o.rows;
                 bytes += o.bytes;
                 objects += 1;
@@ -143,6 +162,7 @@ pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
                 (true, Some(d), Some(c)) => Some(c.saturating_sub(d)),
                 _ => None,
             },
+            handoff_ms: handoff(snapshot, s, first_start),
         });
     }
     let result_rows = (job.state == crate::state::JobState::Succeeded)

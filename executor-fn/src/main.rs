@@ -1,1 +1,59 @@
-fn main() {}
+//! The executor function: a task event (`{"job_id", "stage", "partition", "attempt"}`)
+//! in, `lambdafusion`'s executor runs that one partition and commits it, a report out.
+//! Failures are recorded in the job store by the executor itself; an error returned here
+//! means even that failed, and Lambda's on-failure destination tells the scheduler.
+//!
+//! Test hook: when `LAMBDAFUSION_TEST_CRASH_FILE` names an existing file holding
+//! `<stage>/<partition>/<attempt>`, the matching task deletes the file and exits the
+//! process mid-invocation, as a crashed function would (used by the end-to-end tests).
+
+use std::sync::Arc;
+
+use lambda_runtime::{service_fn, Error, LambdaEvent};
+use lambdafusion::dispatch::TaskSpec;
+use lambdafusion::executor::Executor;
+use lambdafusion_aws::metrics::Counts;
+use lambdafusion_aws::Role;
+use serde_json::Value;
+
+fn main() -> Result<(), Error> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(false)
+        .without_time()
+        .init();
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(16 * 1024 * 1024)
+        .build()?
+        .block_on(async {
+            let services = lambdafusion_aws::services(Role::Executor).await?;
+            let executor = Arc::new(Executor::new(services));
+            lambda_runtime::run(service_fn(move |event: LambdaEvent<TaskSpec>| {
+                let executor = executor.clone();
+                async move {
+                    crash_if_asked(&event.payload);
+                    let before = Counts::now();
+                    let report = executor.handle(&event.payload).await?;
+                    tracing::info!(task = %event.payload, report = ?report, requests = %Counts::now().since(before), "task done");
+                    Ok::<Value, Error>(serde_json::to_value(report)?)
+                }
+            }))
+            .await
+        })
+}
+
+/// The test hook described in the module docs.
+fn crash_if_asked(task: &TaskSpec) {
+    let Ok(path) = std::env::var("LAMBDAFUSION_TEST_CRASH_FILE") else {
+        return;
+    };
+    let wanted = format!("{}/{}/{}", task.stage, task.partition, task.attempt);
+    if std::fs::read_to_string(&path).is_ok_and(|s| s.trim() == wanted) && std::fs::remove_file(&path).is_ok() {
+        eprintln!("LAMBDAFUSION_TEST_CRASH_FILE: crashing on {task}");
+        std::process::exit(70);
+    }
+}

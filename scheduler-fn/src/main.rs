@@ -1,1 +1,88 @@
-fn main() {}
+//! The scheduler function: one Lambda binary for every event the scheduler receives —
+//! the HTTP API (API Gateway HTTP API or function URL, through `lambda_http`), DynamoDB
+//! stream batches, the scheduled sweep, fast-path wake-ups and executor invocations that
+//! failed for good (on-failure destination). It decodes, calls `lambdafusion`'s
+//! scheduler, and encodes; unknown event shapes are logged and rejected.
+
+use lambda_http::request::LambdaRequest;
+use lambda_runtime::{service_fn, Error, LambdaEvent};
+use lambdafusion::scheduler::Scheduler;
+use lambdafusion::Services;
+use lambdafusion_aws::events::SchedulerEvent;
+use lambdafusion_aws::metrics::Counts;
+use lambdafusion_aws::Role;
+use serde_json::{json, Value};
+use tower::ServiceExt;
+use tracing::{error, info};
+
+fn main() -> Result<(), Error> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_ansi(false)
+        .without_time()
+        .init();
+    // Planning large queries in DataFusion recurses deeply.
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(16 * 1024 * 1024)
+        .build()?
+        .block_on(async {
+            let services = lambdafusion_aws::services(Role::Scheduler).await?;
+            let router = lambdafusion::api::router(services.clone());
+            lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
+                let (services, router) = (services.clone(), router.clone());
+                async move { handle(services, router, event).await }
+            }))
+            .await
+        })
+}
+
+async fn handle(services: Services, router: axum::Router, event: LambdaEvent<Value>) -> Result<Value, Error> {
+    let LambdaEvent { payload, context } = event;
+    let scheduler = Scheduler::new(services);
+    let before = Counts::now();
+    let result = route(scheduler, router, payload, context).await;
+    info!(requests = %Counts::now().since(before), ok = result.is_ok(), "event handled");
+    result
+}
+
+async fn route(
+    scheduler: Scheduler,
+    router: axum::Router,
+    payload: Value,
+    context: lambda_runtime::Context,
+) -> Result<Value, Error> {
+    match SchedulerEvent::classify(payload) {
+        Ok(SchedulerEvent::Http(request)) => {
+            let request: LambdaRequest = serde_json::from_value(request)?;
+            let adapter = lambda_http::Adapter::from(router);
+            let response = adapter.oneshot(LambdaEvent::new(request, context)).await?;
+            Ok(serde_json::to_value(response)?)
+        }
+        Ok(SchedulerEvent::Stream(batch)) => {
+            let response = lambdafusion_aws::stream::handle(&scheduler, &batch).await;
+            Ok(serde_json::to_value(response)?)
+        }
+        Ok(SchedulerEvent::Sweep) => {
+            let report = scheduler.sweep().await?;
+            info!(jobs = report.jobs, lost = report.lost_attempts, "sweep");
+            Ok(json!({"jobs": report.jobs, "lost_attempts": report.lost_attempts}))
+        }
+        Ok(SchedulerEvent::Wake(job)) => {
+            scheduler.wake(&job).await?;
+            Ok(json!({"woken": job}))
+        }
+        Ok(SchedulerEvent::TaskLost { task, error }) => {
+            info!(%task, %error, "executor invocation lost");
+            scheduler.on_task_lost(&task, &error).await?;
+            Ok(json!({"recorded": task.to_string()}))
+        }
+        Err(unknown) => {
+            error!(%unknown, "rejecting event");
+            Err(unknown.into())
+        }
+    }
+}

@@ -11,7 +11,9 @@
 //!   the scheduler), the stream trigger and its filter, the table's keys, TTL and stream.
 //!
 //! Every comparison is an exact set equality, so an action added to the Terraform or to the
-//! contract without the other fails this test. The `negative_*` tests mutate the HCL (or the
+//! contract without the other fails this test. A contract list that is empty (such as
+//! `EXECUTOR_BUCKET_ACTIONS`) means the role has no statement for that resource at all, and
+//! a statement without actions is itself an error. The `negative_*` tests mutate the HCL (or the
 //! contract) and assert that the check notices, so the check itself can fail.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -88,38 +90,128 @@ fn strings(list: &[&str]) -> BTreeSet<String> {
     list.iter().map(|s| s.to_string()).collect()
 }
 
+/// The contract's action lists, one field per constant, so a negative test can change one
+/// list (as a future revision of the contract might) and see what the check then demands.
+#[derive(Clone, Debug)]
+struct ActionLists {
+    scheduler_table: Vec<&'static str>,
+    scheduler_stream: Vec<&'static str>,
+    scheduler_bucket: Vec<&'static str>,
+    scheduler_bucket_objects: Vec<&'static str>,
+    scheduler_data_buckets: Vec<&'static str>,
+    scheduler_data_objects: Vec<&'static str>,
+    scheduler_lambda: Vec<&'static str>,
+    executor_table: Vec<&'static str>,
+    executor_bucket: Vec<&'static str>,
+    executor_bucket_objects: Vec<&'static str>,
+    executor_data_buckets: Vec<&'static str>,
+    executor_data_objects: Vec<&'static str>,
+    executor_lambda: Vec<&'static str>,
+}
+
+impl ActionLists {
+    /// The lists as `aws/src/contract.rs` has them.
+    fn from_contract() -> Self {
+        ActionLists {
+            scheduler_table: SCHEDULER_TABLE_ACTIONS.to_vec(),
+            scheduler_stream: SCHEDULER_STREAM_ACTIONS.to_vec(),
+            scheduler_bucket: SCHEDULER_BUCKET_ACTIONS.to_vec(),
+            scheduler_bucket_objects: SCHEDULER_BUCKET_OBJECT_ACTIONS.to_vec(),
+            scheduler_data_buckets: SCHEDULER_DATA_BUCKET_ACTIONS.to_vec(),
+            scheduler_data_objects: SCHEDULER_DATA_OBJECT_ACTIONS.to_vec(),
+            scheduler_lambda: SCHEDULER_LAMBDA_ACTIONS.to_vec(),
+            executor_table: EXECUTOR_TABLE_ACTIONS.to_vec(),
+            executor_bucket: EXECUTOR_BUCKET_ACTIONS.to_vec(),
+            executor_bucket_objects: EXECUTOR_BUCKET_OBJECT_ACTIONS.to_vec(),
+            executor_data_buckets: EXECUTOR_DATA_BUCKET_ACTIONS.to_vec(),
+            executor_data_objects: EXECUTOR_DATA_OBJECT_ACTIONS.to_vec(),
+            executor_lambda: EXECUTOR_LAMBDA_ACTIONS.to_vec(),
+        }
+    }
+}
+
+/// Appends the statement, unless the contract lists no action for it: an empty list means
+/// the role must have no statement for that resource at all (a statement without actions
+/// is not valid IAM).
+fn push_unless_empty(
+    out: &mut Vec<ExpectedStatement>,
+    sid: &'static str,
+    actions: &[&str],
+    resources: &[&str],
+) {
+    if !actions.is_empty() {
+        out.push(stmt(sid, actions, resources));
+    }
+}
+
 fn contract() -> Contract {
-    let (account_wide, on_stream): (Vec<&str>, Vec<&str>) = SCHEDULER_STREAM_ACTIONS
+    contract_with(&ActionLists::from_contract())
+}
+
+fn contract_with(lists: &ActionLists) -> Contract {
+    let (account_wide, on_stream): (Vec<&str>, Vec<&str>) = lists
+        .scheduler_stream
         .iter()
         .copied()
         .partition(|a| ACCOUNT_WIDE_ACTIONS.contains(a));
 
+    // The Lambda service's needs (not in the contract, never empty).
     let mut scheduler = vec![
         stmt("WriteOwnLogs", LOG_ACTIONS, &[SCHEDULER_LOGS]),
         stmt("XRay", XRAY_ACTIONS, &[ANY_RESOURCE]),
         stmt("PoisonQueue", POISON_QUEUE_ACTIONS, &[POISON_QUEUE]),
-        stmt("JobTable", SCHEDULER_TABLE_ACTIONS, &[TABLE]),
-        stmt("JobTableStream", &on_stream, &[TABLE_STREAM]),
-        stmt("ShuffleBucket", BUCKET_ACTIONS, &[BUCKET]),
-        stmt("ShuffleObjects", BUCKET_OBJECT_ACTIONS, &[BUCKET_OBJECTS]),
-        stmt("DataBuckets", DATA_BUCKET_ACTIONS, &[DATA_BUCKETS]),
-        stmt("DataObjects", DATA_OBJECT_ACTIONS, &[DATA_OBJECTS]),
-        stmt("DispatchTasks", SCHEDULER_LAMBDA_ACTIONS, &[EXECUTOR_FN]),
     ];
-    if !account_wide.is_empty() {
-        scheduler.push(stmt("ListStreams", &account_wide, &[ANY_RESOURCE]));
-    }
+    let s = &mut scheduler;
+    push_unless_empty(s, "JobTable", &lists.scheduler_table, &[TABLE]);
+    push_unless_empty(s, "JobTableStream", &on_stream, &[TABLE_STREAM]);
+    push_unless_empty(s, "ListStreams", &account_wide, &[ANY_RESOURCE]);
+    push_unless_empty(s, "ShuffleBucket", &lists.scheduler_bucket, &[BUCKET]);
+    push_unless_empty(
+        s,
+        "ShuffleObjects",
+        &lists.scheduler_bucket_objects,
+        &[BUCKET_OBJECTS],
+    );
+    push_unless_empty(
+        s,
+        "DataBuckets",
+        &lists.scheduler_data_buckets,
+        &[DATA_BUCKETS],
+    );
+    push_unless_empty(
+        s,
+        "DataObjects",
+        &lists.scheduler_data_objects,
+        &[DATA_OBJECTS],
+    );
+    push_unless_empty(s, "DispatchTasks", &lists.scheduler_lambda, &[EXECUTOR_FN]);
 
-    let executor = vec![
+    let mut executor = vec![
         stmt("WriteOwnLogs", LOG_ACTIONS, &[EXECUTOR_LOGS]),
         stmt("XRay", XRAY_ACTIONS, &[ANY_RESOURCE]),
-        stmt("JobTable", EXECUTOR_TABLE_ACTIONS, &[TABLE]),
-        stmt("ShuffleBucket", BUCKET_ACTIONS, &[BUCKET]),
-        stmt("ShuffleObjects", BUCKET_OBJECT_ACTIONS, &[BUCKET_OBJECTS]),
-        stmt("DataBuckets", DATA_BUCKET_ACTIONS, &[DATA_BUCKETS]),
-        stmt("DataObjects", DATA_OBJECT_ACTIONS, &[DATA_OBJECTS]),
-        stmt("WakeScheduler", EXECUTOR_LAMBDA_ACTIONS, &[SCHEDULER_FN]),
     ];
+    let e = &mut executor;
+    push_unless_empty(e, "JobTable", &lists.executor_table, &[TABLE]);
+    push_unless_empty(e, "ShuffleBucket", &lists.executor_bucket, &[BUCKET]);
+    push_unless_empty(
+        e,
+        "ShuffleObjects",
+        &lists.executor_bucket_objects,
+        &[BUCKET_OBJECTS],
+    );
+    push_unless_empty(
+        e,
+        "DataBuckets",
+        &lists.executor_data_buckets,
+        &[DATA_BUCKETS],
+    );
+    push_unless_empty(
+        e,
+        "DataObjects",
+        &lists.executor_data_objects,
+        &[DATA_OBJECTS],
+    );
+    push_unless_empty(e, "WakeScheduler", &lists.executor_lambda, &[SCHEDULER_FN]);
 
     let mut functions = BTreeMap::new();
     functions.insert("scheduler", (strings(SCHEDULER_REQUIRED_ENV), scheduler));
@@ -510,6 +602,9 @@ fn statements(
         let mut actions = BTreeSet::new();
         match attr(body, "actions") {
             Some(Expression::Array(items)) => {
+                if items.is_empty() {
+                    errors.push(format!("{at}: statement has no actions"));
+                }
                 for item in items {
                     match string_literal(item) {
                         Some(a) if a.contains('*') => {
@@ -529,6 +624,7 @@ fn statements(
             }
             _ => errors.push(format!("{at}: actions is not a literal list")),
         }
+
         let resources = match attr(body, "resources").map(|e| resolve_locals(e, locals, 0)) {
             Some(Expression::Array(items)) => items.iter().map(render).collect(),
             Some(other) => BTreeSet::from([render(&other)]),
@@ -787,10 +883,11 @@ fn check_wiring(module: &Module, errors: &mut Vec<String>) {
                 .flat_map(|c| blocks(c.body(), "filter"))
                 .map(|f| rendered(f.body(), "pattern"))
                 .collect();
+            // The rule of `ChangeRecord::wakes_scheduler`: a stage item whose `remaining`
+            // reached 0, a task item turned FAILED; nothing else (job items never wake it).
             let wanted = [
                 ["\"STAGE#\"", "remaining", "\"0\""],
                 ["\"TASK#\"", "state", "\"FAILED\""],
-                ["\"META\"", "state", "\"CANCELLING\""],
             ];
             if patterns.len() != wanted.len() {
                 errors.push(format!(
@@ -863,15 +960,136 @@ fn negative_missing_action_in_terraform_is_detected() {
 
 #[test]
 fn negative_action_added_to_contract_only_is_detected() {
-    let mut c = contract();
-    let (_, executor) = c.functions.get_mut("executor").unwrap();
-    executor
-        .iter_mut()
-        .find(|s| s.sid == "JobTable")
-        .unwrap()
-        .actions
-        .insert("dynamodb:BatchGetItem".into());
-    assert_detected(check(&module_source(), &c), "lacks dynamodb:BatchGetItem");
+    let mut lists = ActionLists::from_contract();
+    lists.executor_table.push("dynamodb:BatchGetItem");
+    let errors = check(&module_source(), &contract_with(&lists));
+    assert_detected(errors.clone(), "lacks dynamodb:BatchGetItem");
+    assert_detected(errors, "executor/JobTable: actions");
+}
+
+/// `TransactWriteItems` is not an IAM action; granting it anyway is drift like any other.
+#[test]
+fn negative_transact_write_items_in_terraform_is_detected() {
+    let src = mutate(
+        &module_source(),
+        "\"dynamodb:BatchWriteItem\",\n    ]",
+        "\"dynamodb:BatchWriteItem\",\n      \"dynamodb:TransactWriteItems\",\n    ]",
+    );
+    let src = mutate(
+        &src,
+        "\"dynamodb:UpdateItem\",\n    ]",
+        "\"dynamodb:UpdateItem\",\n      \"dynamodb:TransactWriteItems\",\n    ]",
+    );
+    let errors = check(&src, &contract());
+    assert_detected(
+        errors.clone(),
+        "scheduler role scheduler: grants dynamodb:TransactWriteItems",
+    );
+    assert_detected(
+        errors,
+        "executor role executor: grants dynamodb:TransactWriteItems",
+    );
+}
+
+/// The executor statement that used to be there: the executor never lists the shuffle
+/// bucket, so the check must refuse it (both as an extra action and as an extra statement).
+#[test]
+fn negative_shuffle_list_bucket_granted_to_executor_is_detected() {
+    let src = mutate(
+        &module_source(),
+        "  # Shuffle output (put)",
+        "  statement {\n    sid       = \"ShuffleBucket\"\n    actions   = [\"s3:ListBucket\"]\n    resources = [aws_s3_bucket.shuffle.arn]\n  }\n\n  # Shuffle output (put)",
+    );
+    let errors = check(&src, &contract());
+    assert_detected(
+        errors.clone(),
+        "executor role executor: grants s3:ListBucket",
+    );
+    assert_detected(
+        errors,
+        "executor role executor: unexpected statement ShuffleBucket",
+    );
+}
+
+/// Same for the data buckets: the stage plan names the executor's files.
+#[test]
+fn negative_data_list_bucket_granted_to_executor_is_detected() {
+    let src = mutate(
+        &module_source(),
+        "  # Reading table files.",
+        "  dynamic \"statement\" {\n    for_each = length(var.data_buckets) > 0 ? [1] : []\n    content {\n      sid       = \"DataBuckets\"\n      actions   = [\"s3:ListBucket\"]\n      resources = local.data_bucket_arns\n    }\n  }\n\n  # Reading table files.",
+    );
+    let errors = check(&src, &contract());
+    assert_detected(
+        errors.clone(),
+        "executor role executor: grants s3:ListBucket",
+    );
+    assert_detected(
+        errors,
+        "executor role executor: unexpected statement DataBuckets",
+    );
+}
+
+/// An empty contract list must not be "satisfied" by a statement without actions.
+#[test]
+fn negative_statement_without_actions_is_detected() {
+    let src = mutate(
+        &module_source(),
+        "  # Shuffle output (put)",
+        "  statement {\n    sid       = \"ShuffleBucket\"\n    actions   = []\n    resources = [aws_s3_bucket.shuffle.arn]\n  }\n\n  # Shuffle output (put)",
+    );
+    let errors = check(&src, &contract());
+    assert_detected(
+        errors.clone(),
+        "executor/ShuffleBucket: statement has no actions",
+    );
+    assert_detected(
+        errors,
+        "executor role executor: unexpected statement ShuffleBucket",
+    );
+}
+
+/// A list the contract empties must make its statement unwanted, a list it fills must make
+/// one required: the per-role S3 lists are read one by one, not shared between the roles.
+#[test]
+fn negative_per_role_bucket_lists_are_enforced() {
+    let mut lists = ActionLists::from_contract();
+    lists.executor_bucket = vec!["s3:ListBucket"];
+    let errors = check(&module_source(), &contract_with(&lists));
+    assert_detected(
+        errors.clone(),
+        "executor role executor: lacks s3:ListBucket",
+    );
+    assert_detected(
+        errors,
+        "executor role executor: no statement with sid ShuffleBucket",
+    );
+
+    let mut lists = ActionLists::from_contract();
+    lists.executor_data_buckets = vec!["s3:ListBucket"];
+    assert_detected(
+        check(&module_source(), &contract_with(&lists)),
+        "executor role executor: no statement with sid DataBuckets",
+    );
+
+    let mut lists = ActionLists::from_contract();
+    lists.scheduler_data_buckets.clear();
+    assert_detected(
+        check(&module_source(), &contract_with(&lists)),
+        "scheduler role scheduler: unexpected statement DataBuckets",
+    );
+}
+
+/// Job items never wake the scheduler (cancellation sets CANCELLED directly): a filter for
+/// them is one too many.
+#[test]
+fn negative_extra_stream_filter_is_detected() {
+    let src = mutate(
+        &module_source(),
+        "  filter_criteria {\n",
+        "  filter_criteria {\n    filter {\n      pattern = jsonencode({\n        dynamodb = {\n          NewImage = {\n            sk    = { S = [\"META\"] }\n            state = { S = [\"CANCELLING\"] }\n          }\n        }\n      })\n    }\n\n",
+    );
+    assert_detected(check(&src, &contract()), "stream: 3 filters, expected 2");
 }
 
 #[test]

@@ -28,7 +28,8 @@ use crate::time::now_ms;
 use crate::{Error, Result, Services};
 
 /// How a task invocation ended.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
 pub enum TaskReport {
     /// This attempt committed; the stage has `remaining` tasks left.
     Committed {

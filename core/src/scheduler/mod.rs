@@ -162,8 +162,18 @@ impl Scheduler {
     }
 
     /// Handles a batch of change records (the stream): advances every job that one of
-    /// the records wakes, once each, in order of first appearance.
+    /// the records wakes, once each, in order of first appearance. Fails with the first
+    /// error after trying every job.
     pub async fn on_records(&self, records: &[ChangeRecord]) -> Result<()> {
+        match self.advance_records(records).await.into_iter().next() {
+            Some((_, e)) => Err(e),
+            None => Ok(()),
+        }
+    }
+
+    /// Like [`Scheduler::on_records`], returning the jobs that could not be advanced
+    /// with their errors (so a stream consumer can report exactly their records).
+    pub async fn advance_records(&self, records: &[ChangeRecord]) -> Vec<(String, Error)> {
         let mut seen = BTreeSet::new();
         let mut jobs = Vec::new();
         for r in records.iter().filter(|r| r.wakes_scheduler()) {
@@ -171,14 +181,14 @@ impl Scheduler {
                 jobs.push(r.job_id().to_string());
             }
         }
-        let mut first_error = None;
+        let mut failed = Vec::new();
         for job in jobs {
             if let Err(e) = self.advance(&job).await {
                 warn!(job = %job, error = %e, "advancing job failed");
-                first_error.get_or_insert(e);
+                failed.push((job, e));
             }
         }
-        first_error.map_or(Ok(()), Err)
+        failed
     }
 
     /// The fast path: an executor saw its stage complete.

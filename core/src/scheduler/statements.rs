@@ -63,7 +63,8 @@ pub(super) async fn run(
     let batches = match &logical {
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(cmd)) => {
             let record =
-                crate::catalog::create_table(state, services.store.as_ref(), cmd, sql).await?;
+                crate::catalog::create_table(state, services.store.as_ref(), &services.config, cmd, sql)
+                    .await?;
             let message = match record {
                 Some(r) => format!(
                     "table {} created: {} columns, {} at {}",

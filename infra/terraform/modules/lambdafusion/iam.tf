@@ -1,6 +1,12 @@
 # One role per function, each with exactly the actions aws/src/contract.rs lists for it, on
 # exactly the resources they are called on. tests/tests/terraform_contract.rs compares these
-# statements with the contract (sets equal, in both directions).
+# statements with the contract (sets equal, in both directions). Where the contract lists no
+# action for a role on a resource, the role has no statement for it at all (the executor
+# never lists the shuffle bucket or the data buckets, so it has no s3:ListBucket).
+#
+# DynamoDB transactions (TransactWriteItems) are not an IAM action of their own: a
+# transaction is authorized by the PutItem/UpdateItem/DeleteItem of its parts, which the
+# JobTable statements grant.
 #
 # Each role has two inline policies:
 #  - *_runtime: what Lambda itself needs before the function can even be created (logs,
@@ -77,7 +83,6 @@ data "aws_iam_policy_document" "scheduler" {
       "dynamodb:DeleteItem",
       "dynamodb:Query",
       "dynamodb:BatchWriteItem",
-      "dynamodb:TransactWriteItems",
     ]
     # The table has no secondary indexes; add "${arn}/index/<name>" here if it gets one.
     resources = [aws_dynamodb_table.jobs.arn]
@@ -100,18 +105,21 @@ data "aws_iam_policy_document" "scheduler" {
     resources = ["*"]
   }
 
+  # Listing a finished job's objects to delete them.
   statement {
     sid       = "ShuffleBucket"
     actions   = ["s3:ListBucket"]
     resources = [aws_s3_bucket.shuffle.arn]
   }
 
+  # Statement results and large stage plans (put), results (get), clean-up (delete).
   statement {
     sid       = "ShuffleObjects"
     actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
     resources = ["${aws_s3_bucket.shuffle.arn}/${var.prefix}/*"]
   }
 
+  # Planning lists a table's files and reads their footers for the schema.
   dynamic "statement" {
     for_each = length(var.data_buckets) > 0 ? [1] : []
     content {
@@ -181,32 +189,20 @@ data "aws_iam_policy_document" "executor" {
       "dynamodb:GetItem",
       "dynamodb:Query",
       "dynamodb:UpdateItem",
-      "dynamodb:TransactWriteItems",
     ]
     resources = [aws_dynamodb_table.jobs.arn]
   }
 
-  statement {
-    sid       = "ShuffleBucket"
-    actions   = ["s3:ListBucket"]
-    resources = [aws_s3_bucket.shuffle.arn]
-  }
-
+  # Shuffle output (put), inputs and large stage plans (get), a losing duplicate's output
+  # (delete). No ShuffleBucket statement: the executor never lists the bucket.
   statement {
     sid       = "ShuffleObjects"
     actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
     resources = ["${aws_s3_bucket.shuffle.arn}/${var.prefix}/*"]
   }
 
-  dynamic "statement" {
-    for_each = length(var.data_buckets) > 0 ? [1] : []
-    content {
-      sid       = "DataBuckets"
-      actions   = ["s3:ListBucket"]
-      resources = local.data_bucket_arns
-    }
-  }
-
+  # Reading table files. No DataBuckets statement: the stage plan names the files, the
+  # executor never lists a data bucket.
   dynamic "statement" {
     for_each = length(var.data_buckets) > 0 ? [1] : []
     content {

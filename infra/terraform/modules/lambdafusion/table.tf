@@ -69,9 +69,10 @@ resource "aws_lambda_event_source_mapping" "stream" {
   }
 
   # Wake the scheduler per stage, not per task: only records whose new image is
-  #  - a stage item whose `remaining` counter reached 0 (its last task committed),
-  #  - a task item that turned FAILED, or
-  #  - a job's META item that turned CANCELLING.
+  #  - a stage item whose `remaining` counter reached 0 (its last task committed), or
+  #  - a task item that turned FAILED
+  # (the same rule as ChangeRecord::wakes_scheduler in core/src/state/records.rs).
+  # Cancellation sets the job to CANCELLED directly and needs no wake-up.
   # DynamoDB numbers arrive as strings in stream records, hence "0" in quotes.
   # Filters are ORed; TTL deletions (REMOVE, no NewImage) never match.
   filter_criteria {
@@ -92,17 +93,6 @@ resource "aws_lambda_event_source_mapping" "stream" {
           NewImage = {
             sk    = { S = [{ prefix = "TASK#" }] }
             state = { S = ["FAILED"] }
-          }
-        }
-      })
-    }
-
-    filter {
-      pattern = jsonencode({
-        dynamodb = {
-          NewImage = {
-            sk    = { S = ["META"] }
-            state = { S = ["CANCELLING"] }
           }
         }
       })

@@ -179,7 +179,7 @@ variable "executor_max_event_age_seconds" {
 # ---------------------------------------------------------------------------------------
 
 variable "stream_batch_size" {
-  description = "Maximum stream records per scheduler invocation (the filter already leaves only stage completions, failed tasks and cancellations)."
+  description = "Maximum stream records per scheduler invocation (the filter already leaves only stage completions and failed tasks)."
   type        = number
   default     = 100
 
@@ -287,7 +287,7 @@ variable "force_destroy" {
 }
 
 variable "data_buckets" {
-  description = "Names (not ARNs, not s3:// URLs) of buckets holding table data the engine may read. Both functions get s3:GetObject on their objects and s3:ListBucket on them, nothing else."
+  description = "Names (not ARNs, not s3:// URLs) of buckets holding table data the engine may read. Both functions get s3:GetObject on their objects, the scheduler also s3:ListBucket on the buckets (to list a table's files); nothing else."
   type        = list(string)
   default     = []
 

@@ -1,0 +1,191 @@
+//! Configuration of the two functions from environment variables — every variable is
+//! named in [`crate::contract`] and documented there; a missing required one is an error
+//! naming it.
+
+use std::time::Duration;
+
+use lambdafusion::EngineConfig;
+
+use crate::contract::*;
+
+/// Which function is starting: they need different variables.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// scheduler-fn: dispatches to the executor.
+    Scheduler,
+    /// executor-fn: wakes the scheduler.
+    Executor,
+}
+
+/// A configuration problem, naming the variable.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ConfigError {
+    /// A required variable is not set.
+    #[error("environment variable {0} is not set (see lambdafusion_aws::contract for what each variable means)")]
+    Missing(&'static str),
+    /// A variable holds something unusable.
+    #[error("environment variable {var}={value:?} is invalid: {reason}")]
+    Invalid {
+        /// Variable.
+        var: &'static str,
+        /// Its value.
+        value: String,
+        /// What is wrong.
+        reason: String,
+    },
+}
+
+/// Everything the functions read from their environment.
+#[derive(Debug, Clone)]
+pub struct AwsSettings {
+    /// DynamoDB table.
+    pub table: String,
+    /// S3 bucket for shuffle data and results.
+    pub bucket: String,
+    /// Key prefix in the bucket.
+    pub prefix: String,
+    /// Executor function (required by the scheduler).
+    pub executor_function: Option<String>,
+    /// Scheduler function (required by the executor).
+    pub scheduler_function: Option<String>,
+    /// Engine settings.
+    pub engine: EngineConfig,
+}
+
+impl AwsSettings {
+    /// Reads the process environment.
+    pub fn from_env(role: Role) -> Result<Self, ConfigError> {
+        Self::from_lookup(role, |k| std::env::var(k).ok())
+    }
+
+    /// Reads variables through `get` (the environment, or a map in tests).
+    pub fn from_lookup(role: Role, get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+        let get = |k: &'static str| get(k).filter(|v| !v.trim().is_empty());
+        let required = |k: &'static str| get(k).ok_or(ConfigError::Missing(k));
+        let number = |k: &'static str| -> Result<Option<u64>, ConfigError> {
+            get(k)
+                .map(|v| {
+                    v.trim().parse::<u64>().map_err(|e| ConfigError::Invalid {
+                        var: k,
+                        value: v.clone(),
+                        reason: e.to_string(),
+                    })
+                })
+                .transpose()
+        };
+        let mut engine = EngineConfig::default();
+        if let Some(v) = number(ENV_BYTES_PER_TASK)? {
+            engine = engine.with_bytes_per_task(v);
+        }
+        if let Some(v) = number(ENV_MAX_TASKS_PER_STAGE)? {
+            engine = engine.with_max_tasks_per_stage(v as usize);
+        }
+        if let Some(v) = number(ENV_MAX_ATTEMPTS)? {
+            engine = engine.with_max_attempts(v as u32);
+        }
+        if let Some(v) = number(ENV_TASK_TIMEOUT_SECS)? {
+            engine = engine.with_task_timeout(Duration::from_secs(v));
+        }
+        if let Some(v) = number(ENV_DISPATCH_CONCURRENCY)? {
+            engine.dispatch_concurrency = (v as usize).max(1);
+        }
+        if let Some(v) = number(ENV_JOB_TTL_DAYS)? {
+            engine.job_ttl = Duration::from_secs(v * 24 * 3600);
+        }
+        if let Some(v) = get(ENV_FAST_PATH) {
+            let on = match v.trim().to_ascii_lowercase().as_str() {
+                "1" | "true" | "yes" | "on" => true,
+                "0" | "false" | "no" | "off" => false,
+                _ => {
+                    return Err(ConfigError::Invalid {
+                        var: ENV_FAST_PATH,
+                        value: v,
+                        reason: "expected true or false".into(),
+                    })
+                }
+            };
+            engine = engine.with_fast_path(on);
+        }
+        if let Some(v) = get(ENV_DATA_BUCKETS) {
+            engine.allowed_locations = v
+                .split(',')
+                .map(str::trim)
+                .filter(|b| !b.is_empty())
+                .map(|b| if b.contains("://") { b.to_string() } else { format!("s3://{b}") })
+                .collect();
+        }
+        // A DynamoDB item holds at most 400 KB; base64 makes a plan a third larger.
+        engine.inline_plan_limit = engine.inline_plan_limit.min(192 * 1024);
+        let settings = Self {
+            table: required(ENV_TABLE)?,
+            bucket: required(ENV_BUCKET)?,
+            prefix: get(ENV_PREFIX).unwrap_or_else(|| "lambdafusion".into()),
+            executor_function: get(ENV_EXECUTOR_FUNCTION),
+            scheduler_function: get(ENV_SCHEDULER_FUNCTION),
+            engine,
+        };
+        match role {
+            Role::Scheduler if settings.executor_function.is_none() => {
+                Err(ConfigError::Missing(ENV_EXECUTOR_FUNCTION))
+            }
+            Role::Executor if settings.scheduler_function.is_none() => {
+                Err(ConfigError::Missing(ENV_SCHEDULER_FUNCTION))
+            }
+            _ => Ok(settings),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::collections::HashMap;
+
+    use super::*;
+
+    fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
+        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        move |k| map.get(k).cloned()
+    }
+
+    #[test]
+    fn missing_variables_are_named() {
+        let err = AwsSettings::from_lookup(Role::Scheduler, lookup(&[])).unwrap_err();
+        assert_eq!(err, ConfigError::Missing(ENV_TABLE));
+        let err = AwsSettings::from_lookup(
+            Role::Scheduler,
+            lookup(&[(ENV_TABLE, "t"), (ENV_BUCKET, "b")]),
+        )
+        .unwrap_err();
+        assert_eq!(err, ConfigError::Missing(ENV_EXECUTOR_FUNCTION));
+        assert!(err.to_string().contains("LAMBDAFUSION_EXECUTOR_FUNCTION"));
+        let err = AwsSettings::from_lookup(Role::Executor, lookup(&[(ENV_TABLE, "t"), (ENV_BUCKET, "b")]))
+            .unwrap_err();
+        assert_eq!(err, ConfigError::Missing(ENV_SCHEDULER_FUNCTION));
+    }
+
+    #[test]
+    fn values_are_parsed_and_checked() {
+        let base = [(ENV_TABLE, "t"), (ENV_BUCKET, "b"), (ENV_SCHEDULER_FUNCTION, "s")];
+        let s = AwsSettings::from_lookup(
+            Role::Executor,
+            lookup(&[&base[..], &[(ENV_MAX_ATTEMPTS, "5"), (ENV_FAST_PATH, "off"), (ENV_TASK_TIMEOUT_SECS, "90")]].concat()),
+        )
+        .unwrap();
+        assert_eq!(s.engine.max_attempts, 5);
+        assert!(!s.engine.fast_path);
+        assert_eq!(s.engine.task_timeout, Duration::from_secs(90));
+        assert_eq!(s.prefix, "lambdafusion");
+        let err = AwsSettings::from_lookup(
+            Role::Executor,
+            lookup(&[&base[..], &[(ENV_BYTES_PER_TASK, "lots")]].concat()),
+        )
+        .unwrap_err();
+        assert!(matches!(err, ConfigError::Invalid { var: ENV_BYTES_PER_TASK, .. }), "{err}");
+        let s = AwsSettings::from_lookup(
+            Role::Executor,
+            lookup(&[&base[..], &[(ENV_DATA_BUCKETS, "s3://lake, raw")]].concat()),
+        )
+        .unwrap();
+        assert_eq!(s.engine.allowed_locations, vec!["s3://lake", "s3://raw"]);
+    }
+}

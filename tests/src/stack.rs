@@ -1,0 +1,121 @@
+//! The local AWS stack (`local/localstack/up` / `down`): moto_server for S3 and DynamoDB
+//! with Streams, and the project's Lambda emulator running the real function binaries.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::sync::Arc;
+
+use aws_config::{BehaviorVersion, Region, SdkConfig};
+use object_store::aws::AmazonS3Builder;
+use object_store::ObjectStore;
+
+/// The repository root.
+pub fn repo_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repo root").to_path_buf()
+}
+
+/// A running local stack; stopped when dropped.
+pub struct Stack {
+    /// Variables the `up` script exported (`.state/env`).
+    pub env: HashMap<String, String>,
+}
+
+impl Stack {
+    /// Starts the stack with extra variables for the functions (`LAMBDAFUSION_*` pass
+    /// through to them). Panics with the script's output when it fails.
+    pub fn up(extra: &[(&str, &str)]) -> Stack {
+        let root = repo_root();
+        // A stack left over by an interrupted run would hold the ports.
+        let _ = Command::new(root.join("local/localstack/down")).current_dir(&root).output();
+        let mut command = Command::new(root.join("local/localstack/up"));
+        command.current_dir(&root);
+        for (k, v) in extra {
+            command.env(k, v);
+        }
+        let out = command.output().expect("run local/localstack/up");
+        assert!(
+            out.status.success(),
+            "local/localstack/up failed:\n{}\n{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let env_file = root.join("local/localstack/.state/env");
+        let text = std::fs::read_to_string(&env_file).expect("local/localstack/.state/env");
+        let env = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("export "))
+            .filter_map(|l| l.split_once('='))
+            .map(|(k, v)| (k.to_string(), v.trim_matches(|c| c == '"' || c == '\'').to_string()))
+            .collect();
+        Stack { env }
+    }
+
+    /// A variable of the stack's environment.
+    pub fn var(&self, name: &str) -> String {
+        self.env
+            .get(name)
+            .cloned()
+            .unwrap_or_else(|| panic!("{name} missing from local/localstack/.state/env"))
+    }
+
+    /// The HTTP endpoint of the API (the emulated function URL).
+    pub fn endpoint(&self) -> String {
+        self.var("LAMBDAFUSION_ENDPOINT")
+    }
+
+    /// The state directory (logs, emulator config).
+    pub fn state_dir(&self) -> PathBuf {
+        repo_root().join("local/localstack/.state")
+    }
+
+    /// SDK configuration for a service whose endpoint is in `var`.
+    pub async fn sdk(&self, var: &str) -> SdkConfig {
+        let credentials = aws_sdk_dynamodb::config::Credentials::new("test", "test", None, None, "local");
+        aws_config::defaults(BehaviorVersion::latest())
+            .region(Region::new("us-east-1"))
+            .endpoint_url(self.var(var))
+            .credentials_provider(credentials)
+            .load()
+            .await
+    }
+
+    /// The bucket as an object store.
+    pub fn s3(&self) -> Arc<dyn ObjectStore> {
+        Arc::new(
+            AmazonS3Builder::new()
+                .with_bucket_name(self.var("LAMBDAFUSION_BUCKET"))
+                .with_endpoint(self.var("AWS_ENDPOINT_URL_S3"))
+                .with_allow_http(true)
+                .with_virtual_hosted_style_request(false)
+                .with_region("us-east-1")
+                .with_access_key_id("test")
+                .with_secret_access_key("test")
+                .build()
+                .expect("S3 client"),
+        )
+    }
+
+    /// Lines of the executor functions' logs.
+    pub fn executor_log_lines(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        if let Ok(entries) = std::fs::read_dir(self.state_dir().join("logs")) {
+            for e in entries.flatten() {
+                let name = e.file_name().to_string_lossy().to_string();
+                if name.contains("executor") {
+                    if let Ok(text) = std::fs::read_to_string(e.path()) {
+                        lines.extend(text.lines().map(str::to_string));
+                    }
+                }
+            }
+        }
+        lines
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        let root = repo_root();
+        let _ = Command::new(root.join("local/localstack/down")).current_dir(&root).output();
+    }
+}

@@ -1,0 +1,272 @@
+//! End to end against the local AWS stack: the release-shaped function binaries, the
+//! real `aws-sdk-*` clients, DynamoDB (with its stream driving the scheduler), S3 and the
+//! emulated Lambda service, all on 127.0.0.1.
+//!
+//! One test, in steps sharing one stack (starting it costs seconds): TPC-H queries over
+//! `s3://` tables equal single-process DataFusion; the API through the function URL; a
+//! task event delivered twice commits once; an executor that crashes mid-task is retried;
+//! the sweep event is routed. `measure_stage_handoff` (ignored; run it by hand) prints the
+//! hand-off latency with and without the fast path and the requests per task.
+
+use std::time::Duration;
+
+use datafusion::prelude::SessionContext;
+use lambdafusion::dispatch::TaskSpec;
+use lambdafusion::state::{JobStore, TaskState};
+use lambdafusion::status::JobStatus;
+use lambdafusion_aws::store::DynamoDbJobStore;
+use lambdafusion_cli::client::{Client, ClientError};
+use lambdafusion_cli::tpch;
+use lambdafusion_tests::stack::Stack;
+use object_store::path::Path;
+use object_store::{ObjectStoreExt, PutPayload};
+
+const QUERIES: [usize; 6] = [1, 3, 5, 10, 12, 18];
+
+fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .thread_stack_size(16 * 1024 * 1024)
+        .enable_all()
+        .build()
+        .unwrap()
+}
+
+/// Generates TPC-H SF 0.01, uploads it to the stack's bucket, registers the tables.
+async fn load_tpch(stack: &Stack, client: &Client, dir: &std::path::Path) {
+    tpch::generate(dir, 0.01, 2, &|_, _| {}).unwrap();
+    let s3 = stack.s3();
+    for file in tpch::data_files(dir) {
+        let relative = file.strip_prefix(dir).unwrap().to_string_lossy().to_string();
+        let bytes = std::fs::read(&*file).unwrap();
+        s3.put(&Path::from(format!("data/tpch/{relative}")), PutPayload::from(bytes))
+            .await
+            .unwrap();
+    }
+    let bucket = stack.var("LAMBDAFUSION_BUCKET");
+    for sql in tpch::create_statements(&format!("s3://{bucket}/data/tpch")) {
+        run(client, &sql).await;
+    }
+}
+
+async fn run(client: &Client, sql: &str) -> (JobStatus, Vec<datafusion::arrow::array::RecordBatch>) {
+    let (status, _, batches) = tokio::time::timeout(Duration::from_secs(180), client.run(sql, &mut |_| {}))
+        .await
+        .unwrap_or_else(|_| panic!("timed out: {sql}"))
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    (status, batches)
+}
+
+async fn baseline(dir: &std::path::Path) -> SessionContext {
+    let ctx = SessionContext::new();
+    tpch::register_baseline(&ctx, dir).await.unwrap();
+    ctx
+}
+
+async fn check_query(client: &Client, ctx: &SessionContext, q: usize) -> JobStatus {
+    let sql = tpch::query(q);
+    let (status, batches) = run(client, sql).await;
+    let expected = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    if let Err(diff) = lambdafusion::verify::compare(&expected, &batches, tpch::is_ordered(q)) {
+        panic!("q{q} differs from DataFusion: {diff}");
+    }
+    status
+}
+
+/// Settings that make even SF 0.01 fan out.
+const FAN_OUT: [(&str, &str); 2] = [
+    ("LAMBDAFUSION_BYTES_PER_TASK", "100000"),
+    ("LAMBDAFUSION_MAX_TASKS_PER_STAGE", "4"),
+];
+
+#[test]
+fn local_aws_stack_end_to_end() {
+    let data = tempfile::tempdir().unwrap();
+    let crash_file = data.path().join("crash");
+    let crash = crash_file.display().to_string();
+    let mut env = FAN_OUT.to_vec();
+    env.push(("LAMBDAFUSION_TEST_CRASH_FILE", &crash));
+    let stack = Stack::up(&env);
+    runtime().block_on(async {
+        let client = Client::new(&stack.endpoint());
+        load_tpch(&stack, &client, data.path()).await;
+        let ctx = baseline(data.path()).await;
+
+        // TPC-H over s3:// tables, distributed through DynamoDB and Lambda.
+        for q in QUERIES {
+            let status = check_query(&client, &ctx, q).await;
+            assert!(status.stages.len() >= 2, "q{q} ran as several stages");
+            assert!(status.stages.iter().any(|s| s.tasks > 1), "q{q} fanned out");
+        }
+
+        // The API's error handling through the function URL.
+        match client.submit("SELECT * FROM no_such_table").await {
+            Err(ClientError::Api { status: 400, message }) => assert!(message.contains("no_such_table"), "{message}"),
+            other => panic!("expected a 400, got {other:?}"),
+        }
+        let http = reqwest::Client::new();
+        let response = http
+            .post(format!("{}/v1/queries", stack.endpoint()))
+            .header("content-type", "application/json")
+            .body("{not json")
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 400);
+        let response = http.get(format!("{}/v1/queries/nope", stack.endpoint())).send().await.unwrap();
+        assert_eq!(response.status(), 404);
+        let (status, batches) = run(&client, "SHOW TABLES").await;
+        assert_eq!(status.state, "succeeded");
+        assert!(lambdafusion::verify::rows(&batches).len() >= 8);
+
+        let store = DynamoDbJobStore::new(
+            aws_sdk_dynamodb::Client::new(&stack.sdk("AWS_ENDPOINT_URL_DYNAMODB").await),
+            stack.var("LAMBDAFUSION_TABLE"),
+        );
+        let lambda = aws_sdk_lambda::Client::new(&stack.sdk("AWS_ENDPOINT_URL_LAMBDA").await);
+        let executor = stack.var("LAMBDAFUSION_EXECUTOR_FUNCTION");
+
+        // The same task event delivered twice more while the job runs: one commit.
+        let sql = tpch::query(3);
+        let id = client.submit(sql).await.unwrap();
+        let task = TaskSpec { job_id: id.clone(), stage: 0, partition: 0, attempt: 1 };
+        for _ in 0..2 {
+            lambda
+                .invoke()
+                .function_name(&executor)
+                .invocation_type(aws_sdk_lambda::types::InvocationType::Event)
+                .payload(aws_sdk_lambda::primitives::Blob::new(serde_json::to_vec(&task).unwrap()))
+                .send()
+                .await
+                .unwrap();
+        }
+        let status = wait(&client, &id).await;
+        assert_eq!(status.state, "succeeded", "{status:?}");
+        let item = store.get_task(&id, 0, 0).await.unwrap().expect("task item");
+        assert_eq!(item.state, TaskState::Succeeded);
+        let output = item.output.expect("committed output");
+        let stage = store.get_stage(&id, 0).await.unwrap().unwrap();
+        assert_eq!(stage.remaining, 0);
+        let object = Path::from(output.object.as_str());
+        let parts: Vec<_> = object.parts().collect();
+        let task_dir = Path::from_iter(parts[..parts.len() - 1].iter().cloned());
+        let objects: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(stack.s3().list(Some(&task_dir)))
+            .await
+            .unwrap();
+        assert!(objects.len() <= 1, "only the winner's object may remain: {objects:?}");
+        let (_, batches) = client.result(&id).await.unwrap();
+        let expected = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        lambdafusion::verify::compare(&expected, &batches, true).unwrap();
+
+        // An executor that crashes mid-task: Lambda's on-failure destination tells the
+        // scheduler, which retries the task with a new attempt; the query succeeds.
+        std::fs::write(&crash_file, "0/0/1").unwrap();
+        let status = check_query(&client, &ctx, 5).await;
+        assert!(!crash_file.exists(), "the crash hook fired");
+        let item = store.get_task(&status.id, 0, 0).await.unwrap().expect("task item");
+        assert_eq!(item.failures, 1, "{item:?}");
+        assert_eq!(item.output.unwrap().attempt, 2);
+        assert_eq!(status.stages[0].failed_attempts, 1);
+
+        // The sweep event is routed to the sweep.
+        let out = lambda
+            .invoke()
+            .function_name(stack.var("LAMBDAFUSION_SCHEDULER_FUNCTION"))
+            .payload(aws_sdk_lambda::primitives::Blob::new(
+                br#"{"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}"#.to_vec(),
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert!(out.function_error().is_none());
+        let report: serde_json::Value = serde_json::from_slice(out.payload().unwrap().as_ref()).unwrap();
+        assert!(report.get("jobs").is_some(), "{report}");
+
+        // An event of no known shape is rejected, and the function keeps serving.
+        let out = lambda
+            .invoke()
+            .function_name(stack.var("LAMBDAFUSION_SCHEDULER_FUNCTION"))
+            .payload(aws_sdk_lambda::primitives::Blob::new(br#"{"hello": "world"}"#.to_vec()))
+            .send()
+            .await
+            .unwrap();
+        assert!(out.function_error().is_some());
+        run(&client, "SELECT 1").await;
+
+        assert!(store.active_jobs().await.unwrap().is_empty(), "no job left running");
+    });
+}
+
+async fn wait(client: &Client, id: &str) -> JobStatus {
+    loop {
+        let status = client.status(id, Duration::from_secs(10)).await.unwrap();
+        if status.state != "running" {
+            return status;
+        }
+    }
+}
+
+fn percentile(values: &mut [u64], p: f64) -> u64 {
+    values.sort_unstable();
+    let i = ((values.len() as f64 - 1.0) * p).round() as usize;
+    values.get(i).copied().unwrap_or(0)
+}
+
+/// Runs the TPC-H queries twice — fast path on, then off — and prints the hand-off
+/// latency (last commit of a stage's inputs to its first task start) and the requests
+/// each task made. A measurement, not an assertion: run it with
+/// `cargo test -p lambdafusion-tests --test aws_local -- --ignored --nocapture`.
+#[test]
+#[ignore]
+fn measure_stage_handoff() {
+    let data = tempfile::tempdir().unwrap();
+    let mut report = Vec::new();
+    for fast_path in ["true", "false"] {
+        let mut env = FAN_OUT.to_vec();
+        env.push(("LAMBDAFUSION_FAST_PATH", fast_path));
+        let stack = Stack::up(&env);
+        let (mut gaps, tasks) = runtime().block_on(async {
+            let client = Client::new(&stack.endpoint());
+            load_tpch(&stack, &client, data.path()).await;
+            let ctx = baseline(data.path()).await;
+            let mut gaps = Vec::new();
+            let mut tasks = 0;
+            for _ in 0..2 {
+                for q in QUERIES {
+                    let status = check_query(&client, &ctx, q).await;
+                    gaps.extend(status.stages.iter().filter_map(|s| s.handoff_ms));
+                    tasks += status.tasks;
+                }
+            }
+            (gaps, tasks)
+        });
+        let lines: Vec<String> = stack
+            .executor_log_lines()
+            .into_iter()
+            .filter(|l| l.contains("task done") && l.contains("Committed"))
+            .collect();
+        let field = |line: &str, name: &str| -> u64 {
+            line.split_whitespace()
+                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+                .and_then(|v| v.trim_matches(|c: char| !c.is_ascii_digit()).parse().ok())
+                .unwrap_or(0)
+        };
+        let per_task = |name: &str| lines.iter().map(|l| field(l, name)).sum::<u64>() as f64 / lines.len().max(1) as f64;
+        report.push(format!(
+            "fast path {fast_path:>5}: hand-off p50 {} ms, p95 {} ms over {} stage hand-offs ({} tasks); per committed task: \
+             DynamoDB writes {:.2}, reads {:.2}; S3 PUT {:.2}, GET {:.2}, LIST {:.2}, DELETE {:.2}; Lambda invokes {:.2}",
+            percentile(&mut gaps, 0.5),
+            percentile(&mut gaps, 0.95),
+            gaps.len(),
+            tasks,
+            per_task("dynamodb_writes"),
+            per_task("dynamodb_reads"),
+            per_task("s3_puts"),
+            per_task("s3_gets"),
+            per_task("s3_lists"),
+            per_task("s3_deletes"),
+            per_task("lambda_invokes"),
+        ));
+    }
+    println!("\n{}", report.join("\n"));
+}
