@@ -22,5 +22,8 @@ fi
 step "terraform checks"
 infra/terraform/check.sh
 
+step "build the Lambda functions and the emulator (the local AWS stack runs them)"
+cargo build --locked -p scheduler-fn -p executor-fn -p lambdafusion-local
+
 step "cargo test --workspace"
 cargo test --workspace --locked "$@"

@@ -5,13 +5,17 @@
 use aws_config::{BehaviorVersion, SdkConfig};
 use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
 
+/// The HTTP client every SDK client uses (rustls with ring).
+pub fn http_client() -> aws_smithy_runtime_api::client::http::SharedHttpClient {
+    aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https()
+}
+
 /// Loads the SDK configuration from the environment.
 pub async fn sdk_config() -> SdkConfig {
-    let http = aws_smithy_http_client::Builder::new()
-        .tls_provider(Provider::Rustls(CryptoMode::Ring))
-        .build_https();
     aws_config::defaults(BehaviorVersion::latest())
-        .http_client(http)
+        .http_client(http_client())
         .load()
         .await
 }

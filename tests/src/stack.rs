@@ -4,7 +4,7 @@
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 use std::process::Command;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use aws_config::{BehaviorVersion, Region, SdkConfig};
 use object_store::aws::AmazonS3Builder;
@@ -15,21 +15,36 @@ pub fn repo_root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repo root").to_path_buf()
 }
 
+/// One stack at a time: they share ports and the state directory.
+static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
+
 /// A running local stack; stopped when dropped.
 pub struct Stack {
     /// Variables the `up` script exported (`.state/env`).
     pub env: HashMap<String, String>,
+    _turn: MutexGuard<'static, ()>,
 }
 
 impl Stack {
     /// Starts the stack with extra variables for the functions (`LAMBDAFUSION_*` pass
     /// through to them). Panics with the script's output when it fails.
     pub fn up(extra: &[(&str, &str)]) -> Stack {
+        let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         let root = repo_root();
         // A stack left over by an interrupted run would hold the ports.
         let _ = Command::new(root.join("local/localstack/down")).current_dir(&root).output();
+        // Logs of an earlier stack would mix into this one's.
+        let _ = std::fs::remove_dir_all(root.join("local/localstack/.state/logs"));
+        for binary in ["scheduler-fn", "executor-fn", "lambdafusion-local"] {
+            assert!(
+                root.join("target/debug").join(binary).exists(),
+                "target/debug/{binary} is missing: build the functions and the emulator first with \
+                 `cargo build -p scheduler-fn -p executor-fn -p lambdafusion-local` (scripts/test.sh does)"
+            );
+        }
         let mut command = Command::new(root.join("local/localstack/up"));
-        command.current_dir(&root);
+        // Never a cargo build inside a running cargo test: it would wait on cargo's lock.
+        command.current_dir(&root).env("SKIP_BUILD", "1");
         for (k, v) in extra {
             command.env(k, v);
         }
@@ -48,7 +63,7 @@ impl Stack {
             .filter_map(|l| l.split_once('='))
             .map(|(k, v)| (k.to_string(), v.trim_matches(|c| c == '"' || c == '\'').to_string()))
             .collect();
-        Stack { env }
+        Stack { env, _turn: turn }
     }
 
     /// A variable of the stack's environment.
@@ -73,6 +88,7 @@ impl Stack {
     pub async fn sdk(&self, var: &str) -> SdkConfig {
         let credentials = aws_sdk_dynamodb::config::Credentials::new("test", "test", None, None, "local");
         aws_config::defaults(BehaviorVersion::latest())
+            .http_client(lambdafusion_aws::clients::http_client())
             .region(Region::new("us-east-1"))
             .endpoint_url(self.var(var))
             .credentials_provider(credentials)

@@ -52,8 +52,8 @@ async fn load_tpch(stack: &Stack, client: &Client, dir: &std::path::Path) {
 async fn run(client: &Client, sql: &str) -> (JobStatus, Vec<datafusion::arrow::array::RecordBatch>) {
     let (status, _, batches) = tokio::time::timeout(Duration::from_secs(180), client.run(sql, &mut |_| {}))
         .await
-        .unwrap_or_else(|_| panic!("timed out: {sql}"))
-        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        .unwrap_or_else(|_| panic!("timed out running:\n{sql}"))
+        .unwrap_or_else(|e| panic!("{e}\nwhile running:\n{sql}"));
     (status, batches)
 }
 
@@ -246,8 +246,8 @@ fn measure_stage_handoff() {
             .filter(|l| l.contains("task done") && l.contains("Committed"))
             .collect();
         let field = |line: &str, name: &str| -> u64 {
-            line.split_whitespace()
-                .find_map(|w| w.strip_prefix(&format!("{name}=")))
+            line.split(|c: char| c.is_whitespace() || c == '"')
+                .find_map(|w| w.rsplit_once(&format!("{name}=")).map(|(_, v)| v))
                 .and_then(|v| v.trim_matches(|c: char| !c.is_ascii_digit()).parse().ok())
                 .unwrap_or(0)
         };

@@ -1,0 +1,209 @@
+//! The Lambda Invoke API, as `aws-sdk-lambda`'s `invoke()` calls it:
+//! `POST /2015-03-31/functions/{FunctionName}/invocations`.
+//!
+//! * `X-Amz-Invocation-Type: RequestResponse` (default): waits; 200 with the response, or
+//!   200 with `X-Amz-Function-Error: Unhandled` and the error document.
+//! * `Event`: 202 at once; the event runs later with retries (see [`crate::function`]).
+//! * `DryRun`: 204.
+//!
+//! Errors use the REST-JSON shape the SDK parses: status, `x-amzn-ErrorType` header and
+//! `{"Type": "User", "message": ...}` — 404 `ResourceNotFoundException`, 413
+//! `RequestTooLargeException`, 429 `TooManyRequestsException` (queue full, see
+//! `max_queue`), 400 `InvalidRequestContentException` (payload is not JSON). The SigV4
+//! signature is not checked.
+
+use axum::body::Body;
+use axum::extract::{Path as UrlPath, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use axum::Router;
+use base64::Engine;
+use bytes::Bytes;
+use serde_json::json;
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use crate::function::{Outcome, Registry, MAX_ASYNC_PAYLOAD, MAX_SYNC_PAYLOAD};
+
+/// The Invoke API router.
+pub fn router(registry: Arc<Registry>) -> Router {
+    Router::new()
+        .route(
+            "/2015-03-31/functions/{function_name}/invocations",
+            post(invoke),
+        )
+        .fallback(unknown_operation)
+        .with_state(registry)
+}
+
+/// An AWS REST-JSON error response.
+pub fn aws_error(status: StatusCode, error_type: &str, message: &str) -> Response {
+    let mut response = (
+        status,
+        axum::Json(json!({"Type": "User", "message": message})),
+    )
+        .into_response();
+    if let Ok(v) = HeaderValue::from_str(error_type) {
+        response.headers_mut().insert("x-amzn-errortype", v);
+    }
+    response
+}
+
+fn throttled() -> Response {
+    let mut response = (
+        StatusCode::TOO_MANY_REQUESTS,
+        axum::Json(json!({
+            "Type": "User",
+            "message": "Rate Exceeded.",
+            "Reason": "ReservedFunctionConcurrentInvocationLimitExceeded",
+        })),
+    )
+        .into_response();
+    let headers = response.headers_mut();
+    headers.insert(
+        "x-amzn-errortype",
+        HeaderValue::from_static("TooManyRequestsException"),
+    );
+    headers.insert("retry-after", HeaderValue::from_static("1"));
+    response
+}
+
+async fn unknown_operation() -> Response {
+    aws_error(
+        StatusCode::NOT_FOUND,
+        "UnknownOperationException",
+        "lambdafusion-local emulates only Invoke (POST /2015-03-31/functions/{name}/invocations)",
+    )
+}
+
+async fn invoke(
+    State(registry): State<Arc<Registry>>,
+    UrlPath(function_name): UrlPath<String>,
+    Query(query): Query<HashMap<String, String>>,
+    headers: HeaderMap,
+    body: Body,
+) -> Response {
+    let request_id = uuid::Uuid::new_v4().to_string();
+    let mut response = invoke_inner(&registry, &function_name, &query, &headers, body).await;
+    if let Ok(v) = HeaderValue::from_str(&request_id) {
+        response.headers_mut().insert("x-amzn-requestid", v);
+    }
+    response
+}
+
+async fn invoke_inner(
+    registry: &Arc<Registry>,
+    function_name: &str,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Body,
+) -> Response {
+    let Some(target) = registry.resolve(function_name, query.get("Qualifier").map(String::as_str))
+    else {
+        let arn = format!(
+            "arn:aws:lambda:{}:{}:function:{function_name}",
+            registry.region, registry.account
+        );
+        return aws_error(
+            StatusCode::NOT_FOUND,
+            "ResourceNotFoundException",
+            &format!("Function not found: {arn}"),
+        );
+    };
+    let invocation_type = headers
+        .get("x-amz-invocation-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("RequestResponse");
+    let limit = match invocation_type {
+        "RequestResponse" | "DryRun" => MAX_SYNC_PAYLOAD,
+        "Event" => MAX_ASYNC_PAYLOAD,
+        other => {
+            return aws_error(
+                StatusCode::BAD_REQUEST,
+                "InvalidParameterValueException",
+                &format!("unknown InvocationType {other:?}: use RequestResponse, Event or DryRun"),
+            )
+        }
+    };
+    let Ok(payload) = axum::body::to_bytes(body, limit).await else {
+        let op = if invocation_type == "Event" {
+            "InvokeAsync"
+        } else {
+            "Invoke"
+        };
+        return aws_error(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "RequestTooLargeException",
+            &format!("Request must be smaller than {limit} bytes for the {op} operation"),
+        );
+    };
+    let payload = if payload.is_empty() {
+        Bytes::from_static(b"{}")
+    } else {
+        payload
+    };
+    if serde_json::from_slice::<serde::de::IgnoredAny>(&payload).is_err() {
+        return aws_error(
+            StatusCode::BAD_REQUEST,
+            "InvalidRequestContentException",
+            "Could not parse request body into json: the payload must be a JSON document",
+        );
+    }
+    match invocation_type {
+        "DryRun" => StatusCode::NO_CONTENT.into_response(),
+        "Event" => match registry.invoke_async(&target, payload, false) {
+            Ok(_) => StatusCode::ACCEPTED.into_response(),
+            Err(_) => throttled(),
+        },
+        _ => {
+            let client_context = headers
+                .get("x-amz-client-context")
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
+                .and_then(|v| String::from_utf8(v).ok());
+            let Ok(pending) = registry.invoke_sync(&target, payload, client_context) else {
+                return throttled();
+            };
+            match pending.await {
+                Some(outcome) => sync_response(outcome),
+                None => aws_error(
+                    StatusCode::INTERNAL_SERVER_ERROR,
+                    "ServiceException",
+                    "the emulator is shutting down",
+                ),
+            }
+        }
+    }
+}
+
+/// The HTTP answer to a finished `RequestResponse` invocation.
+fn sync_response(outcome: Outcome) -> Response {
+    let (body, function_error) = match outcome {
+        Outcome::Success {
+            body,
+            streaming: false,
+        } => (body, false),
+        // Invoke (unlike InvokeWithResponseStream) returns the streamed bytes as they came.
+        Outcome::Success {
+            body,
+            streaming: true,
+        } => (body, false),
+        Outcome::Error { body, .. } => (body, true),
+        Outcome::Expired => (Bytes::from_static(b"{}"), true),
+    };
+    let mut response = (StatusCode::OK, body).into_response();
+    let headers = response.headers_mut();
+    headers.insert("content-type", HeaderValue::from_static("application/json"));
+    headers.insert(
+        "x-amz-executed-version",
+        HeaderValue::from_static("$LATEST"),
+    );
+    if function_error {
+        headers.insert(
+            "x-amz-function-error",
+            HeaderValue::from_static("Unhandled"),
+        );
+    }
+    response
+}

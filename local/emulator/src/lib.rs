@@ -1,0 +1,295 @@
+//! `lambdafusion-local`: a small, Docker-free emulation of AWS Lambda for the local AWS
+//! stack (moto_server provides S3, DynamoDB and DynamoDB Streams; this provides Lambda).
+//!
+//! What it serves, all on 127.0.0.1:
+//!
+//! * the **Lambda Runtime API** for each execution environment: every function runs
+//!   `instances` OS processes of its `command` — the real release binaries with the
+//!   real `lambda_runtime` loop — each handling one invocation at a time
+//!   ([`instance`]);
+//! * the **Invoke API** that `aws-sdk-lambda` calls, with `RequestResponse`, `Event`
+//!   (202, queued, retried, on-failure destination) and `DryRun` ([`invoke_api`],
+//!   [`function`]);
+//! * **function URLs** (payload format 2.0) for functions with `url_listen`
+//!   ([`function_url`]);
+//! * **DynamoDB stream triggers** with Lambda event filtering ([`streams`],
+//!   [`filter`]).
+//!
+//! # Configuration
+//!
+//! `lambdafusion-local serve --config emulator.json`, where the file holds (defaults
+//! shown for optional fields in comments):
+//!
+//! ```json
+//! {
+//!   "region": "us-east-1",                       // default us-east-1
+//!   "account": "000000000000",                   // default 000000000000
+//!   "invoke_listen": "127.0.0.1:9001",           // Invoke API; port 0 = any free port
+//!   "state_dir": "local/localstack/.state",      // emulator.ready and logs/; default .state
+//!   "functions": [
+//!     {"name": "lambdafusion-scheduler",
+//!      "command": ["target/debug/scheduler-fn"], // relative paths: against the current dir
+//!      "env": {"K": "V"},                        // the only inherited host variable is PATH
+//!      "instances": 2,                           // processes = concurrency; default 1
+//!      "timeout_secs": 60,                       // default 3, as in AWS
+//!      "memory_mb": 1024,                        // reported only; default 128
+//!      "max_retry_attempts": 2,                  // async retries 0..=2; default 2
+//!      "max_event_age_secs": 21600,              // default 21600
+//!      "retry_delays_ms": [200, 400],            // default [200, 400] (AWS: ~1 and 2 min)
+//!      "on_failure": null,                       // function receiving failed async events
+//!      "url_listen": "127.0.0.1:9002",           // function URL; default none
+//!      "max_queue": null}                        // queue bound, beyond it 429; default none
+//!   ],
+//!   "stream_mappings": [
+//!     {"table": "lambdafusion", "function": "lambdafusion-scheduler",
+//!      "dynamodb_endpoint": "http://127.0.0.1:5050",
+//!      "batch_size": 100,                        // default 100
+//!      "poll_interval_ms": 250,                  // default 250
+//!      "maximum_retry_attempts": 3,              // default 3; -1 = forever (the AWS default)
+//!      "bisect_batch_on_function_error": false,  // default false
+//!      "starting_position": "LATEST",            // or TRIM_HORIZON; default LATEST
+//!      "filters": [{"dynamodb": {"NewImage": {"sk": {"S": [{"prefix": "STAGE#"}]}}}}]}
+//!   ]
+//! }
+//! ```
+//!
+//! (The file itself is plain JSON: no comments.) When everything listens, the emulator
+//! writes `<state_dir>/emulator.ready` (JSON with its pid and addresses); function
+//! output goes to `<state_dir>/logs/<function>-<n>.log`, batches a stream trigger gave
+//! up on to `<state_dir>/logs/stream-failures.log`.
+
+pub mod config;
+pub mod filter;
+pub mod function;
+pub mod function_url;
+pub mod instance;
+pub mod invoke_api;
+pub mod streams;
+pub mod time;
+
+use serde_json::json;
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::task::JoinHandle;
+use tracing::{info, warn};
+
+pub use config::Config;
+pub use function::{Outcome, Registry};
+
+/// Errors of this crate: a message saying what failed and where.
+pub type Error = Box<dyn std::error::Error + Send + Sync>;
+
+/// How long start-up waits for the functions' runtimes to ask for their first event and
+/// for the stream triggers to take their iterators, before reporting ready anyway.
+const WARM_UP_LIMIT: Duration = Duration::from_secs(10);
+
+/// A running emulator.
+pub struct Emulator {
+    /// Address of the Invoke API.
+    pub invoke_addr: SocketAddr,
+    /// Function URL addresses, by function name.
+    pub function_urls: BTreeMap<String, SocketAddr>,
+    /// The ready file written at start-up (removed at shutdown).
+    pub ready_file: PathBuf,
+    registry: Arc<Registry>,
+    shutdown: watch::Sender<bool>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+async fn bind(addr: &str, what: &str) -> Result<TcpListener, Error> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr} ({what}): {e}").into())
+}
+
+fn serve(
+    listener: TcpListener,
+    router: axum::Router,
+    mut shutdown: watch::Receiver<bool>,
+) -> JoinHandle<()> {
+    tokio::spawn(async move {
+        let service = router.into_make_service_with_connect_info::<SocketAddr>();
+        let stop = async move {
+            let _ = shutdown.wait_for(|s| *s).await;
+        };
+        if let Err(e) = axum::serve(listener, service)
+            .with_graceful_shutdown(stop)
+            .await
+        {
+            warn!("server stopped: {e}");
+        }
+    })
+}
+
+impl Emulator {
+    /// Binds every listener, starts every execution environment and stream trigger,
+    /// waits (up to 10 s) for the runtimes to be ready, then writes the ready file.
+    pub async fn start(config: Config) -> Result<Emulator, Error> {
+        let logs = config.state_dir.join("logs");
+        std::fs::create_dir_all(&logs)
+            .map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
+        let ready_file = config.state_dir.join("emulator.ready");
+        let _ = std::fs::remove_file(&ready_file);
+
+        let registry = Arc::new(Registry::new(&config));
+        let (shutdown, shutdown_rx) = watch::channel(false);
+        let mut tasks = Vec::new();
+
+        let invoke_listener = bind(&config.invoke_listen, "invoke_listen").await?;
+        let invoke_addr = invoke_listener.local_addr()?;
+        let mut url_listeners = Vec::new();
+        for f in &config.functions {
+            if let Some(addr) = &f.url_listen {
+                url_listeners.push((
+                    f.name.clone(),
+                    bind(addr, &format!("url_listen of {}", f.name)).await?,
+                ));
+            }
+        }
+
+        tasks.push(serve(
+            invoke_listener,
+            invoke_api::router(registry.clone()),
+            shutdown_rx.clone(),
+        ));
+        let mut function_urls = BTreeMap::new();
+        for (name, listener) in url_listeners {
+            let target = registry
+                .resolve(&name, None)
+                .ok_or_else(|| format!("unknown function {name}"))?;
+            function_urls.insert(name, listener.local_addr()?);
+            tasks.push(serve(
+                listener,
+                function_url::router(registry.clone(), target),
+                shutdown_rx.clone(),
+            ));
+        }
+        for function in registry.functions() {
+            for index in 0..function.config.instances {
+                tasks.push(instance::spawn(
+                    function.clone(),
+                    index,
+                    &logs,
+                    shutdown_rx.clone(),
+                ));
+            }
+        }
+
+        let deadline = tokio::time::Instant::now() + WARM_UP_LIMIT;
+        let failures_log = logs.join("stream-failures.log");
+        for mapping in &config.stream_mappings {
+            let mut poller = streams::StreamPoller::new(
+                mapping.clone(),
+                registry.clone(),
+                failures_log.clone(),
+            )?;
+            match tokio::time::timeout_at(deadline, poller.init()).await {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    warn!(table = %mapping.table, "stream trigger not ready yet (will keep trying): {e}")
+                }
+                Err(_) => {
+                    warn!(table = %mapping.table, "stream trigger not ready yet (will keep trying): timed out")
+                }
+            }
+            tasks.push(tokio::spawn(poller.run(shutdown_rx.clone())));
+        }
+
+        // Let each runtime reach its first `next` call, so the first invocations do not
+        // pay for process start-up (and broken commands show up in the log right away).
+        loop {
+            let cold: Vec<&str> = registry
+                .functions()
+                .filter(|f| f.warm_instances.load(Ordering::SeqCst) < f.config.instances)
+                .map(|f| f.name())
+                .collect();
+            if cold.is_empty() {
+                break;
+            }
+            if tokio::time::Instant::now() >= deadline {
+                warn!("not every instance of {cold:?} asked for an event within {WARM_UP_LIMIT:?}; see their logs");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+
+        let emulator = Emulator {
+            invoke_addr,
+            function_urls,
+            ready_file,
+            registry,
+            shutdown,
+            tasks,
+        };
+        emulator.write_ready_file(&config)?;
+        info!(invoke = %emulator.invoke_addr, urls = ?emulator.function_urls, "lambdafusion-local ready");
+        Ok(emulator)
+    }
+
+    fn write_ready_file(&self, config: &Config) -> Result<(), Error> {
+        let functions: BTreeMap<&str, serde_json::Value> = self
+            .registry
+            .functions()
+            .map(|f| {
+                let url = self
+                    .function_urls
+                    .get(f.name())
+                    .map(|a| format!("http://{a}"));
+                (
+                    f.name(),
+                    json!({"arn": f.arn, "instances": f.config.instances, "url": url}),
+                )
+            })
+            .collect();
+        let doc = json!({
+            "pid": std::process::id(),
+            "invoke": self.invoke_addr.to_string(),
+            "invoke_endpoint": format!("http://{}", self.invoke_addr),
+            "function_urls": self.function_urls.iter().map(|(k, v)| (k.clone(), v.to_string())).collect::<BTreeMap<_, _>>(),
+            "functions": functions,
+            "stream_mappings": config.stream_mappings.iter().map(|m| json!({"table": m.table, "function": m.function})).collect::<Vec<_>>(),
+        });
+        let tmp = self.ready_file.with_extension("ready.tmp");
+        std::fs::write(&tmp, format!("{doc:#}\n"))
+            .and_then(|()| std::fs::rename(&tmp, &self.ready_file))
+            .map_err(|e| format!("cannot write {}: {e}", self.ready_file.display()).into())
+    }
+
+    /// The functions and their queues.
+    pub fn registry(&self) -> &Arc<Registry> {
+        &self.registry
+    }
+
+    /// Stops listening, kills every function process, waits for all of it (10 s at
+    /// most) and removes the ready file.
+    pub async fn shutdown(self) {
+        let _ = self.shutdown.send(true);
+        // Invocations still queued will not run: dropping them answers their callers
+        // (a waiting Invoke request gets an error), which lets the servers finish.
+        let registry = self.registry.clone();
+        let drain = async move {
+            loop {
+                for f in registry.functions() {
+                    f.drain();
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        };
+        let all = futures::future::join_all(self.tasks);
+        let stopped = tokio::select! {
+            _ = all => true,
+            _ = drain => false,
+            _ = tokio::time::sleep(Duration::from_secs(10)) => false,
+        };
+        if !stopped {
+            warn!("some tasks did not stop within 10 s");
+        }
+        let _ = std::fs::remove_file(&self.ready_file);
+    }
+}

@@ -1,0 +1,692 @@
+//! The DynamoDB stream trigger (Lambda event-source mapping), polling DynamoDB Streams
+//! (moto_server locally) with `aws-sdk-dynamodbstreams`.
+//!
+//! At start-up the poller finds the table's latest stream (`ListStreams`), its shards
+//! (`DescribeStream`) and takes a `LATEST` iterator for each (or `TRIM_HORIZON`, see
+//! `starting_position`); streams and shards that appear later (a re-created table, a
+//! split) are read from their start. Every `poll_interval_ms` it calls `GetRecords`
+//! for each shard, following `NextShardIterator`.
+//!
+//! Records are delivered as real Lambda delivers them: DynamoDB JSON (`{"S": ..}`,
+//! `{"N": ".."}`, …) plus `eventSource`, `eventSourceARN`, `awsRegion`,
+//! `eventVersion`, in `{"Records": [...]}` of at most `batch_size` records, in order
+//! per shard, invoked synchronously. Records that match none of the filters are
+//! skipped. A response `{"batchItemFailures": [{"itemIdentifier": "<SequenceNumber>"}]}`
+//! re-delivers from the first failed record (always honoured, as if the mapping had
+//! `ReportBatchItemFailures`); a function error re-delivers the whole batch, or its first
+//! half with `bisect_batch_on_function_error` (halving until one record fails alone;
+//! bisections are not counted as retries). After
+//! `maximum_retry_attempts` failed deliveries the batch is written to
+//! `<state_dir>/logs/stream-failures.log` and skipped.
+
+use aws_sdk_dynamodbstreams::config::{BehaviorVersion, Credentials, Region};
+use aws_sdk_dynamodbstreams::error::{DisplayErrorContext, ProvideErrorMetadata};
+use aws_sdk_dynamodbstreams::types::{AttributeValue, Record, ShardIteratorType};
+use aws_sdk_dynamodbstreams::Client;
+use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
+use base64::Engine;
+use bytes::Bytes;
+use serde_json::{json, Map, Value};
+use std::collections::{HashMap, VecDeque};
+use std::io::Write;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+use tokio::sync::watch;
+use tracing::{debug, info, warn};
+
+use crate::config::StreamMappingConfig;
+use crate::filter;
+use crate::function::{Outcome, Registry, Target, MAX_SYNC_PAYLOAD};
+use crate::time;
+use crate::Error;
+
+/// How often the poller looks for new streams and shards.
+const REFRESH_EVERY: Duration = Duration::from_secs(5);
+
+/// One running stream trigger.
+pub struct StreamPoller {
+    config: StreamMappingConfig,
+    registry: Arc<Registry>,
+    target: Target,
+    filters: Vec<Value>,
+    client: Client,
+    failures_log: PathBuf,
+    stream_arn: Option<String>,
+    shards: Vec<ShardState>,
+    /// Whether a `ListStreams` call has succeeded yet (the first one uses
+    /// `starting_position`; everything found later is read from its start).
+    discovered: bool,
+    last_refresh: Option<Instant>,
+    last_error: Option<String>,
+}
+
+/// Reading position and undelivered records of one shard.
+struct ShardState {
+    id: String,
+    /// `None` once the shard is closed (no `NextShardIterator`).
+    iterator: Option<String>,
+    /// Sequence number of the last record read (delivered or filtered out).
+    last_seq: Option<String>,
+    /// Records that passed the filters, not yet delivered.
+    pending: VecDeque<Value>,
+    /// Failed deliveries of the batch at the head of `pending`.
+    attempts: u32,
+    /// Batch size while bisecting a failing batch.
+    batch_limit: Option<usize>,
+}
+
+/// A DynamoDB Streams client for moto_server (or any endpoint): static `test`
+/// credentials, the given region, rustls with ring.
+pub fn streams_client(endpoint: &str, region: &str) -> Client {
+    let http = aws_smithy_http_client::Builder::new()
+        .tls_provider(Provider::Rustls(CryptoMode::Ring))
+        .build_https();
+    let timeouts = aws_sdk_dynamodbstreams::config::timeout::TimeoutConfig::builder()
+        .connect_timeout(Duration::from_secs(2))
+        .operation_timeout(Duration::from_secs(15))
+        .build();
+    let config = aws_sdk_dynamodbstreams::Config::builder()
+        .behavior_version(BehaviorVersion::latest())
+        .region(Region::new(region.to_string()))
+        .endpoint_url(endpoint)
+        .credentials_provider(Credentials::new(
+            "test",
+            "test",
+            None,
+            None,
+            "lambdafusion-local",
+        ))
+        .http_client(http)
+        .timeout_config(timeouts)
+        .build();
+    Client::from_conf(config)
+}
+
+impl StreamPoller {
+    /// Prepares a poller (no network yet). `failures_log` is where exhausted batches go.
+    pub fn new(
+        config: StreamMappingConfig,
+        registry: Arc<Registry>,
+        failures_log: PathBuf,
+    ) -> Result<StreamPoller, Error> {
+        let target = registry
+            .resolve(&config.function, None)
+            .ok_or_else(|| format!("stream mapping: unknown function {:?}", config.function))?;
+        let filters = filter::parse_filters(&config.filters)?;
+        let client = streams_client(&config.dynamodb_endpoint, &registry.region);
+        Ok(StreamPoller {
+            config,
+            registry,
+            target,
+            filters,
+            client,
+            failures_log,
+            stream_arn: None,
+            shards: Vec::new(),
+            discovered: false,
+            last_refresh: None,
+            last_error: None,
+        })
+    }
+
+    /// Finds the stream and takes the start-up iterators. The emulator calls this before
+    /// it reports ready, so that writes made after that are seen.
+    pub async fn init(&mut self) -> Result<(), Error> {
+        self.refresh().await
+    }
+
+    /// Polls until `shutdown` becomes true.
+    pub async fn run(mut self, mut shutdown: watch::Receiver<bool>) {
+        let interval = Duration::from_millis(self.config.poll_interval_ms.max(10));
+        loop {
+            let due = self.stream_arn.is_none()
+                || self
+                    .last_refresh
+                    .is_none_or(|t| t.elapsed() >= REFRESH_EVERY);
+            if due {
+                match self.refresh().await {
+                    Ok(()) => self.last_error = None,
+                    Err(e) => self.report_error(format!(
+                        "looking for the stream of table {:?}: {e}",
+                        self.config.table
+                    )),
+                }
+            }
+            self.poll_shards().await;
+            tokio::select! {
+                _ = tokio::time::sleep(interval) => {}
+                _ = crate::instance::stopped(&mut shutdown) => return,
+            }
+        }
+    }
+
+    /// Logs an error once, not at every poll.
+    fn report_error(&mut self, message: String) {
+        if self.last_error.as_deref() != Some(message.as_str()) {
+            warn!(table = %self.config.table, "{message}");
+            self.last_error = Some(message);
+        }
+    }
+
+    /// Follows the table's latest stream and picks up new shards.
+    async fn refresh(&mut self) -> Result<(), Error> {
+        self.last_refresh = Some(Instant::now());
+        let listed = self
+            .client
+            .list_streams()
+            .table_name(&self.config.table)
+            .send()
+            .await
+            .map_err(|e| DisplayErrorContext(e).to_string())?;
+        let first = !self.discovered;
+        self.discovered = true;
+        let latest = listed
+            .streams()
+            .iter()
+            .filter(|s| s.table_name().is_none_or(|t| t == self.config.table))
+            .max_by(|a, b| a.stream_label().cmp(&b.stream_label()))
+            .and_then(|s| s.stream_arn())
+            .map(str::to_string);
+        let Some(arn) = latest else {
+            if self.stream_arn.take().is_some() {
+                info!(table = %self.config.table, "the table's stream is gone");
+                self.shards.clear();
+            } else if first {
+                info!(table = %self.config.table, "no stream yet; waiting for the table and its stream");
+            }
+            return Ok(());
+        };
+        let position = if first && self.config.starting_position == "LATEST" {
+            ShardIteratorType::Latest
+        } else {
+            ShardIteratorType::TrimHorizon
+        };
+        if self.stream_arn.as_deref() != Some(arn.as_str()) {
+            info!(table = %self.config.table, function = %self.config.function, stream = %arn, "reading stream");
+            self.stream_arn = Some(arn.clone());
+            self.shards.clear();
+        }
+        let mut shard_ids = Vec::new();
+        let mut start_after: Option<String> = None;
+        loop {
+            let described = self
+                .client
+                .describe_stream()
+                .stream_arn(&arn)
+                .set_exclusive_start_shard_id(start_after.clone())
+                .send()
+                .await
+                .map_err(|e| DisplayErrorContext(e).to_string())?;
+            let Some(desc) = described.stream_description() else {
+                break;
+            };
+            shard_ids.extend(
+                desc.shards()
+                    .iter()
+                    .filter_map(|s| s.shard_id())
+                    .map(str::to_string),
+            );
+            start_after = desc.last_evaluated_shard_id().map(str::to_string);
+            if start_after.is_none() {
+                break;
+            }
+        }
+        for id in shard_ids {
+            if self.shards.iter().any(|s| s.id == id) {
+                continue;
+            }
+            let iterator = self
+                .client
+                .get_shard_iterator()
+                .stream_arn(&arn)
+                .shard_id(&id)
+                .shard_iterator_type(position.clone())
+                .send()
+                .await
+                .map_err(|e| DisplayErrorContext(e).to_string())?
+                .shard_iterator()
+                .map(str::to_string);
+            debug!(table = %self.config.table, shard = %id, ?position, "shard iterator taken");
+            self.shards.push(ShardState {
+                id,
+                iterator,
+                last_seq: None,
+                pending: VecDeque::new(),
+                attempts: 0,
+                batch_limit: None,
+            });
+        }
+        Ok(())
+    }
+
+    /// One round: read each shard whose pending records are delivered, then deliver.
+    async fn poll_shards(&mut self) {
+        let Some(arn) = self.stream_arn.clone() else {
+            return;
+        };
+        for idx in 0..self.shards.len() {
+            if self.shards[idx].pending.is_empty() {
+                if let Err(e) = self.read_shard(idx, &arn).await {
+                    let id = self.shards[idx].id.clone();
+                    self.report_error(format!("GetRecords on shard {id}: {e}"));
+                    continue;
+                }
+            }
+            while !self.shards[idx].pending.is_empty() {
+                if !self.deliver(idx, &arn).await {
+                    break;
+                }
+            }
+        }
+        self.shards
+            .retain(|s| s.iterator.is_some() || !s.pending.is_empty());
+    }
+
+    async fn read_shard(&mut self, idx: usize, arn: &str) -> Result<(), Error> {
+        let Some(iterator) = self.shards[idx].iterator.clone() else {
+            return Ok(());
+        };
+        let limit = self.config.batch_size.clamp(100, 1000) as i32;
+        let result = self
+            .client
+            .get_records()
+            .shard_iterator(iterator)
+            .limit(limit)
+            .send()
+            .await;
+        let output = match result {
+            Ok(o) => o,
+            Err(e) => {
+                let code = e.code().unwrap_or_default().to_string();
+                if code == "ExpiredIteratorException" || code == "TrimmedDataAccessException" {
+                    self.renew_iterator(idx, arn).await?;
+                    return Ok(());
+                }
+                return Err(DisplayErrorContext(e).to_string().into());
+            }
+        };
+        let shard = &mut self.shards[idx];
+        shard.iterator = output.next_shard_iterator().map(str::to_string);
+        for record in output.records() {
+            let json = record_json(record, arn, &self.registry.region);
+            shard.last_seq = record
+                .dynamodb()
+                .and_then(|d| d.sequence_number())
+                .map(str::to_string);
+            if filter::matches_any(&self.filters, &json) {
+                shard.pending.push_back(json);
+            }
+        }
+        Ok(())
+    }
+
+    /// Takes a fresh iterator after the last record read (or at the shard's start).
+    async fn renew_iterator(&mut self, idx: usize, arn: &str) -> Result<(), Error> {
+        let shard = &self.shards[idx];
+        let mut request = self
+            .client
+            .get_shard_iterator()
+            .stream_arn(arn)
+            .shard_id(&shard.id);
+        request = match &shard.last_seq {
+            Some(seq) => request
+                .shard_iterator_type(ShardIteratorType::AfterSequenceNumber)
+                .sequence_number(seq),
+            None => request.shard_iterator_type(ShardIteratorType::TrimHorizon),
+        };
+        let output = request
+            .send()
+            .await
+            .map_err(|e| DisplayErrorContext(e).to_string())?;
+        self.shards[idx].iterator = output.shard_iterator().map(str::to_string);
+        Ok(())
+    }
+
+    /// Delivers the batch at the head of a shard's pending records. Returns whether
+    /// delivery may go on with the next batch in this round.
+    async fn deliver(&mut self, idx: usize, arn: &str) -> bool {
+        let limit = self.shards[idx]
+            .batch_limit
+            .unwrap_or(self.config.batch_size);
+        let batch = take_batch(&self.shards[idx].pending, limit);
+        let count = batch.len();
+        let payload = Bytes::from(json!({ "Records": batch }).to_string());
+        let Ok(pending) = self.registry.invoke_sync(&self.target, payload, None) else {
+            debug!(function = %self.config.function, "stream batch throttled; retrying at the next poll");
+            return false;
+        };
+        let (failed_from, reason, function_error) = match pending.await {
+            None => return false, // shutting down
+            Some(Outcome::Success { body, .. }) => {
+                self.shards[idx].batch_limit = None;
+                match first_failed_item(&body, &batch) {
+                    Ok(None) => {
+                        let shard = &mut self.shards[idx];
+                        shard.pending.drain(..count);
+                        shard.attempts = 0;
+                        return true;
+                    }
+                    Ok(Some(i)) => {
+                        let seq = sequence_number(&batch[i]);
+                        (
+                            i,
+                            format!("batchItemFailures from sequence number {seq}"),
+                            false,
+                        )
+                    }
+                    Err(why) => (0, why, false),
+                }
+            }
+            Some(Outcome::Error { error_type, body }) => {
+                let body = String::from_utf8_lossy(&body);
+                (0, format!("function error {error_type}: {body}"), true)
+            }
+            Some(Outcome::Expired) => (0, "invocation expired".to_string(), true),
+        };
+        let shard = &mut self.shards[idx];
+        if function_error && self.config.bisect_batch_on_function_error && count > 1 {
+            // Split the batch and retry its first half at once; a bisection is not a retry.
+            let half = count.div_ceil(2);
+            shard.batch_limit = Some(half);
+            info!(table = %self.config.table, function = %self.config.function,
+                "stream batch of {count} failed ({reason}); bisecting, retrying the first {half}");
+            return true;
+        }
+        if failed_from > 0 {
+            shard.pending.drain(..failed_from);
+            shard.attempts = 0;
+        }
+        shard.attempts += 1;
+        let max = self.config.maximum_retry_attempts;
+        if max >= 0 && i64::from(shard.attempts) > max {
+            let dropped: Vec<Value> = shard.pending.drain(..count - failed_from).collect();
+            let attempts = shard.attempts;
+            shard.attempts = 0;
+            shard.batch_limit = None;
+            let shard_id = shard.id.clone();
+            warn!(table = %self.config.table, function = %self.config.function, shard = %shard_id,
+                records = dropped.len(),
+                "stream batch failed {attempts} times ({reason}); skipped, see stream-failures.log");
+            self.log_failure(arn, &shard_id, attempts, &reason, dropped);
+            true
+        } else {
+            info!(table = %self.config.table, function = %self.config.function, attempt = shard.attempts,
+                "stream batch failed ({reason}); retrying");
+            false
+        }
+    }
+
+    fn log_failure(
+        &self,
+        arn: &str,
+        shard_id: &str,
+        attempts: u32,
+        reason: &str,
+        records: Vec<Value>,
+    ) {
+        let line = json!({
+            "timestamp": time::rfc3339_ms(time::now_ms()),
+            "table": self.config.table,
+            "function": self.config.function,
+            "streamArn": arn,
+            "shardId": shard_id,
+            "attempts": attempts,
+            "reason": reason,
+            "records": records,
+        });
+        let written = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.failures_log)
+            .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes())); // one write: lines never interleave
+        if let Err(e) = written {
+            warn!("cannot write {}: {e}", self.failures_log.display());
+        }
+    }
+}
+
+/// Up to `batch_size` records from the head, keeping the payload under 6 MB.
+fn take_batch(pending: &VecDeque<Value>, batch_size: usize) -> Vec<Value> {
+    let budget = MAX_SYNC_PAYLOAD - 1024;
+    let mut size = 0;
+    let mut batch = Vec::new();
+    for record in pending.iter().take(batch_size) {
+        let len = record.to_string().len() + 1;
+        if !batch.is_empty() && size + len > budget {
+            break;
+        }
+        size += len;
+        batch.push(record.clone());
+    }
+    batch
+}
+
+fn sequence_number(record: &Value) -> &str {
+    record["dynamodb"]["SequenceNumber"].as_str().unwrap_or("")
+}
+
+/// Reads a partial batch response. `Ok(None)`: all succeeded; `Ok(Some(i))`: re-deliver
+/// from record `i`; `Err`: the response is malformed, so the whole batch failed (as in AWS).
+fn first_failed_item(response: &[u8], batch: &[Value]) -> Result<Option<usize>, String> {
+    let Ok(doc) = serde_json::from_slice::<Value>(response) else {
+        return Ok(None);
+    };
+    let failures = match doc.get("batchItemFailures") {
+        None | Some(Value::Null) => return Ok(None),
+        Some(Value::Array(f)) if f.is_empty() => return Ok(None),
+        Some(Value::Array(f)) => f,
+        Some(_) => return Err("batchItemFailures is not an array".into()),
+    };
+    let mut first: Option<usize> = None;
+    for failure in failures {
+        let id = failure
+            .get("itemIdentifier")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        let Some(pos) = batch
+            .iter()
+            .position(|r| !id.is_empty() && sequence_number(r) == id)
+        else {
+            return Err(format!(
+                "batchItemFailures names {id:?}, not a sequence number of the batch"
+            ));
+        };
+        first = Some(first.map_or(pos, |f| f.min(pos)));
+    }
+    Ok(first)
+}
+
+/// A stream record as Lambda delivers it.
+pub fn record_json(record: &Record, stream_arn: &str, region: &str) -> Value {
+    let mut out = Map::new();
+    out.insert(
+        "eventID".into(),
+        json!(record.event_id().unwrap_or_default()),
+    );
+    out.insert(
+        "eventName".into(),
+        json!(record.event_name().map(|n| n.as_str()).unwrap_or_default()),
+    );
+    out.insert(
+        "eventVersion".into(),
+        json!(record.event_version().unwrap_or("1.1")),
+    );
+    out.insert("eventSource".into(), json!("aws:dynamodb"));
+    out.insert("awsRegion".into(), json!(region));
+    if let Some(d) = record.dynamodb() {
+        let mut dynamodb = Map::new();
+        if let Some(t) = d.approximate_creation_date_time() {
+            let value = if t.subsec_nanos() == 0 {
+                json!(t.secs())
+            } else {
+                json!(t.as_secs_f64())
+            };
+            dynamodb.insert("ApproximateCreationDateTime".into(), value);
+        }
+        let images = [
+            ("Keys", d.keys()),
+            ("NewImage", d.new_image()),
+            ("OldImage", d.old_image()),
+        ];
+        for (name, image) in images {
+            if let Some(image) = image {
+                dynamodb.insert(name.into(), item_json(image));
+            }
+        }
+        if let Some(seq) = d.sequence_number() {
+            dynamodb.insert("SequenceNumber".into(), json!(seq));
+        }
+        dynamodb.insert("SizeBytes".into(), json!(d.size_bytes().unwrap_or(0)));
+        if let Some(v) = d.stream_view_type() {
+            dynamodb.insert("StreamViewType".into(), json!(v.as_str()));
+        }
+        out.insert("dynamodb".into(), Value::Object(dynamodb));
+    }
+    if let Some(identity) = record.user_identity() {
+        out.insert(
+            "userIdentity".into(),
+            json!({"type": identity.r#type().unwrap_or_default(), "principalId": identity.principal_id().unwrap_or_default()}),
+        );
+    }
+    out.insert("eventSourceARN".into(), json!(stream_arn));
+    Value::Object(out)
+}
+
+/// A DynamoDB item in DynamoDB JSON.
+pub fn item_json(item: &HashMap<String, AttributeValue>) -> Value {
+    Value::Object(
+        item.iter()
+            .map(|(k, v)| (k.clone(), attribute_json(v)))
+            .collect(),
+    )
+}
+
+fn attribute_json(v: &AttributeValue) -> Value {
+    let b64 = |b: &aws_sdk_dynamodbstreams::primitives::Blob| {
+        base64::engine::general_purpose::STANDARD.encode(b.as_ref())
+    };
+    match v {
+        AttributeValue::S(s) => json!({ "S": s }),
+        AttributeValue::N(n) => json!({ "N": n }),
+        AttributeValue::B(b) => json!({ "B": b64(b) }),
+        AttributeValue::Bool(b) => json!({ "BOOL": b }),
+        AttributeValue::Null(n) => json!({ "NULL": n }),
+        AttributeValue::Ss(v) => json!({ "SS": v }),
+        AttributeValue::Ns(v) => json!({ "NS": v }),
+        AttributeValue::Bs(v) => json!({ "BS": v.iter().map(b64).collect::<Vec<_>>() }),
+        AttributeValue::L(v) => json!({ "L": v.iter().map(attribute_json).collect::<Vec<_>>() }),
+        AttributeValue::M(m) => json!({ "M": item_json(m) }),
+        _ => json!({}),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use aws_sdk_dynamodbstreams::primitives::{Blob, DateTime};
+    use aws_sdk_dynamodbstreams::types::{OperationType, StreamRecord, StreamViewType};
+
+    fn sdk_record(seq: &str) -> Record {
+        let image: HashMap<String, AttributeValue> = [
+            ("pk".to_string(), AttributeValue::S("Q#1".into())),
+            ("sk".to_string(), AttributeValue::S("STAGE#0".into())),
+            ("remaining".to_string(), AttributeValue::N("0".into())),
+            (
+                "flags".to_string(),
+                AttributeValue::L(vec![AttributeValue::Bool(true), AttributeValue::Null(true)]),
+            ),
+            (
+                "blob".to_string(),
+                AttributeValue::B(Blob::new(vec![1, 2, 3])),
+            ),
+            (
+                "m".to_string(),
+                AttributeValue::M([("k".to_string(), AttributeValue::Ss(vec!["a".into()]))].into()),
+            ),
+        ]
+        .into();
+        let keys: HashMap<String, AttributeValue> = [
+            ("pk".to_string(), AttributeValue::S("Q#1".into())),
+            ("sk".to_string(), AttributeValue::S("STAGE#0".into())),
+        ]
+        .into();
+        Record::builder()
+            .event_id("e1")
+            .event_name(OperationType::Modify)
+            .event_version("1.1")
+            .aws_region("us-east-1")
+            .dynamodb(
+                StreamRecord::builder()
+                    .approximate_creation_date_time(DateTime::from_secs(1_700_000_000))
+                    .set_keys(Some(keys))
+                    .set_new_image(Some(image))
+                    .sequence_number(seq)
+                    .size_bytes(42)
+                    .stream_view_type(StreamViewType::NewImage)
+                    .build(),
+            )
+            .build()
+    }
+
+    #[test]
+    fn records_are_lambda_shaped() {
+        let arn = "arn:aws:dynamodb:us-east-1:000000000000:table/t/stream/2024-01-01T00:00:00.000";
+        let json = record_json(&sdk_record("100"), arn, "us-east-1");
+        assert_eq!(json["eventSource"], "aws:dynamodb");
+        assert_eq!(json["eventSourceARN"], arn);
+        assert_eq!(json["eventName"], "MODIFY");
+        assert_eq!(json["dynamodb"]["NewImage"]["remaining"], json!({"N": "0"}));
+        assert_eq!(json["dynamodb"]["NewImage"]["blob"], json!({"B": "AQID"}));
+        assert_eq!(
+            json["dynamodb"]["NewImage"]["flags"],
+            json!({"L": [{"BOOL": true}, {"NULL": true}]})
+        );
+        assert_eq!(
+            json["dynamodb"]["ApproximateCreationDateTime"],
+            1_700_000_000
+        );
+        // What a function using aws_lambda_events receives.
+        let event: aws_lambda_events::event::dynamodb::Event =
+            serde_json::from_value(json!({ "Records": [json.clone()] })).unwrap();
+        let rec = &event.records[0];
+        assert_eq!(rec.event_source_arn.as_deref(), Some(arn));
+        assert_eq!(rec.change.sequence_number.as_deref(), Some("100"));
+        assert_eq!(rec.change.size_bytes, 42);
+        // And the project's filter selects it.
+        let filters = filter::parse_filters(&[json!({"dynamodb": {"NewImage": {"sk": {"S": [{"prefix": "STAGE#"}]}, "remaining": {"N": ["0"]}}}})]).unwrap();
+        assert!(filter::matches_any(&filters, &json));
+    }
+
+    #[test]
+    fn partial_batch_responses() {
+        let batch: Vec<Value> = ["1", "2", "3"]
+            .iter()
+            .map(|s| record_json(&sdk_record(s), "arn", "r"))
+            .collect();
+        assert_eq!(first_failed_item(b"null", &batch), Ok(None));
+        assert_eq!(first_failed_item(b"{}", &batch), Ok(None));
+        assert_eq!(
+            first_failed_item(br#"{"batchItemFailures":[]}"#, &batch),
+            Ok(None)
+        );
+        let r = br#"{"batchItemFailures":[{"itemIdentifier":"3"},{"itemIdentifier":"2"}]}"#;
+        assert_eq!(first_failed_item(r, &batch), Ok(Some(1)));
+        assert!(
+            first_failed_item(br#"{"batchItemFailures":[{"itemIdentifier":"9"}]}"#, &batch)
+                .is_err()
+        );
+        assert!(
+            first_failed_item(br#"{"batchItemFailures":[{"itemIdentifier":""}]}"#, &batch).is_err()
+        );
+    }
+
+    #[test]
+    fn batches_respect_size_and_count() {
+        let pending: VecDeque<Value> = (0..10).map(|i| json!({"i": i})).collect();
+        assert_eq!(take_batch(&pending, 3).len(), 3);
+        assert_eq!(take_batch(&pending, 100).len(), 10);
+        let big: VecDeque<Value> = (0..3).map(|_| json!("x".repeat(4 * 1024 * 1024))).collect();
+        assert_eq!(take_batch(&big, 100).len(), 1);
+    }
+}
