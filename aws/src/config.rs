@@ -59,7 +59,10 @@ impl AwsSettings {
     }
 
     /// Reads variables through `get` (the environment, or a map in tests).
-    pub fn from_lookup(role: Role, get: impl Fn(&str) -> Option<String>) -> Result<Self, ConfigError> {
+    pub fn from_lookup(
+        role: Role,
+        get: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self, ConfigError> {
         let get = |k: &'static str| get(k).filter(|v| !v.trim().is_empty());
         let required = |k: &'static str| get(k).ok_or(ConfigError::Missing(k));
         let number = |k: &'static str| -> Result<Option<u64>, ConfigError> {
@@ -111,7 +114,13 @@ impl AwsSettings {
                 .split(',')
                 .map(str::trim)
                 .filter(|b| !b.is_empty())
-                .map(|b| if b.contains("://") { b.to_string() } else { format!("s3://{b}") })
+                .map(|b| {
+                    if b.contains("://") {
+                        b.to_string()
+                    } else {
+                        format!("s3://{b}")
+                    }
+                })
                 .collect();
         }
         // A DynamoDB item holds at most 400 KB; base64 makes a plan a third larger.
@@ -143,7 +152,10 @@ mod tests {
     use super::*;
 
     fn lookup(vars: &[(&str, &str)]) -> impl Fn(&str) -> Option<String> {
-        let map: HashMap<String, String> = vars.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let map: HashMap<String, String> = vars
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
         move |k| map.get(k).cloned()
     }
 
@@ -158,17 +170,34 @@ mod tests {
         .unwrap_err();
         assert_eq!(err, ConfigError::Missing(ENV_EXECUTOR_FUNCTION));
         assert!(err.to_string().contains("LAMBDAFUSION_EXECUTOR_FUNCTION"));
-        let err = AwsSettings::from_lookup(Role::Executor, lookup(&[(ENV_TABLE, "t"), (ENV_BUCKET, "b")]))
-            .unwrap_err();
+        let err = AwsSettings::from_lookup(
+            Role::Executor,
+            lookup(&[(ENV_TABLE, "t"), (ENV_BUCKET, "b")]),
+        )
+        .unwrap_err();
         assert_eq!(err, ConfigError::Missing(ENV_SCHEDULER_FUNCTION));
     }
 
     #[test]
     fn values_are_parsed_and_checked() {
-        let base = [(ENV_TABLE, "t"), (ENV_BUCKET, "b"), (ENV_SCHEDULER_FUNCTION, "s")];
+        let base = [
+            (ENV_TABLE, "t"),
+            (ENV_BUCKET, "b"),
+            (ENV_SCHEDULER_FUNCTION, "s"),
+        ];
         let s = AwsSettings::from_lookup(
             Role::Executor,
-            lookup(&[&base[..], &[(ENV_MAX_ATTEMPTS, "5"), (ENV_FAST_PATH, "off"), (ENV_TASK_TIMEOUT_SECS, "90")]].concat()),
+            lookup(
+                &[
+                    &base[..],
+                    &[
+                        (ENV_MAX_ATTEMPTS, "5"),
+                        (ENV_FAST_PATH, "off"),
+                        (ENV_TASK_TIMEOUT_SECS, "90"),
+                    ],
+                ]
+                .concat(),
+            ),
         )
         .unwrap();
         assert_eq!(s.engine.max_attempts, 5);
@@ -180,7 +209,16 @@ mod tests {
             lookup(&[&base[..], &[(ENV_BYTES_PER_TASK, "lots")]].concat()),
         )
         .unwrap_err();
-        assert!(matches!(err, ConfigError::Invalid { var: ENV_BYTES_PER_TASK, .. }), "{err}");
+        assert!(
+            matches!(
+                err,
+                ConfigError::Invalid {
+                    var: ENV_BYTES_PER_TASK,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         let s = AwsSettings::from_lookup(
             Role::Executor,
             lookup(&[&base[..], &[(ENV_DATA_BUCKETS, "s3://lake, raw")]].concat()),

@@ -76,16 +76,19 @@ pub const SCHEDULER_STREAM_ACTIONS: &[&str] = &[
 ];
 /// DynamoDB actions on the job table the executor function calls (reads, the commit
 /// transaction of two updates, failure records).
-pub const EXECUTOR_TABLE_ACTIONS: &[&str] = &["dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"];
+pub const EXECUTOR_TABLE_ACTIONS: &[&str] =
+    &["dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"];
 /// S3 object actions the scheduler calls on the shuffle bucket (`arn:...:bucket/<prefix>/*`):
 /// statement results and large stage plans (put), results (get), clean-up (delete).
-pub const SCHEDULER_BUCKET_OBJECT_ACTIONS: &[&str] = &["s3:GetObject", "s3:PutObject", "s3:DeleteObject"];
+pub const SCHEDULER_BUCKET_OBJECT_ACTIONS: &[&str] =
+    &["s3:GetObject", "s3:PutObject", "s3:DeleteObject"];
 /// S3 bucket actions the scheduler calls on the shuffle bucket (`arn:...:bucket`): listing
 /// a finished job's objects to delete them.
 pub const SCHEDULER_BUCKET_ACTIONS: &[&str] = &["s3:ListBucket"];
 /// S3 object actions the executor calls on the shuffle bucket: shuffle output (put),
 /// inputs and large stage plans (get), a losing duplicate's output (delete).
-pub const EXECUTOR_BUCKET_OBJECT_ACTIONS: &[&str] = &["s3:GetObject", "s3:PutObject", "s3:DeleteObject"];
+pub const EXECUTOR_BUCKET_OBJECT_ACTIONS: &[&str] =
+    &["s3:GetObject", "s3:PutObject", "s3:DeleteObject"];
 /// S3 bucket actions the executor calls on the shuffle bucket: none, it never lists.
 pub const EXECUTOR_BUCKET_ACTIONS: &[&str] = &[];
 /// S3 object actions the scheduler calls on the data buckets (schema resolution reads

@@ -45,7 +45,8 @@ impl SchedulerEvent {
             return Err(UnknownEvent(describe(&event)));
         };
         if object.contains_key("wake") {
-            let wake: WakeEvent = serde_json::from_value(event.clone()).map_err(|e| UnknownEvent(format!("bad wake-up: {e}")))?;
+            let wake: WakeEvent = serde_json::from_value(event.clone())
+                .map_err(|e| UnknownEvent(format!("bad wake-up: {e}")))?;
             return Ok(Self::Wake(wake.wake));
         }
         if let Some(records) = object.get("Records").and_then(Value::as_array) {
@@ -66,11 +67,16 @@ impl SchedulerEvent {
         {
             return Ok(Self::Sweep);
         }
-        if let (Some(context), Some(payload)) = (object.get("requestContext"), object.get("requestPayload")) {
+        if let (Some(context), Some(payload)) =
+            (object.get("requestContext"), object.get("requestPayload"))
+        {
             if context.get("condition").is_some() {
                 let task: TaskSpec = serde_json::from_value(payload.clone())
                     .map_err(|e| UnknownEvent(format!("destination record without a task: {e}")))?;
-                let condition = context.get("condition").and_then(Value::as_str).unwrap_or("unknown");
+                let condition = context
+                    .get("condition")
+                    .and_then(Value::as_str)
+                    .unwrap_or("unknown");
                 let message = object
                     .get("responsePayload")
                     .and_then(|p| p.get("errorMessage").or_else(|| p.get("errorType")))
@@ -82,7 +88,12 @@ impl SchedulerEvent {
                 });
             }
         }
-        if object.get("requestContext").and_then(|c| c.get("http")).is_some() || object.contains_key("rawPath") {
+        if object
+            .get("requestContext")
+            .and_then(|c| c.get("http"))
+            .is_some()
+            || object.contains_key("rawPath")
+        {
             return Ok(Self::Http(event));
         }
         Err(UnknownEvent(describe(&event)))
@@ -108,17 +119,25 @@ mod tests {
 
     #[test]
     fn every_shape_is_recognized() {
-        assert!(matches!(SchedulerEvent::classify(json!({"wake": "j1"})), Ok(SchedulerEvent::Wake(j)) if j == "j1"));
+        assert!(
+            matches!(SchedulerEvent::classify(json!({"wake": "j1"})), Ok(SchedulerEvent::Wake(j)) if j == "j1")
+        );
         let scheduled = json!({"version": "0", "id": "x", "detail-type": "Scheduled Event", "source": "aws.events",
                                "account": "1", "time": "2026-01-01T00:00:00Z", "region": "us-east-1", "resources": [], "detail": {}});
-        assert!(matches!(SchedulerEvent::classify(scheduled), Ok(SchedulerEvent::Sweep)));
+        assert!(matches!(
+            SchedulerEvent::classify(scheduled),
+            Ok(SchedulerEvent::Sweep)
+        ));
         let stream = json!({"Records": [{"eventID": "1", "eventName": "MODIFY", "eventSource": "aws:dynamodb",
                             "eventVersion": "1.1", "awsRegion": "us-east-1",
                             "eventSourceARN": "arn:aws:dynamodb:us-east-1:0:table/t/stream/s",
                             "dynamodb": {"SequenceNumber": "1", "Keys": {}, "NewImage": {},
                                          "StreamViewType": "NEW_IMAGE", "SizeBytes": 1}}]});
         let classified = SchedulerEvent::classify(stream);
-        assert!(matches!(classified, Ok(SchedulerEvent::Stream(_))), "{classified:?}");
+        assert!(
+            matches!(classified, Ok(SchedulerEvent::Stream(_))),
+            "{classified:?}"
+        );
         let lost = json!({"version": "1.0", "timestamp": "t",
             "requestContext": {"requestId": "r", "functionArn": "arn", "condition": "RetriesExhausted", "approximateInvokeCount": 1},
             "requestPayload": {"job_id": "j", "stage": 1, "partition": 2, "attempt": 1},
@@ -127,13 +146,19 @@ mod tests {
         match SchedulerEvent::classify(lost) {
             Ok(SchedulerEvent::TaskLost { task, error }) => {
                 assert_eq!((task.stage, task.partition, task.attempt), (1, 2, 1));
-                assert!(error.contains("RetriesExhausted") && error.contains("exit status 1"), "{error}");
+                assert!(
+                    error.contains("RetriesExhausted") && error.contains("exit status 1"),
+                    "{error}"
+                );
             }
             other => panic!("{other:?}"),
         }
         let http = json!({"version": "2.0", "routeKey": "$default", "rawPath": "/v1/queries", "rawQueryString": "",
                           "headers": {}, "requestContext": {"http": {"method": "GET", "path": "/v1/queries"}}, "isBase64Encoded": false});
-        assert!(matches!(SchedulerEvent::classify(http), Ok(SchedulerEvent::Http(_))));
+        assert!(matches!(
+            SchedulerEvent::classify(http),
+            Ok(SchedulerEvent::Http(_))
+        ));
     }
 
     #[test]
@@ -142,6 +167,8 @@ mod tests {
         assert!(err.to_string().contains("hello"), "{err}");
         assert!(SchedulerEvent::classify(json!([1, 2])).is_err());
         assert!(SchedulerEvent::classify(json!({"wake": 5})).is_err());
-        assert!(SchedulerEvent::classify(json!({"Records": [{"eventSource": "aws:sqs"}]})).is_err());
+        assert!(
+            SchedulerEvent::classify(json!({"Records": [{"eventSource": "aws:sqs"}]})).is_err()
+        );
     }
 }

@@ -40,7 +40,12 @@ pub struct LambdaInvoker {
 impl LambdaInvoker {
     /// Invokes `executor` for tasks and `scheduler` (if any) for wake-ups, at most
     /// `concurrency` invocations in flight.
-    pub fn new(client: Client, executor: String, scheduler: Option<String>, concurrency: usize) -> Self {
+    pub fn new(
+        client: Client,
+        executor: String,
+        scheduler: Option<String>,
+        concurrency: usize,
+    ) -> Self {
         Self {
             client,
             executor,
@@ -87,16 +92,24 @@ impl LambdaInvoker {
                     debug!(function, ?pause, "throttled; backing off");
                     tokio::time::sleep(pause).await;
                 }
-                Err(e) => return Err(Error::Invoke(format!("{function}: {}", DisplayErrorContext(e)))),
+                Err(e) => {
+                    return Err(Error::Invoke(format!(
+                        "{function}: {}",
+                        DisplayErrorContext(e)
+                    )))
+                }
             }
         }
     }
 }
 
-fn is_throttle<R>(e: &aws_sdk_lambda::error::SdkError<aws_sdk_lambda::operation::invoke::InvokeError, R>) -> bool {
+fn is_throttle<R>(
+    e: &aws_sdk_lambda::error::SdkError<aws_sdk_lambda::operation::invoke::InvokeError, R>,
+) -> bool {
     use aws_sdk_lambda::operation::invoke::InvokeError;
     match e.as_service_error() {
-        Some(InvokeError::TooManyRequestsException(_)) | Some(InvokeError::Ec2ThrottledException(_)) => true,
+        Some(InvokeError::TooManyRequestsException(_))
+        | Some(InvokeError::Ec2ThrottledException(_)) => true,
         Some(other) => other.meta().code() == Some("ThrottlingException"),
         None => false,
     }
@@ -122,7 +135,9 @@ impl Backoff {
     }
 
     fn next(&mut self) -> Duration {
-        let ceiling = Self::BASE.saturating_mul(1 << self.attempt.min(16)).min(Self::CAP);
+        let ceiling = Self::BASE
+            .saturating_mul(1 << self.attempt.min(16))
+            .min(Self::CAP);
         self.attempt += 1;
         // xorshift64: plenty for spreading retries apart.
         self.seed ^= self.seed << 13;
@@ -143,7 +158,13 @@ impl Invoker for LambdaInvoker {
             .scheduler
             .as_deref()
             .ok_or_else(|| Error::Invoke("no scheduler function configured for wake-ups".into()))?;
-        self.invoke_event(scheduler, &WakeEvent { wake: job_id.to_string() }).await
+        self.invoke_event(
+            scheduler,
+            &WakeEvent {
+                wake: job_id.to_string(),
+            },
+        )
+        .await
     }
 }
 
@@ -157,9 +178,20 @@ mod tests {
         for attempt in 0..12 {
             let ceiling = Backoff::BASE.saturating_mul(1 << attempt).min(Backoff::CAP);
             let pause = b.next();
-            assert!(pause <= ceiling, "attempt {attempt}: {pause:?} > {ceiling:?}");
+            assert!(
+                pause <= ceiling,
+                "attempt {attempt}: {pause:?} > {ceiling:?}"
+            );
         }
-        let pauses: Vec<_> = (0..20).map(|_| Backoff { attempt: 10, ..Backoff::new() }.next()).collect();
+        let pauses: Vec<_> = (0..20)
+            .map(|_| {
+                Backoff {
+                    attempt: 10,
+                    ..Backoff::new()
+                }
+                .next()
+            })
+            .collect();
         assert!(pauses.windows(2).any(|w| w[0] != w[1]), "jitter varies");
     }
 }

@@ -3,6 +3,7 @@
 //! - [`store::DynamoDbJobStore`]: the job store on one DynamoDB table;
 //! - [`invoker::LambdaInvoker`]: task dispatch as asynchronous Lambda invocations;
 //! - [`s3::S3Registry`]: S3 through `object_store`, any bucket on demand;
+//! - [`signing`]: SigV4 for clients of an IAM-authorized deployment;
 //! - [`stream`]: DynamoDB stream batches -> change records, partial batch failures;
 //! - [`events`]: what the scheduler function receives, told apart;
 //! - [`config`]: settings from environment variables, all listed in [`contract`];
@@ -13,9 +14,11 @@ pub mod clients;
 pub mod config;
 pub mod contract;
 pub mod events;
+pub mod function;
 pub mod invoker;
 pub mod metrics;
 pub mod s3;
+pub mod signing;
 pub mod store;
 pub mod stream;
 
@@ -54,7 +57,8 @@ pub async fn services_with(settings: &AwsSettings) -> Result<Services> {
     let mut runtime = RuntimeEnvBuilder::new()
         .with_object_store_registry(Arc::new(s3::S3Registry::default()))
         .with_disk_manager_builder(
-            DiskManagerBuilder::default().with_mode(DiskManagerMode::Directories(vec![std::env::temp_dir()])),
+            DiskManagerBuilder::default()
+                .with_mode(DiskManagerMode::Directories(vec![std::env::temp_dir()])),
         );
     if let Some(mb) = std::env::var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
         .ok()

@@ -54,7 +54,9 @@ impl Counts {
 
     /// Requests made since `earlier`.
     pub fn since(self, earlier: Counts) -> Counts {
-        Self(std::array::from_fn(|i| self.0[i].saturating_sub(earlier.0[i])))
+        Self(std::array::from_fn(|i| {
+            self.0[i].saturating_sub(earlier.0[i])
+        }))
     }
 
     /// Count of one kind.
@@ -90,7 +92,9 @@ pub struct CountingStore {
 
 impl fmt::Debug for CountingStore {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CountingStore").field("inner", &self.inner).finish()
+        f.debug_struct("CountingStore")
+            .field("inner", &self.inner)
+            .finish()
     }
 }
 
@@ -118,7 +122,12 @@ impl fmt::Display for CountingStore {
 
 #[async_trait]
 impl ObjectStore for CountingStore {
-    async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
+    async fn put_opts(
+        &self,
+        location: &Path,
+        payload: PutPayload,
+        opts: PutOptions,
+    ) -> Result<PutResult> {
         self.count(Request::S3Put);
         self.inner.put_opts(location, payload, opts).await
     }
@@ -137,7 +146,11 @@ impl ObjectStore for CountingStore {
         self.inner.get_opts(location, options).await
     }
 
-    async fn get_ranges(&self, location: &Path, ranges: &[std::ops::Range<u64>]) -> Result<Vec<bytes::Bytes>> {
+    async fn get_ranges(
+        &self,
+        location: &Path,
+        ranges: &[std::ops::Range<u64>],
+    ) -> Result<Vec<bytes::Bytes>> {
         // The inner store coalesces nearby ranges; count what it is asked for.
         for _ in ranges {
             self.count(Request::S3Get);
@@ -145,7 +158,10 @@ impl ObjectStore for CountingStore {
         self.inner.get_ranges(location, ranges).await
     }
 
-    fn delete_stream(&self, locations: BoxStream<'static, Result<Path>>) -> BoxStream<'static, Result<Path>> {
+    fn delete_stream(
+        &self,
+        locations: BoxStream<'static, Result<Path>>,
+    ) -> BoxStream<'static, Result<Path>> {
         let sink = self.sink.clone();
         self.inner.delete_stream(
             locations

@@ -39,7 +39,11 @@ pub struct S3Registry {
 }
 
 impl ObjectStoreRegistry for S3Registry {
-    fn register_store(&self, url: &Url, store: Arc<dyn ObjectStore>) -> Option<Arc<dyn ObjectStore>> {
+    fn register_store(
+        &self,
+        url: &Url,
+        store: Arc<dyn ObjectStore>,
+    ) -> Option<Arc<dyn ObjectStore>> {
         self.inner.register_store(url, store)
     }
 
@@ -50,11 +54,12 @@ impl ObjectStoreRegistry for S3Registry {
         if url.scheme() != "s3" {
             return self.inner.get_store(url);
         }
-        let bucket = url
-            .host_str()
-            .ok_or_else(|| DataFusionError::Plan(format!("{url}: an s3:// location needs a bucket name")))?;
+        let bucket = url.host_str().ok_or_else(|| {
+            DataFusionError::Plan(format!("{url}: an s3:// location needs a bucket name"))
+        })?;
         let store = bucket_store(bucket).map_err(|e| DataFusionError::ObjectStore(Box::new(e)))?;
-        let base = Url::parse(&format!("s3://{bucket}")).map_err(|e| DataFusionError::Plan(e.to_string()))?;
+        let base = Url::parse(&format!("s3://{bucket}"))
+            .map_err(|e| DataFusionError::Plan(e.to_string()))?;
         self.inner.register_store(&base, store.clone());
         Ok(store)
     }

@@ -39,7 +39,10 @@ fn n(v: impl ToString) -> AttributeValue {
     AttributeValue::N(v.to_string())
 }
 
-fn store_err<E: std::error::Error + 'static, R: std::fmt::Debug>(op: &str, e: SdkError<E, R>) -> Error {
+fn store_err<E: std::error::Error + 'static, R: std::fmt::Debug>(
+    op: &str,
+    e: SdkError<E, R>,
+) -> Error {
     Error::Store(format!("DynamoDB {op}: {}", DisplayErrorContext(e)))
 }
 
@@ -228,7 +231,10 @@ impl DynamoDbJobStore {
             .await;
         match result {
             Ok(_) => Ok(true),
-            Err(e) if e.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
                 Ok(false)
             }
             Err(e) => Err(store_err(op, e)),
@@ -280,9 +286,19 @@ impl DynamoDbJobStore {
 
     /// Runs a transaction; `Ok(Some(reasons))` when a condition cancelled it, with the
     /// cancellation code per item.
-    async fn transact(&self, op: &str, items: Vec<TransactWriteItem>) -> Result<Option<Vec<String>>> {
+    async fn transact(
+        &self,
+        op: &str,
+        items: Vec<TransactWriteItem>,
+    ) -> Result<Option<Vec<String>>> {
         count(Request::DynamoDbWrite);
-        match self.client.transact_write_items().set_transact_items(Some(items)).send().await {
+        match self
+            .client
+            .transact_write_items()
+            .set_transact_items(Some(items))
+            .send()
+            .await
+        {
             Ok(_) => Ok(None),
             Err(e) => {
                 if let Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c)) =
@@ -315,7 +331,12 @@ impl DynamoDbJobStore {
 
 #[async_trait]
 impl JobStore for DynamoDbJobStore {
-    async fn create_job(&self, job: &JobRecord, stages: &[StageRecord], tasks: &[TaskRecord]) -> Result<()> {
+    async fn create_job(
+        &self,
+        job: &JobRecord,
+        stages: &[StageRecord],
+        tasks: &[TaskRecord],
+    ) -> Result<()> {
         let pk = job_pk(&job.job_id);
         let mut items = Vec::with_capacity(stages.len() + tasks.len());
         for stage in stages {
@@ -327,7 +348,10 @@ impl JobStore for DynamoDbJobStore {
         // Stages and tasks first: the job item, written last and only if absent, makes
         // the job exist; a crash before it leaves items that only the TTL will notice.
         self.batch_put(items).await?;
-        let mut writes = vec![self.put(to_item(&pk, SK_META, job)?, Some("attribute_not_exists(pk)"))?];
+        let mut writes = vec![self.put(
+            to_item(&pk, SK_META, job)?,
+            Some("attribute_not_exists(pk)"),
+        )?];
         if job.state == JobState::Running {
             let active = HashMap::from([
                 ("pk".to_string(), s(ACTIVE_PK)),
@@ -336,9 +360,15 @@ impl JobStore for DynamoDbJobStore {
             ]);
             writes.push(self.put(active, None)?);
         }
-        match self.transact("TransactWriteItems (create job)", writes).await? {
+        match self
+            .transact("TransactWriteItems (create job)", writes)
+            .await?
+        {
             None => Ok(()),
-            Some(_) => Err(Error::Conflict(format!("job {} already exists", job.job_id))),
+            Some(_) => Err(Error::Conflict(format!(
+                "job {} already exists",
+                job.job_id
+            ))),
         }
     }
 
@@ -353,8 +383,12 @@ impl JobStore for DynamoDbJobStore {
         for item in self.query(&job_pk(job_id), "").await? {
             match item.get("sk") {
                 Some(AttributeValue::S(sk)) if sk == SK_META => job = Some(from_item(item)?),
-                Some(AttributeValue::S(sk)) if sk.starts_with("STAGE#") => stages.push(from_item(item)?),
-                Some(AttributeValue::S(sk)) if sk.starts_with("TASK#") => tasks.push(from_item(item)?),
+                Some(AttributeValue::S(sk)) if sk.starts_with("STAGE#") => {
+                    stages.push(from_item(item)?)
+                }
+                Some(AttributeValue::S(sk)) if sk.starts_with("TASK#") => {
+                    tasks.push(from_item(item)?)
+                }
                 _ => {}
             }
         }
@@ -365,7 +399,12 @@ impl JobStore for DynamoDbJobStore {
         self.get(&job_pk(job_id), &stage_sk(stage)).await
     }
 
-    async fn get_task(&self, job_id: &str, stage: u32, partition: u32) -> Result<Option<TaskRecord>> {
+    async fn get_task(
+        &self,
+        job_id: &str,
+        stage: u32,
+        partition: u32,
+    ) -> Result<Option<TaskRecord>> {
         self.get(&job_pk(job_id), &task_sk(stage, partition)).await
     }
 
@@ -382,8 +421,13 @@ impl JobStore for DynamoDbJobStore {
             .set("state", state_value(StageState::Dispatched))
             .set("dispatched_ms", n(now_ms));
         let condition = expr.eq("state", state_value(StageState::Pending));
-        self.update("UpdateItem (claim stage)", key(&job_pk(job_id), &stage_sk(stage)), expr, condition)
-            .await
+        self.update(
+            "UpdateItem (claim stage)",
+            key(&job_pk(job_id), &stage_sk(stage)),
+            expr,
+            condition,
+        )
+        .await
     }
 
     async fn start_attempt(
@@ -413,8 +457,13 @@ impl JobStore for DynamoDbJobStore {
         } else {
             format!("{not_succeeded} AND {previous}")
         };
-        self.update("UpdateItem (start attempt)", key(&job_pk(job_id), &task_sk(stage, partition)), expr, condition)
-            .await
+        self.update(
+            "UpdateItem (start attempt)",
+            key(&job_pk(job_id), &task_sk(stage, partition)),
+            expr,
+            condition,
+        )
+        .await
     }
 
     async fn commit_task(&self, commit: &TaskCommit) -> Result<CommitOutcome> {
@@ -440,14 +489,23 @@ impl JobStore for DynamoDbJobStore {
         let stage = Expr::default()
             .add("remaining", n(-1))
             .set("last_commit_ms", n(commit.now_ms))
-            .into_update(&self.table, key(&pk, &stage_sk(commit.stage)), "attribute_exists(pk)".into())?;
+            .into_update(
+                &self.table,
+                key(&pk, &stage_sk(commit.stage)),
+                "attribute_exists(pk)".into(),
+            )?;
         let writes = vec![
             TransactWriteItem::builder().update(task).build(),
             TransactWriteItem::builder().update(stage).build(),
         ];
-        match self.transact("TransactWriteItems (commit task)", writes).await? {
+        match self
+            .transact("TransactWriteItems (commit task)", writes)
+            .await?
+        {
             None => {}
-            Some(reasons) if reasons.first().map(String::as_str) == Some("ConditionalCheckFailed") => {
+            Some(reasons)
+                if reasons.first().map(String::as_str) == Some("ConditionalCheckFailed") =>
+            {
                 return Ok(CommitOutcome::AlreadySucceeded)
             }
             Some(_) => {
@@ -458,10 +516,12 @@ impl JobStore for DynamoDbJobStore {
             }
         }
         // Transactions return no values: read the counter back, strongly consistent.
-        let stage: StageRecord = self
-            .get(&pk, &stage_sk(commit.stage))
-            .await?
-            .ok_or_else(|| Error::NotFound(format!("stage {} of job {}", commit.stage, commit.job_id)))?;
+        let stage: StageRecord =
+            self.get(&pk, &stage_sk(commit.stage))
+                .await?
+                .ok_or_else(|| {
+                    Error::NotFound(format!("stage {} of job {}", commit.stage, commit.job_id))
+                })?;
         Ok(CommitOutcome::Committed {
             remaining: stage.remaining,
         })
@@ -487,14 +547,23 @@ impl JobStore for DynamoDbJobStore {
         };
         self.update(
             "UpdateItem (fail attempt)",
-            key(&job_pk(&failure.job_id), &task_sk(failure.stage, failure.partition)),
+            key(
+                &job_pk(&failure.job_id),
+                &task_sk(failure.stage, failure.partition),
+            ),
             expr,
             condition,
         )
         .await
     }
 
-    async fn finish_job(&self, job_id: &str, state: JobState, error: Option<String>, now_ms: u64) -> Result<bool> {
+    async fn finish_job(
+        &self,
+        job_id: &str,
+        state: JobState,
+        error: Option<String>,
+        now_ms: u64,
+    ) -> Result<bool> {
         let mut expr = Expr::default()
             .set("state", state_value(state))
             .set("finished_ms", n(now_ms));
@@ -513,7 +582,10 @@ impl JobStore for DynamoDbJobStore {
             TransactWriteItem::builder().update(update).build(),
             TransactWriteItem::builder().delete(delete).build(),
         ];
-        Ok(self.transact("TransactWriteItems (finish job)", writes).await?.is_none())
+        Ok(self
+            .transact("TransactWriteItems (finish job)", writes)
+            .await?
+            .is_none())
     }
 
     async fn active_jobs(&self) -> Result<Vec<String>> {
@@ -552,7 +624,10 @@ impl JobStore for DynamoDbJobStore {
             .await;
         match result {
             Ok(_) => Ok(true),
-            Err(e) if e.as_service_error().is_some_and(|e| e.is_conditional_check_failed_exception()) => {
+            Err(e)
+                if e.as_service_error()
+                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
+            {
                 Ok(false)
             }
             Err(e) => Err(store_err("PutItem", e)),
@@ -564,7 +639,11 @@ impl JobStore for DynamoDbJobStore {
     }
 
     async fn list_tables(&self) -> Result<Vec<TableRecord>> {
-        self.query(CATALOG_PK, "TABLE#").await?.into_iter().map(from_item).collect()
+        self.query(CATALOG_PK, "TABLE#")
+            .await?
+            .into_iter()
+            .map(from_item)
+            .collect()
     }
 
     async fn delete_table(&self, name: &str) -> Result<bool> {
@@ -610,7 +689,11 @@ mod tests {
             expires_at: 99,
         };
         let item = to_item(&job_pk("j"), &task_sk(3, 7), &task).unwrap();
-        assert_eq!(item["state"], s("SUCCEEDED"), "the attribute the stream filter reads");
+        assert_eq!(
+            item["state"],
+            s("SUCCEEDED"),
+            "the attribute the stream filter reads"
+        );
         assert_eq!(item["sk"], s("TASK#00003#000007"));
         let back: TaskRecord = from_item(item).unwrap();
         assert_eq!(back, task);
@@ -620,9 +703,15 @@ mod tests {
 
     #[test]
     fn expressions_bind_every_name_and_value() {
-        let mut e = Expr::default().set("state", s("X")).add("remaining", n(-1)).remove("error");
+        let mut e = Expr::default()
+            .set("state", s("X"))
+            .add("remaining", n(-1))
+            .remove("error");
         let cond = e.eq("state", s("Y"));
-        assert_eq!(e.update_expression(), "SET #state = :v0 ADD #remaining :v1 REMOVE #error");
+        assert_eq!(
+            e.update_expression(),
+            "SET #state = :v0 ADD #remaining :v1 REMOVE #error"
+        );
         assert_eq!(cond, "#state = :v2");
         assert_eq!(e.values.len(), 3);
         assert_eq!(e.names.len(), 3);
@@ -655,9 +744,23 @@ mod contract_tests {
     use crate::contract::{EXECUTOR_TABLE_ACTIONS, SCHEDULER_TABLE_ACTIONS};
 
     const OPERATIONS: &[&str] = &[
-        "create_job", "get_job", "load_job", "get_stage", "get_task", "list_tasks", "claim_stage",
-        "start_attempt", "commit_task", "fail_attempt", "finish_job", "active_jobs", "remove_active",
-        "put_table", "get_table", "list_tables", "delete_table",
+        "create_job",
+        "get_job",
+        "load_job",
+        "get_stage",
+        "get_task",
+        "list_tasks",
+        "claim_stage",
+        "start_attempt",
+        "commit_task",
+        "fail_attempt",
+        "finish_job",
+        "active_jobs",
+        "remove_active",
+        "put_table",
+        "get_table",
+        "list_tables",
+        "delete_table",
     ];
 
     /// The SDK calls in this file, as IAM actions.
@@ -683,11 +786,24 @@ mod contract_tests {
 
     #[test]
     fn every_operation_is_mapped_and_every_call_is_in_the_contract() {
-        let mapped: BTreeSet<&str> = OPERATIONS.iter().flat_map(|op| actions_of(op).iter().copied()).collect();
-        assert_eq!(mapped, actions_in_source(), "actions_of() and the SDK calls in store.rs disagree");
-        let granted: BTreeSet<&str> =
-            SCHEDULER_TABLE_ACTIONS.iter().chain(EXECUTOR_TABLE_ACTIONS).copied().collect();
-        assert_eq!(mapped, granted, "the contract grants exactly what the store calls");
+        let mapped: BTreeSet<&str> = OPERATIONS
+            .iter()
+            .flat_map(|op| actions_of(op).iter().copied())
+            .collect();
+        assert_eq!(
+            mapped,
+            actions_in_source(),
+            "actions_of() and the SDK calls in store.rs disagree"
+        );
+        let granted: BTreeSet<&str> = SCHEDULER_TABLE_ACTIONS
+            .iter()
+            .chain(EXECUTOR_TABLE_ACTIONS)
+            .copied()
+            .collect();
+        assert_eq!(
+            mapped, granted,
+            "the contract grants exactly what the store calls"
+        );
         assert!(
             !include_str!("store.rs").contains(&format!(".{}()", "scan")),
             "no scans on any path"

@@ -109,6 +109,8 @@ mod tests {
         assert_eq!(decoded.len(), 2, "{decoded:?}");
         assert!(decoded.iter().all(|d| d.change.wakes_scheduler()));
         assert_eq!(decoded[0].sequence, "100");
-        assert!(matches!(&decoded[1].change, ChangeRecord::Task(t) if t.error.as_deref() == Some("boom")));
+        assert!(
+            matches!(&decoded[1].change, ChangeRecord::Task(t) if t.error.as_deref() == Some("boom"))
+        );
     }
 }

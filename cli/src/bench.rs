@@ -56,13 +56,19 @@ pub struct BenchRow {
 pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
     let dir = tpch::data_dir(&options.data, options.sf);
     if !tpch::is_generated(&dir) {
-        eprintln!("generating TPC-H SF {} into {} ...", options.sf, dir.display());
+        eprintln!(
+            "generating TPC-H SF {} into {} ...",
+            options.sf,
+            dir.display()
+        );
         let started = Instant::now();
         tpch::generate(&dir, options.sf, 2, &|_, _| {})?;
         eprintln!("generated in {:.1} s", started.elapsed().as_secs_f64());
     }
     let baseline = SessionContext::new();
-    tpch::register_baseline(&baseline, &dir).await.map_err(|e| e.to_string())?;
+    tpch::register_baseline(&baseline, &dir)
+        .await
+        .map_err(|e| e.to_string())?;
     let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
     let engine = Embedded::start(EmbeddedOptions {
         data_dir: Some(scratch.path().to_path_buf()),
@@ -81,15 +87,24 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
         let mut expected = Vec::new();
         for _ in 0..options.iterations.max(1) {
             let started = Instant::now();
-            let df = baseline.sql(sql).await.map_err(|e| format!("q{q} on DataFusion: {e}"))?;
-            expected = df.collect().await.map_err(|e| format!("q{q} on DataFusion: {e}"))?;
+            let df = baseline
+                .sql(sql)
+                .await
+                .map_err(|e| format!("q{q} on DataFusion: {e}"))?;
+            expected = df
+                .collect()
+                .await
+                .map_err(|e| format!("q{q} on DataFusion: {e}"))?;
             best_df = best_df.min(started.elapsed());
         }
         let mut best_lf = Duration::MAX;
         let mut last = None;
         for _ in 0..options.iterations.max(1) {
             let started = Instant::now();
-            let out = engine.sql(sql).await.map_err(|e| format!("q{q} on lambdafusion: {e}"))?;
+            let out = engine
+                .sql(sql)
+                .await
+                .map_err(|e| format!("q{q} on lambdafusion: {e}"))?;
             best_lf = best_lf.min(started.elapsed());
             last = Some(out);
         }
@@ -112,7 +127,11 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
             "q{q:<2} datafusion {:>7.1} ms  lambdafusion {:>7.1} ms{}",
             ms(row.datafusion),
             ms(row.lambdafusion),
-            if row.mismatch.is_some() { "  RESULT MISMATCH" } else { "" }
+            if row.mismatch.is_some() {
+                "  RESULT MISMATCH"
+            } else {
+                ""
+            }
         );
         rows.push(row);
     }
@@ -138,7 +157,11 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
                 r.shuffle_objects.to_string(),
                 bytes(r.shuffle_bytes),
                 r.rows.to_string(),
-                if r.mismatch.is_none() { "ok".into() } else { "MISMATCH".into() },
+                if r.mismatch.is_none() {
+                    "ok".into()
+                } else {
+                    "MISMATCH".into()
+                },
             ]
         })
         .collect();
@@ -154,13 +177,23 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
         "total".into(),
         format!("{total_df:.1}"),
         format!("{total_lf:.1}"),
-        format!("{:.2}x (geo mean {geo:.2}x)", total_lf / total_df.max(0.001)),
+        format!(
+            "{:.2}x (geo mean {geo:.2}x)",
+            total_lf / total_df.max(0.001)
+        ),
         rows.iter().map(|r| r.stages).sum::<usize>().to_string(),
         rows.iter().map(|r| r.tasks).sum::<u32>().to_string(),
-        rows.iter().map(|r| r.shuffle_objects).sum::<u64>().to_string(),
+        rows.iter()
+            .map(|r| r.shuffle_objects)
+            .sum::<u64>()
+            .to_string(),
         bytes(rows.iter().map(|r| r.shuffle_bytes).sum()),
         String::new(),
-        format!("{}/{} ok", rows.iter().filter(|r| r.mismatch.is_none()).count(), rows.len()),
+        format!(
+            "{}/{} ok",
+            rows.iter().filter(|r| r.mismatch.is_none()).count(),
+            rows.len()
+        ),
     ]);
     let mut out = format!(
         "TPC-H SF {} — single-process DataFusion vs lambdafusion embedded ({} function slots, {} bytes/task, at most {} tasks/stage); best of {} run{}\n\n",
@@ -173,13 +206,25 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
     );
     out.push_str(&text_table(
         &[
-            "query", "datafusion ms", "lambdafusion ms", "ratio", "stages", "tasks",
-            "shuffle objects", "shuffle bytes", "rows", "result",
+            "query",
+            "datafusion ms",
+            "lambdafusion ms",
+            "ratio",
+            "stages",
+            "tasks",
+            "shuffle objects",
+            "shuffle bytes",
+            "rows",
+            "result",
         ],
         &table,
     ));
     for r in rows.iter().filter(|r| r.mismatch.is_some()) {
-        out.push_str(&format!("\nq{} mismatch: {}\n", r.query, r.mismatch.as_deref().unwrap_or("")));
+        out.push_str(&format!(
+            "\nq{} mismatch: {}\n",
+            r.query,
+            r.mismatch.as_deref().unwrap_or("")
+        ));
     }
     out
 }

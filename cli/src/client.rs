@@ -8,6 +8,7 @@ use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::ipc::reader::StreamReader;
 use lambdafusion::status::JobStatus;
+use lambdafusion_aws::signing::{self, RequestSigner};
 use serde::Deserialize;
 
 /// Errors talking to an endpoint.
@@ -34,11 +35,14 @@ pub enum ClientError {
     Protocol(String),
 }
 
-/// A lambdafusion endpoint.
+/// A lambdafusion endpoint. Requests to an AWS endpoint (API Gateway or a Lambda
+/// function URL) are signed with SigV4 using the standard AWS credential chain, as the
+/// IAM authorization of a default deployment requires.
 #[derive(Debug, Clone)]
 pub struct Client {
     endpoint: String,
     http: reqwest::Client,
+    signer: std::sync::Arc<tokio::sync::OnceCell<Option<RequestSigner>>>,
 }
 
 #[derive(Debug, Deserialize)]
@@ -65,7 +69,60 @@ impl Client {
                 .timeout(Duration::from_secs(120))
                 .build()
                 .expect("HTTP client"),
+            signer: Default::default(),
         }
+    }
+
+    /// Sends a request, signed when the endpoint is an AWS one.
+    async fn send(
+        &self,
+        method: reqwest::Method,
+        path_and_query: &str,
+        body: Option<Vec<u8>>,
+    ) -> Result<reqwest::Response, ClientError> {
+        let url = format!("{}{path_and_query}", self.endpoint);
+        let mut headers: Vec<(String, String)> = Vec::new();
+        if body.is_some() {
+            headers.push(("content-type".into(), "application/json".into()));
+        }
+        let host = reqwest::Url::parse(&url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_string))
+            .unwrap_or_default();
+        let signer = self
+            .signer
+            .get_or_try_init(|| async {
+                match signing::service_for(&host) {
+                    Some(service) => RequestSigner::from_env(service, signing::region_of(&host))
+                        .await
+                        .map(Some),
+                    None => Ok(None),
+                }
+            })
+            .await
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        if let Some(signer) = signer {
+            headers.push(("host".into(), host.clone()));
+            let signed = signer
+                .headers(
+                    method.as_str(),
+                    &url,
+                    &headers,
+                    body.as_deref().unwrap_or_default(),
+                )
+                .await
+                .map_err(|e| ClientError::Protocol(e.to_string()))?;
+            headers.extend(signed);
+            headers.retain(|(k, _)| k != "host");
+        }
+        let mut request = self.http.request(method, &url);
+        for (k, v) in headers {
+            request = request.header(k, v);
+        }
+        if let Some(body) = body {
+            request = request.body(body);
+        }
+        request.send().await.map_err(|e| self.transport(e))
     }
 
     fn transport(&self, source: reqwest::Error) -> ClientError {
@@ -89,13 +146,10 @@ impl Client {
 
     /// Submits `sql`; returns the query id.
     pub async fn submit(&self, sql: &str) -> Result<String, ClientError> {
+        let body = serde_json::to_vec(&serde_json::json!({ "sql": sql })).expect("JSON");
         let response = self
-            .http
-            .post(format!("{}/v1/queries", self.endpoint))
-            .json(&serde_json::json!({ "sql": sql }))
-            .send()
-            .await
-            .map_err(|e| self.transport(e))?;
+            .send(reqwest::Method::POST, "/v1/queries", Some(body))
+            .await?;
         let submission: Submission = self
             .check(response)
             .await?
@@ -107,13 +161,8 @@ impl Client {
 
     /// The status of query `id`, waiting up to `wait` for it to end.
     pub async fn status(&self, id: &str, wait: Duration) -> Result<JobStatus, ClientError> {
-        let response = self
-            .http
-            .get(format!("{}/v1/queries/{id}", self.endpoint))
-            .query(&[("wait", wait.as_secs_f64())])
-            .send()
-            .await
-            .map_err(|e| self.transport(e))?;
+        let path = format!("/v1/queries/{id}?wait={}", wait.as_secs_f64());
+        let response = self.send(reqwest::Method::GET, &path, None).await?;
         self.check(response)
             .await?
             .json()
@@ -124,23 +173,15 @@ impl Client {
     /// Cancels query `id`.
     pub async fn cancel(&self, id: &str) -> Result<(), ClientError> {
         let response = self
-            .http
-            .delete(format!("{}/v1/queries/{id}", self.endpoint))
-            .send()
-            .await
-            .map_err(|e| self.transport(e))?;
+            .send(reqwest::Method::DELETE, &format!("/v1/queries/{id}"), None)
+            .await?;
         self.check(response).await.map(|_| ())
     }
 
     /// The rows of a finished query.
     pub async fn result(&self, id: &str) -> Result<(SchemaRef, Vec<RecordBatch>), ClientError> {
-        let response = self
-            .http
-            .get(format!("{}/v1/queries/{id}/result", self.endpoint))
-            .query(&[("format", "arrow")])
-            .send()
-            .await
-            .map_err(|e| self.transport(e))?;
+        let path = format!("/v1/queries/{id}/result?format=arrow");
+        let response = self.send(reqwest::Method::GET, &path, None).await?;
         let bytes = self
             .check(response)
             .await?
@@ -185,4 +226,3 @@ impl Client {
         Ok((status, schema, batches))
     }
 }
-

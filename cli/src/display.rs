@@ -76,13 +76,25 @@ pub fn stage_summary(status: &JobStatus) -> String {
                 s.rows.to_string(),
                 bytes(s.bytes),
                 s.elapsed_ms.map_or("-".into(), |ms| format!("{ms} ms")),
-                if s.inputs.is_empty() { "scan".into() } else { s.inputs.join(", ") },
+                if s.inputs.is_empty() {
+                    "scan".into()
+                } else {
+                    s.inputs.join(", ")
+                },
                 s.summary.clone(),
             ]
         })
         .collect();
     text_table(
-        &["stage", "tasks", "rows out", "bytes out", "time", "input", "operators"],
+        &[
+            "stage",
+            "tasks",
+            "rows out",
+            "bytes out",
+            "time",
+            "input",
+            "operators",
+        ],
         &rows,
     )
 }
@@ -117,6 +129,15 @@ pub fn task_progress() -> ProgressBar {
 pub fn update_progress(bar: &ProgressBar, status: &JobStatus) {
     bar.set_length(status.tasks as u64);
     bar.set_position(status.tasks_done as u64);
-    let running = status.stages.iter().filter(|s| s.state == "running").count();
-    bar.set_message(format!("{} ({} stage{} running)", status.state, running, if running == 1 { "" } else { "s" }));
+    let running = status
+        .stages
+        .iter()
+        .filter(|s| s.state == "running")
+        .count();
+    bar.set_message(format!(
+        "{} ({} stage{} running)",
+        status.state,
+        running,
+        if running == 1 { "" } else { "s" }
+    ));
 }

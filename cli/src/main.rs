@@ -12,7 +12,11 @@ use lambdafusion::EngineConfig;
 use lambdafusion_cli::{bench, client, display, tpch};
 
 #[derive(Parser)]
-#[command(name = "lambdafusion", version, about = "Serverless distributed SQL on DataFusion")]
+#[command(
+    name = "lambdafusion",
+    version,
+    about = "Serverless distributed SQL on DataFusion"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -41,7 +45,11 @@ enum Command {
 #[derive(Args, Clone)]
 struct EngineArgs {
     /// Directory for the catalog, job records and shuffle data.
-    #[arg(long, env = "LAMBDAFUSION_DATA_DIR", default_value = "lambdafusion-data")]
+    #[arg(
+        long,
+        env = "LAMBDAFUSION_DATA_DIR",
+        default_value = "lambdafusion-data"
+    )]
     data_dir: PathBuf,
     /// Concurrent tasks (the embedded "function slots"); default: 2 per CPU.
     #[arg(long)]
@@ -73,7 +81,11 @@ struct DemoArgs {
     #[arg(long, default_value_t = 0.1)]
     sf: f64,
     /// Where the demo keeps its data and state.
-    #[arg(long, env = "LAMBDAFUSION_DATA_DIR", default_value = "lambdafusion-data")]
+    #[arg(
+        long,
+        env = "LAMBDAFUSION_DATA_DIR",
+        default_value = "lambdafusion-data"
+    )]
     data_dir: PathBuf,
     /// Target input bytes per task; small, so that even the demo fans out.
     #[arg(long, default_value_t = 4 * 1024 * 1024)]
@@ -156,7 +168,11 @@ enum BenchCommand {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let default_level = if matches!(cli.command, Command::Serve(_)) { "info" } else { "warn" };
+    let default_level = if matches!(cli.command, Command::Serve(_)) {
+        "info"
+    } else {
+        "warn"
+    };
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -164,11 +180,7 @@ fn main() -> ExitCode {
         )
         .with_writer(std::io::stderr)
         .init();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_stack_size(16 * 1024 * 1024)
-        .build()
-        .expect("tokio runtime");
+    let runtime = lambdafusion::runtime().expect("tokio runtime");
     match runtime.block_on(run(cli)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(message) => {
@@ -198,7 +210,11 @@ async fn run(cli: Cli) -> Result<(), String> {
                     slots,
                 },
         } => {
-            let queries = if queries.is_empty() { (1..=22).collect() } else { queries };
+            let queries = if queries.is_empty() {
+                (1..=22).collect()
+            } else {
+                queries
+            };
             if let Some(q) = queries.iter().find(|q| !(1..=22).contains(*q)) {
                 return Err(format!("there is no TPC-H query {q} (1-22)"));
             }
@@ -231,9 +247,11 @@ fn generate(dir: &std::path::Path, sf: f64) -> Result<PathBuf, String> {
     let jobs = tpch::file_jobs(sf);
     let bar = indicatif::ProgressBar::new(jobs.len() as u64);
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{spinner} generating TPC-H SF {msg} [{bar:30}] {pos}/{len} files ({elapsed})")
-            .expect("valid template")
-            .progress_chars("=> "),
+        indicatif::ProgressStyle::with_template(
+            "{spinner} generating TPC-H SF {msg} [{bar:30}] {pos}/{len} files ({elapsed})",
+        )
+        .expect("valid template")
+        .progress_chars("=> "),
     );
     bar.set_message(format!("{sf}"));
     let started = Instant::now();
@@ -249,7 +267,10 @@ fn generate(dir: &std::path::Path, sf: f64) -> Result<PathBuf, String> {
 }
 
 async fn demo(args: DemoArgs) -> Result<(), String> {
-    let data = generate(&tpch::data_dir(&args.data_dir.join("tpch"), args.sf), args.sf)?;
+    let data = generate(
+        &tpch::data_dir(&args.data_dir.join("tpch"), args.sf),
+        args.sf,
+    )?;
     let data = std::fs::canonicalize(&data).map_err(|e| e.to_string())?;
     let engine = Embedded::start(EmbeddedOptions {
         data_dir: Some(args.data_dir.join("engine")),
@@ -263,7 +284,10 @@ async fn demo(args: DemoArgs) -> Result<(), String> {
     }
     let q = args.query as usize;
     let sql = tpch::query(q);
-    println!("TPC-H Q{q} over SF {} — planned by DataFusion, cut into stages, every task pushed", args.sf);
+    println!(
+        "TPC-H Q{q} over SF {} — planned by DataFusion, cut into stages, every task pushed",
+        args.sf
+    );
     println!("to an in-process function slot, shuffled through files, results read back:\n");
     let (status, schema, batches) = run_embedded(&engine, sql).await?;
     println!("{}", display::rows_table(&schema, &batches));
@@ -271,7 +295,9 @@ async fn demo(args: DemoArgs) -> Result<(), String> {
     println!("{}", display::stage_summary(&status));
 
     let baseline = datafusion::prelude::SessionContext::new();
-    tpch::register_baseline(&baseline, &data).await.map_err(|e| e.to_string())?;
+    tpch::register_baseline(&baseline, &data)
+        .await
+        .map_err(|e| e.to_string())?;
     let expected = baseline
         .sql(sql)
         .await
@@ -280,10 +306,18 @@ async fn demo(args: DemoArgs) -> Result<(), String> {
         .await
         .map_err(|e| e.to_string())?;
     match lambdafusion::verify::compare(&expected, &batches, tpch::is_ordered(q)) {
-        Ok(()) => println!("result checked: identical to single-process DataFusion on the same files"),
-        Err(diff) => return Err(format!("result differs from single-process DataFusion: {diff}")),
+        Ok(()) => {
+            println!("result checked: identical to single-process DataFusion on the same files")
+        }
+        Err(diff) => {
+            return Err(format!(
+                "result differs from single-process DataFusion: {diff}"
+            ))
+        }
     }
-    println!("\nnext: `lambdafusion serve` for the HTTP API, `lambdafusion query \"SHOW TABLES\"`,");
+    println!(
+        "\nnext: `lambdafusion serve` for the HTTP API, `lambdafusion query \"SHOW TABLES\"`,"
+    );
     println!("      `lambdafusion bench tpch --sf 1` for the benchmark");
     Ok(())
 }
@@ -292,7 +326,14 @@ async fn demo(args: DemoArgs) -> Result<(), String> {
 async fn run_embedded(
     engine: &Embedded,
     sql: &str,
-) -> Result<(lambdafusion::status::JobStatus, datafusion::arrow::datatypes::SchemaRef, Vec<datafusion::arrow::array::RecordBatch>), String> {
+) -> Result<
+    (
+        lambdafusion::status::JobStatus,
+        datafusion::arrow::datatypes::SchemaRef,
+        Vec<datafusion::arrow::array::RecordBatch>,
+    ),
+    String,
+> {
     let id = engine.submit(sql).await.map_err(|e| e.to_string())?;
     let bar = display::task_progress();
     let status = loop {
@@ -307,7 +348,12 @@ async fn run_embedded(
     };
     bar.finish_and_clear();
     if status.state != "succeeded" {
-        return Err(format!("query {} {}: {}", status.id, status.state, status.error.unwrap_or_default()));
+        return Err(format!(
+            "query {} {}: {}",
+            status.id,
+            status.state,
+            status.error.unwrap_or_default()
+        ));
     }
     let (schema, batches) = lambdafusion::results::collect(engine.services(), &id)
         .await
@@ -316,7 +362,9 @@ async fn run_embedded(
 }
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
-    let engine = Embedded::start(args.engine.options()).await.map_err(|e| e.to_string())?;
+    let engine = Embedded::start(args.engine.options())
+        .await
+        .map_err(|e| e.to_string())?;
     let listener = tokio::net::TcpListener::bind(args.bind)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
@@ -347,7 +395,9 @@ async fn query(args: QueryArgs) -> Result<(), String> {
             result?
         }
         None => {
-            let engine = Embedded::start(args.engine.options()).await.map_err(|e| e.to_string())?;
+            let engine = Embedded::start(args.engine.options())
+                .await
+                .map_err(|e| e.to_string())?;
             run_embedded(&engine, &args.sql).await?
         }
     };

@@ -98,14 +98,30 @@ fn batches(
 ) -> Box<dyn Iterator<Item = Result<RecordBatch, ArrowError>> + Send> {
     const ROWS: usize = 64 * 1024;
     match table {
-        "customer" => Box::new(CustomerArrow::new(CustomerGenerator::new(sf, part, parts)).with_batch_size(ROWS)),
-        "lineitem" => Box::new(LineItemArrow::new(LineItemGenerator::new(sf, part, parts)).with_batch_size(ROWS)),
-        "nation" => Box::new(NationArrow::new(NationGenerator::new(sf, part, parts)).with_batch_size(ROWS)),
-        "orders" => Box::new(OrderArrow::new(OrderGenerator::new(sf, part, parts)).with_batch_size(ROWS)),
-        "part" => Box::new(PartArrow::new(PartGenerator::new(sf, part, parts)).with_batch_size(ROWS)),
-        "partsupp" => Box::new(PartSuppArrow::new(PartSuppGenerator::new(sf, part, parts)).with_batch_size(ROWS)),
-        "region" => Box::new(RegionArrow::new(RegionGenerator::new(sf, part, parts)).with_batch_size(ROWS)),
-        _ => Box::new(SupplierArrow::new(SupplierGenerator::new(sf, part, parts)).with_batch_size(ROWS)),
+        "customer" => Box::new(
+            CustomerArrow::new(CustomerGenerator::new(sf, part, parts)).with_batch_size(ROWS),
+        ),
+        "lineitem" => Box::new(
+            LineItemArrow::new(LineItemGenerator::new(sf, part, parts)).with_batch_size(ROWS),
+        ),
+        "nation" => {
+            Box::new(NationArrow::new(NationGenerator::new(sf, part, parts)).with_batch_size(ROWS))
+        }
+        "orders" => {
+            Box::new(OrderArrow::new(OrderGenerator::new(sf, part, parts)).with_batch_size(ROWS))
+        }
+        "part" => {
+            Box::new(PartArrow::new(PartGenerator::new(sf, part, parts)).with_batch_size(ROWS))
+        }
+        "partsupp" => Box::new(
+            PartSuppArrow::new(PartSuppGenerator::new(sf, part, parts)).with_batch_size(ROWS),
+        ),
+        "region" => {
+            Box::new(RegionArrow::new(RegionGenerator::new(sf, part, parts)).with_batch_size(ROWS))
+        }
+        _ => Box::new(
+            SupplierArrow::new(SupplierGenerator::new(sf, part, parts)).with_batch_size(ROWS),
+        ),
     }
 }
 
@@ -139,7 +155,9 @@ pub fn write_file(dir: &Path, sf: f64, job: &FileJob) -> Result<u64, String> {
     let tmp = path.with_extension("parquet.tmp");
     let file = std::fs::File::create(&tmp).map_err(|e| format!("{}: {e}", tmp.display()))?;
     let props = WriterProperties::builder()
-        .set_compression(Compression::ZSTD(ZstdLevel::try_new(1).expect("valid level")))
+        .set_compression(Compression::ZSTD(
+            ZstdLevel::try_new(1).expect("valid level"),
+        ))
         .set_max_row_group_row_count(Some(128 * 1024))
         .build();
     let mut writer: Option<ArrowWriter<std::fs::File>> = None;
@@ -150,11 +168,16 @@ pub fn write_file(dir: &Path, sf: f64, job: &FileJob) -> Result<u64, String> {
         if writer.is_none() {
             let f = file.take().expect("file opened once");
             writer = Some(
-                ArrowWriter::try_new(f, batch.schema(), Some(props.clone())).map_err(|e| e.to_string())?,
+                ArrowWriter::try_new(f, batch.schema(), Some(props.clone()))
+                    .map_err(|e| e.to_string())?,
             );
         }
         rows += batch.num_rows() as u64;
-        writer.as_mut().expect("writer").write(&batch).map_err(|e| e.to_string())?;
+        writer
+            .as_mut()
+            .expect("writer")
+            .write(&batch)
+            .map_err(|e| e.to_string())?;
     }
     match writer {
         Some(w) => {
@@ -168,7 +191,8 @@ pub fn write_file(dir: &Path, sf: f64, job: &FileJob) -> Result<u64, String> {
                 .map(|b| b.schema())
                 .ok_or_else(|| format!("no schema for {}", job.table))?;
             let f = file.take().expect("file opened once");
-            ArrowWriter::try_new(f, schema, Some(props)).map_err(|e| e.to_string())?
+            ArrowWriter::try_new(f, schema, Some(props))
+                .map_err(|e| e.to_string())?
                 .close()
                 .map_err(|e| e.to_string())?;
         }

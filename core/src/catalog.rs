@@ -144,7 +144,9 @@ pub async fn create_table(
         }
     }
     if cmd.temporary {
-        return Err(Error::InvalidInput("temporary tables are not supported".into()));
+        return Err(Error::InvalidInput(
+            "temporary tables are not supported".into(),
+        ));
     }
     let locations = cmd
         .locations
@@ -185,7 +187,11 @@ pub async fn create_table(
 }
 
 /// Drops a catalog table.
-pub async fn drop_table(store: &dyn JobStore, name: &TableReference, if_exists: bool) -> Result<bool> {
+pub async fn drop_table(
+    store: &dyn JobStore,
+    name: &TableReference,
+    if_exists: bool,
+) -> Result<bool> {
     let name = table_name(name)?;
     let existed = store.delete_table(&name).await?;
     if !existed && !if_exists {

@@ -69,7 +69,9 @@ pub struct Embedded {
 
 impl std::fmt::Debug for Embedded {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("Embedded").field("services", &self.services).finish()
+        f.debug_struct("Embedded")
+            .field("services", &self.services)
+            .finish()
     }
 }
 
@@ -86,11 +88,13 @@ impl Embedded {
         let (store, shuffle, runtime) = match &options.data_dir {
             Some(dir) => {
                 std::fs::create_dir_all(dir.join("shuffle")).map_err(|e| {
-                    Error::Store(format!("cannot create data directory {}: {e}", dir.display()))
+                    Error::Store(format!(
+                        "cannot create data directory {}: {e}",
+                        dir.display()
+                    ))
                 })?;
-                let dir = std::fs::canonicalize(dir).map_err(|e| {
-                    Error::Store(format!("cannot resolve {}: {e}", dir.display()))
-                })?;
+                let dir = std::fs::canonicalize(dir)
+                    .map_err(|e| Error::Store(format!("cannot resolve {}: {e}", dir.display())))?;
                 let store = EmbeddedStore::open(&dir.join("state.redb"))?;
                 let prefix = Path::from_filesystem_path(dir.join("shuffle"))
                     .map_err(|e| Error::Store(e.to_string()))?;
@@ -134,7 +138,10 @@ impl Embedded {
                 .finish_job(
                     &job_id,
                     JobState::Failed,
-                    Some("the embedded engine restarted while this query ran; submit it again".into()),
+                    Some(
+                        "the embedded engine restarted while this query ran; submit it again"
+                            .into(),
+                    ),
                     now_ms(),
                 )
                 .await;
@@ -183,14 +190,14 @@ impl Embedded {
             }
         };
         if status.state != JobState::Succeeded.as_str() {
-            return Err(Error::DataFusion(datafusion::error::DataFusionError::Execution(
-                format!(
+            return Err(Error::DataFusion(
+                datafusion::error::DataFusionError::Execution(format!(
                     "query {} {}: {}",
                     status.id,
                     status.state,
                     status.error.clone().unwrap_or_default()
-                ),
-            )));
+                )),
+            ));
         }
         let (schema, batches) = crate::results::collect(&self.services, &job_id).await?;
         Ok(QueryOutput {

@@ -21,9 +21,9 @@ pub mod plan;
 pub mod results;
 pub mod scheduler;
 pub mod services;
-pub mod status;
 pub mod shuffle;
 pub mod state;
+pub mod status;
 pub mod time;
 pub mod verify;
 
@@ -33,3 +33,13 @@ pub use services::Services;
 
 /// Re-export of the DataFusion version this crate is built against.
 pub use datafusion;
+
+/// A multi-threaded tokio runtime whose threads have stacks deep enough for DataFusion's
+/// planner on large queries (debug builds recurse deeply). Used by the CLI and both
+/// Lambda functions.
+pub fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .thread_stack_size(16 * 1024 * 1024)
+        .build()
+}

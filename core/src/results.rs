@@ -16,7 +16,10 @@ use crate::state::{JobState, TaskOutput, TaskState};
 use crate::{Error, Result, Services};
 
 /// Opens the result of job `job_id`: its schema and a stream of its batches.
-pub async fn open(services: &Services, job_id: &str) -> Result<(SchemaRef, SendableRecordBatchStream)> {
+pub async fn open(
+    services: &Services,
+    job_id: &str,
+) -> Result<(SchemaRef, SendableRecordBatchStream)> {
     let store = &services.store;
     let job = store
         .get_job(job_id)
@@ -68,7 +71,10 @@ pub async fn open(services: &Services, job_id: &str) -> Result<(SchemaRef, Senda
     let stream = futures::stream::iter(streams).flatten();
     Ok((
         schema.clone(),
-        Box::pin(RecordBatchStreamAdapter::new(schema, stream.map_err(Into::into))),
+        Box::pin(RecordBatchStreamAdapter::new(
+            schema,
+            stream.map_err(Into::into),
+        )),
     ))
 }
 

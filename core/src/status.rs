@@ -100,12 +100,22 @@ impl JobStatus {
 }
 
 /// From the last commit of `stage`'s inputs to its first task start.
-fn handoff(snapshot: &JobSnapshot, stage: &crate::state::StageRecord, first_start: Option<u64>) -> Option<u64> {
+fn handoff(
+    snapshot: &JobSnapshot,
+    stage: &crate::state::StageRecord,
+    first_start: Option<u64>,
+) -> Option<u64> {
     let start = first_start?;
     let inputs_done = stage
         .inputs
         .iter()
-        .map(|i| snapshot.stages.iter().find(|s| s.stage == i.stage).and_then(|s| s.last_commit_ms))
+        .map(|i| {
+            snapshot
+                .stages
+                .iter()
+                .find(|s| s.stage == i.stage)
+                .and_then(|s| s.last_commit_ms)
+        })
         .collect::<Option<Vec<u64>>>()?
         .into_iter()
         .max()?;
@@ -116,7 +126,8 @@ fn handoff(snapshot: &JobSnapshot, stage: &crate::state::StageRecord, first_star
 pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
     let job = &snapshot.job;
     let mut stages = Vec::with_capacity(snapshot.stages.len());
-    let (mut gb_seconds, mut invocations, mut puts, mut gets, mut writes) = (0.0, 0u64, 0u64, 0u64, 0u64);
+    let (mut gb_seconds, mut invocations, mut puts, mut gets, mut writes) =
+        (0.0, 0u64, 0u64, 0u64, 0u64);
     for s in &snapshot.stages {
         let (mut rows, mut bytes, mut objects, mut task_ms, mut failed) = (0, 0, 0, 0, 0);
         let mut first_start: Option<u64> = None;

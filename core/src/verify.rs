@@ -40,7 +40,10 @@ pub fn rows(batches: &[RecordBatch]) -> Vec<Vec<Cell>> {
 
 fn cell(col: &dyn Array, fmt: &ArrayFormatter, row: usize) -> Cell {
     let text = fmt.value(row).to_string();
-    let float = matches!(col.data_type(), DataType::Float16 | DataType::Float32 | DataType::Float64);
+    let float = matches!(
+        col.data_type(),
+        DataType::Float16 | DataType::Float32 | DataType::Float64
+    );
     match (float && !col.is_null(row), text.parse::<f64>()) {
         (true, Ok(v)) => Cell::Float(v),
         _ => Cell::Text(text),
@@ -67,7 +70,11 @@ fn same_cell(a: &Cell, b: &Cell) -> bool {
 }
 
 /// Compares two results; `Err` describes the first difference.
-pub fn compare(expected: &[RecordBatch], actual: &[RecordBatch], ordered: bool) -> Result<(), String> {
+pub fn compare(
+    expected: &[RecordBatch],
+    actual: &[RecordBatch],
+    ordered: bool,
+) -> Result<(), String> {
     let mut e = rows(expected);
     let mut a = rows(actual);
     if e.len() != a.len() {
@@ -79,7 +86,9 @@ pub fn compare(expected: &[RecordBatch], actual: &[RecordBatch], ordered: bool) 
     }
     for (i, (er, ar)) in e.iter().zip(&a).enumerate() {
         if er.len() != ar.len() || !er.iter().zip(ar).all(|(x, y)| same_cell(x, y)) {
-            return Err(format!("row {i} differs:\n  expected {er:?}\n  actual   {ar:?}"));
+            return Err(format!(
+                "row {i} differs:\n  expected {er:?}\n  actual   {ar:?}"
+            ));
         }
     }
     Ok(())
@@ -101,7 +110,10 @@ mod tests {
         ]));
         RecordBatch::try_new(
             schema,
-            vec![Arc::new(Int32Array::from(ids)), Arc::new(Float64Array::from(vals))],
+            vec![
+                Arc::new(Int32Array::from(ids)),
+                Arc::new(Float64Array::from(vals)),
+            ],
         )
         .unwrap()
     }
@@ -111,7 +123,10 @@ mod tests {
         let e = batch(vec![1, 2], vec![0.1 + 0.2, 5.0]);
         let a = batch(vec![2, 1], vec![5.0, 0.3]);
         assert!(compare(&[e.clone()], &[a.clone()], false).is_ok());
-        assert!(compare(&[e], &[a], true).is_err(), "order matters when ordered");
+        assert!(
+            compare(&[e], &[a], true).is_err(),
+            "order matters when ordered"
+        );
     }
 
     #[test]

@@ -18,7 +18,9 @@ async fn engine() -> (Arc<Embedded>, tempfile::TempDir) {
     common::write_tables(dir.path()).await;
     let engine = Embedded::start(EmbeddedOptions {
         data_dir: None,
-        config: EngineConfig::default().with_bytes_per_task(1).with_max_tasks_per_stage(3),
+        config: EngineConfig::default()
+            .with_bytes_per_task(1)
+            .with_max_tasks_per_stage(3),
         slots: 4,
     })
     .await
@@ -32,7 +34,13 @@ async fn engine() -> (Arc<Embedded>, tempfile::TempDir) {
 async fn call(engine: &Embedded, request: Request<Body>) -> (StatusCode, Vec<u8>) {
     let response = engine.router().oneshot(request).await.unwrap();
     let status = response.status();
-    let body = response.into_body().collect().await.unwrap().to_bytes().to_vec();
+    let body = response
+        .into_body()
+        .collect()
+        .await
+        .unwrap()
+        .to_bytes()
+        .to_vec();
     (status, body)
 }
 
@@ -48,7 +56,8 @@ fn get(uri: &str) -> Request<Body> {
 }
 
 fn json(body: &[u8]) -> Value {
-    serde_json::from_slice(body).unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(body)))
+    serde_json::from_slice(body)
+        .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(body)))
 }
 
 fn error_message(body: &[u8]) -> String {
@@ -57,7 +66,12 @@ fn error_message(body: &[u8]) -> String {
 
 async fn submit(engine: &Embedded, sql: &str) -> String {
     let (status, body) = call(engine, post(serde_json::json!({ "sql": sql }).to_string())).await;
-    assert_eq!(status, StatusCode::ACCEPTED, "{}", String::from_utf8_lossy(&body));
+    assert_eq!(
+        status,
+        StatusCode::ACCEPTED,
+        "{}",
+        String::from_utf8_lossy(&body)
+    );
     json(&body)["id"].as_str().unwrap().to_string()
 }
 
@@ -90,18 +104,32 @@ async fn a_query_through_the_api_in_every_format() {
     assert_eq!(csv.lines().next(), Some("k,n"));
     assert_eq!(csv.lines().count(), 6);
 
-    let (code, body) = call(&engine, get(&format!("/v1/queries/{id}/result?format=ndjson"))).await;
+    let (code, body) = call(
+        &engine,
+        get(&format!("/v1/queries/{id}/result?format=ndjson")),
+    )
+    .await;
     assert_eq!(code, StatusCode::OK);
     assert_eq!(String::from_utf8(body).unwrap().lines().count(), 5);
 
-    let (code, body) = call(&engine, get(&format!("/v1/queries/{id}/result?format=arrow"))).await;
+    let (code, body) = call(
+        &engine,
+        get(&format!("/v1/queries/{id}/result?format=arrow")),
+    )
+    .await;
     assert_eq!(code, StatusCode::OK);
-    let reader = datafusion::arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(body), None).unwrap();
+    let reader =
+        datafusion::arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(body), None)
+            .unwrap();
     let batches: Vec<_> = reader.collect::<Result<_, _>>().unwrap();
     let expected = common::reference(dir.path(), sql).await;
     lambdafusion::verify::compare(&expected, &batches, true).unwrap();
 
-    let (code, body) = call(&engine, get(&format!("/v1/queries/{id}/result?format=parquet"))).await;
+    let (code, body) = call(
+        &engine,
+        get(&format!("/v1/queries/{id}/result?format=parquet")),
+    )
+    .await;
     assert_eq!(code, StatusCode::OK);
     assert_eq!(&body[..4], b"PAR1");
 
@@ -117,12 +145,22 @@ async fn an_empty_result_keeps_its_schema() {
     assert_eq!(wait(&engine, &id).await["state"], "succeeded");
     let (code, body) = call(&engine, get(&format!("/v1/queries/{id}/result?format=csv"))).await;
     assert_eq!(code, StatusCode::OK);
-    assert_eq!(String::from_utf8(body).unwrap().trim(), "id,s", "header even without rows");
+    assert_eq!(
+        String::from_utf8(body).unwrap().trim(),
+        "id,s",
+        "header even without rows"
+    );
     let (code, body) = call(&engine, get(&format!("/v1/queries/{id}/result"))).await;
     assert_eq!(code, StatusCode::OK);
     assert_eq!(json(&body), serde_json::json!([]));
-    let (_, body) = call(&engine, get(&format!("/v1/queries/{id}/result?format=arrow"))).await;
-    let reader = datafusion::arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(body), None).unwrap();
+    let (_, body) = call(
+        &engine,
+        get(&format!("/v1/queries/{id}/result?format=arrow")),
+    )
+    .await;
+    let reader =
+        datafusion::arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(body), None)
+            .unwrap();
     assert_eq!(reader.schema().fields().len(), 2);
 }
 
@@ -130,49 +168,122 @@ async fn an_empty_result_keeps_its_schema() {
 async fn bad_input_gets_a_clear_4xx() {
     let (engine, _dir) = engine().await;
     let cases: Vec<(Request<Body>, StatusCode, &str)> = vec![
-        (post(r#"{"sql": "SELEC 1"}"#), StatusCode::BAD_REQUEST, "SELEC"),
-        (post(r#"{"sql": "SELECT * FROM nowhere"}"#), StatusCode::BAD_REQUEST, "nowhere"),
-        (post(r#"{"sql": "SELECT nope FROM facts"}"#), StatusCode::BAD_REQUEST, "nope"),
-        (post(r#"{"sql": ""}"#), StatusCode::BAD_REQUEST, "empty"),
-        (post(r#"{"sql": "SELECT 1; SELECT 2"}"#), StatusCode::BAD_REQUEST, "single"),
-        (post(r#"{"sql": "#), StatusCode::BAD_REQUEST, "invalid request body"),
-        (post(r#"{"query": "SELECT 1"}"#), StatusCode::BAD_REQUEST, "sql"),
-        (post("not json"), StatusCode::BAD_REQUEST, "invalid request body"),
         (
-            Request::post("/v1/queries").body(Body::from(r#"{"sql":"SELECT 1"}"#)).unwrap(),
+            post(r#"{"sql": "SELEC 1"}"#),
+            StatusCode::BAD_REQUEST,
+            "SELEC",
+        ),
+        (
+            post(r#"{"sql": "SELECT * FROM nowhere"}"#),
+            StatusCode::BAD_REQUEST,
+            "nowhere",
+        ),
+        (
+            post(r#"{"sql": "SELECT nope FROM facts"}"#),
+            StatusCode::BAD_REQUEST,
+            "nope",
+        ),
+        (post(r#"{"sql": ""}"#), StatusCode::BAD_REQUEST, "empty"),
+        (
+            post(r#"{"sql": "SELECT 1; SELECT 2"}"#),
+            StatusCode::BAD_REQUEST,
+            "single",
+        ),
+        (
+            post(r#"{"sql": "#),
+            StatusCode::BAD_REQUEST,
+            "invalid request body",
+        ),
+        (
+            post(r#"{"query": "SELECT 1"}"#),
+            StatusCode::BAD_REQUEST,
+            "sql",
+        ),
+        (
+            post("not json"),
+            StatusCode::BAD_REQUEST,
+            "invalid request body",
+        ),
+        (
+            Request::post("/v1/queries")
+                .body(Body::from(r#"{"sql":"SELECT 1"}"#))
+                .unwrap(),
             StatusCode::BAD_REQUEST,
             "Content-Type",
         ),
         (
-            post(format!(r#"{{"sql": "SELECT '{}'"}}"#, "x".repeat(2 * 1024 * 1024))),
+            post(format!(
+                r#"{{"sql": "SELECT '{}'"}}"#,
+                "x".repeat(2 * 1024 * 1024)
+            )),
             StatusCode::PAYLOAD_TOO_LARGE,
             "",
         ),
-        (post(r#"{"sql": "INSERT INTO facts VALUES (1, 1, 1.0, 'x')"}"#), StatusCode::BAD_REQUEST, "not supported"),
-        (post(r#"{"sql": "CREATE TABLE t AS SELECT 1"}"#), StatusCode::BAD_REQUEST, "not supported"),
-        (post(r#"{"sql": "DROP TABLE missing"}"#), StatusCode::BAD_REQUEST, "does not exist"),
         (
-            post(r#"{"sql": "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '/definitely/not/here/'"}"#),
+            post(r#"{"sql": "INSERT INTO facts VALUES (1, 1, 1.0, 'x')"}"#),
+            StatusCode::BAD_REQUEST,
+            "not supported",
+        ),
+        (
+            post(r#"{"sql": "CREATE TABLE t AS SELECT 1"}"#),
+            StatusCode::BAD_REQUEST,
+            "not supported",
+        ),
+        (
+            post(r#"{"sql": "DROP TABLE missing"}"#),
+            StatusCode::BAD_REQUEST,
+            "does not exist",
+        ),
+        (
+            post(
+                r#"{"sql": "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '/definitely/not/here/'"}"#,
+            ),
             StatusCode::BAD_REQUEST,
             "",
         ),
-        (get("/v1/queries/unknown-id"), StatusCode::NOT_FOUND, "not found"),
-        (get("/v1/queries/unknown-id/result"), StatusCode::NOT_FOUND, "not found"),
         (
-            Request::delete("/v1/queries/unknown-id").body(Body::empty()).unwrap(),
+            get("/v1/queries/unknown-id"),
             StatusCode::NOT_FOUND,
             "not found",
         ),
-        (get("/v1/queries/x?wait=soon"), StatusCode::BAD_REQUEST, "wait"),
-        (get("/v2/anything"), StatusCode::NOT_FOUND, "no such endpoint"),
+        (
+            get("/v1/queries/unknown-id/result"),
+            StatusCode::NOT_FOUND,
+            "not found",
+        ),
+        (
+            Request::delete("/v1/queries/unknown-id")
+                .body(Body::empty())
+                .unwrap(),
+            StatusCode::NOT_FOUND,
+            "not found",
+        ),
+        (
+            get("/v1/queries/x?wait=soon"),
+            StatusCode::BAD_REQUEST,
+            "wait",
+        ),
+        (
+            get("/v2/anything"),
+            StatusCode::NOT_FOUND,
+            "no such endpoint",
+        ),
     ];
     for (request, expected, needle) in cases {
         let what = format!("{} {}", request.method(), request.uri());
         let (status, body) = call(&engine, request).await;
-        assert_eq!(status, expected, "{what}: {}", String::from_utf8_lossy(&body));
+        assert_eq!(
+            status,
+            expected,
+            "{what}: {}",
+            String::from_utf8_lossy(&body)
+        );
         if !needle.is_empty() {
             let message = error_message(&body);
-            assert!(message.contains(needle), "{what}: {message:?} lacks {needle:?}");
+            assert!(
+                message.contains(needle),
+                "{what}: {message:?} lacks {needle:?}"
+            );
         }
     }
     // Nothing stored was harmed: the catalog and queries still work.
@@ -188,7 +299,11 @@ async fn results_of_unfinished_or_failed_queries_are_conflicts() {
     let id = submit(&engine, "SELECT CAST(concat('x', s) AS INT) FROM facts").await;
     let status = wait(&engine, &id).await;
     assert_eq!(status["state"], "failed");
-    assert!(status["error"].as_str().unwrap().to_lowercase().contains("cast"));
+    assert!(status["error"]
+        .as_str()
+        .unwrap()
+        .to_lowercase()
+        .contains("cast"));
     let (code, body) = call(&engine, get(&format!("/v1/queries/{id}/result"))).await;
     assert_eq!(code, StatusCode::CONFLICT);
     assert!(error_message(&body).contains("failed"));
@@ -224,7 +339,10 @@ async fn statements_answer_at_once() {
         .find(|r| r["plan_type"] == "distributed_plan")
         .unwrap();
     let text = distributed["plan"].as_str().unwrap();
-    assert!(text.contains("Stage 0") && text.contains("hash shuffle from stage 0"), "{text}");
+    assert!(
+        text.contains("Stage 0") && text.contains("hash shuffle from stage 0"),
+        "{text}"
+    );
 
     let id = submit(&engine, "DESCRIBE facts").await;
     let (_, body) = call(&engine, get(&format!("/v1/queries/{id}/result"))).await;
@@ -240,8 +358,14 @@ async fn statements_answer_at_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_through_the_api() {
     let (engine, _dir) = engine().await;
-    let id = submit(&engine, "SELECT f.id, d.label FROM facts f JOIN dims d ON f.k = d.k ORDER BY f.s").await;
-    let request = Request::delete(format!("/v1/queries/{id}")).body(Body::empty()).unwrap();
+    let id = submit(
+        &engine,
+        "SELECT f.id, d.label FROM facts f JOIN dims d ON f.k = d.k ORDER BY f.s",
+    )
+    .await;
+    let request = Request::delete(format!("/v1/queries/{id}"))
+        .body(Body::empty())
+        .unwrap();
     let (code, body) = call(&engine, request).await;
     assert_eq!(code, StatusCode::OK);
     let state = json(&body)["state"].as_str().unwrap().to_string();

@@ -61,7 +61,10 @@ async fn queries_match_datafusion_across_many_tasks() {
     .await;
     register(&engine, dir.path()).await;
     for (sql, ordered) in QUERIES {
-        let out = engine.sql(sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let out = engine
+            .sql(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
         let expected = reference(dir.path(), sql).await;
         if let Err(diff) = lambdafusion::verify::compare(&expected, &out.batches, *ordered) {
             panic!("{sql}\n{diff}");
@@ -88,7 +91,6 @@ async fn small_input_runs_as_one_task() {
     assert_eq!(status.state, "succeeded");
 }
 
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stage_plans_too_large_for_an_item_go_to_object_storage() {
     use lambdafusion::state::JobStore;
@@ -105,6 +107,15 @@ async fn stage_plans_too_large_for_an_item_go_to_object_storage() {
     let out = engine.sql(QUERIES[2].0).await.unwrap();
     let expected = reference(dir.path(), QUERIES[2].0).await;
     lambdafusion::verify::compare(&expected, &out.batches, true).unwrap();
-    let snapshot = engine.services().store.load_job(&out.status.id).await.unwrap().unwrap();
-    assert!(snapshot.stages.iter().all(|s| s.plan.is_none() && s.plan_object.is_some()));
+    let snapshot = engine
+        .services()
+        .store
+        .load_job(&out.status.id)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(snapshot
+        .stages
+        .iter()
+        .all(|s| s.plan.is_none() && s.plan_object.is_some()));
 }

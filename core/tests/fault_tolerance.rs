@@ -56,12 +56,19 @@ impl Harness {
         let dir = tempfile::tempdir().unwrap();
         common::write_tables(dir.path()).await;
         let invoker = Arc::new(RecordingInvoker::default());
-        let (services, store) = in_memory_services(invoker.clone(), config.with_fast_path(false)).unwrap();
+        let (services, store) =
+            in_memory_services(invoker.clone(), config.with_fast_path(false)).unwrap();
         let stream = store.take_stream().unwrap();
         for sql in common::create_statements(dir.path()) {
             Scheduler::new(services.clone()).submit(&sql).await.unwrap();
         }
-        Self { services, store, invoker, stream, dir }
+        Self {
+            services,
+            store,
+            invoker,
+            stream,
+            dir,
+        }
     }
 
     fn scheduler(&self) -> Scheduler {
@@ -105,7 +112,9 @@ impl Harness {
     }
 
     async fn check_result(&self, job: &str) {
-        let (_, batches) = lambdafusion::results::collect(&self.services, job).await.unwrap();
+        let (_, batches) = lambdafusion::results::collect(&self.services, job)
+            .await
+            .unwrap();
         let expected = common::reference(self.dir.path(), JOIN).await;
         lambdafusion::verify::compare(&expected, &batches, false).unwrap();
     }
@@ -126,7 +135,10 @@ async fn a_fresh_scheduler_and_executor_per_event_complete_the_job() {
         executed += 1;
         async move {
             let report = executor.handle(&task).await.unwrap();
-            assert!(matches!(report, TaskReport::Committed { .. }), "{task}: {report:?}");
+            assert!(
+                matches!(report, TaskReport::Committed { .. }),
+                "{task}: {report:?}"
+            );
         }
     })
     .await;
@@ -134,7 +146,10 @@ async fn a_fresh_scheduler_and_executor_per_event_complete_the_job() {
     let snapshot = h.store.load_job(&job).await.unwrap().unwrap();
     assert!(snapshot.stages.len() >= 3, "a multi-stage plan");
     let tasks: u32 = snapshot.stages.iter().map(|s| s.tasks).sum();
-    assert_eq!(executed, tasks as usize, "every task dispatched exactly once");
+    assert_eq!(
+        executed, tasks as usize,
+        "every task dispatched exactly once"
+    );
     h.check_result(&job).await;
 }
 
@@ -165,11 +180,19 @@ async fn duplicate_deliveries_commit_once() {
     }
     let snapshot = h.store.load_job(&job).await.unwrap().unwrap();
     assert!(snapshot.stages.iter().all(|s| s.remaining == 0));
-    assert!(snapshot.tasks.iter().all(|t| t.state == TaskState::Succeeded));
+    assert!(snapshot
+        .tasks
+        .iter()
+        .all(|t| t.state == TaskState::Succeeded));
     h.check_result(&job).await;
 
     // A late third delivery after the job finished changes nothing.
-    let late = TaskSpec { job_id: job.clone(), stage: 0, partition: 0, attempt: 1 };
+    let late = TaskSpec {
+        job_id: job.clone(),
+        stage: 0,
+        partition: 0,
+        attempt: 1,
+    };
     let report = h.executor().handle(&late).await.unwrap();
     assert!(matches!(report, TaskReport::Skipped(_)), "{report:?}");
     h.check_result(&job).await;
@@ -189,9 +212,19 @@ async fn racing_attempts_leave_one_winner() {
         let w = w.clone();
         async move {
             // The sweep gave up on attempt 1 and started attempt 2; both run.
-            let second = TaskSpec { attempt: task.attempt + 1, ..task.clone() };
+            let second = TaskSpec {
+                attempt: task.attempt + 1,
+                ..task.clone()
+            };
             assert!(store
-                .start_attempt(&task.job_id, task.stage, task.partition, second.attempt, 0, u64::MAX)
+                .start_attempt(
+                    &task.job_id,
+                    task.stage,
+                    task.partition,
+                    second.attempt,
+                    0,
+                    u64::MAX
+                )
                 .await
                 .unwrap());
             let (a, b) = tokio::join!(executor.handle(&task), retry.handle(&second));
@@ -245,7 +278,11 @@ async fn a_lost_invocation_is_found_by_the_sweep_and_retried() {
     assert_eq!(h.state(&job).await, JobState::Succeeded);
     let item = h.store.get_task(&job, 0, 0).await.unwrap().unwrap();
     assert_eq!(item.failures, 1, "attempt 1 recorded as lost");
-    assert_eq!(item.output.unwrap().attempt, 2, "attempt 2 produced the output");
+    assert_eq!(
+        item.output.unwrap().attempt,
+        2,
+        "attempt 2 produced the output"
+    );
     h.check_result(&job).await;
 }
 
@@ -276,7 +313,10 @@ async fn a_task_that_keeps_getting_lost_fails_the_job_with_its_error() {
     let record = h.store.get_job(&job).await.unwrap().unwrap();
     assert_eq!(record.state, JobState::Failed);
     let error = record.error.unwrap();
-    assert!(error.contains("stage 0 task 0 failed after 2 attempts"), "{error}");
+    assert!(
+        error.contains("stage 0 task 0 failed after 2 attempts"),
+        "{error}"
+    );
     assert!(error.contains("no completion record"), "{error}");
     assert!(h.store.active_jobs().await.unwrap().is_empty());
 }
@@ -293,7 +333,10 @@ async fn a_query_error_fails_the_job_at_once_with_datafusions_message() {
     let record = h.store.get_job(&job).await.unwrap().unwrap();
     assert_eq!(record.state, JobState::Failed);
     let error = record.error.unwrap();
-    assert!(error.contains("failed after 1 attempt"), "not retried: {error}");
+    assert!(
+        error.contains("failed after 1 attempt"),
+        "not retried: {error}"
+    );
     assert!(error.to_lowercase().contains("cast"), "{error}");
 }
 
@@ -303,14 +346,23 @@ async fn cancel_stops_dispatch_and_running_tasks() {
     let job = h.scheduler().submit(JOIN).await.unwrap().job_id;
     let first = h.invoker.take();
     assert!(!first.is_empty());
-    assert_eq!(h.scheduler().cancel(&job).await.unwrap(), JobState::Cancelled);
+    assert_eq!(
+        h.scheduler().cancel(&job).await.unwrap(),
+        JobState::Cancelled
+    );
     for task in first {
         let report = h.executor().handle(&task).await.unwrap();
         assert!(matches!(report, TaskReport::Skipped(_)), "{report:?}");
     }
     h.deliver_stream().await;
-    assert!(h.invoker.take().is_empty(), "nothing dispatched after cancel");
+    assert!(
+        h.invoker.take().is_empty(),
+        "nothing dispatched after cancel"
+    );
     assert_eq!(h.state(&job).await, JobState::Cancelled);
     // Cancelling again is harmless.
-    assert_eq!(h.scheduler().cancel(&job).await.unwrap(), JobState::Cancelled);
+    assert_eq!(
+        h.scheduler().cancel(&job).await.unwrap(),
+        JobState::Cancelled
+    );
 }

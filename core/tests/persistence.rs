@@ -12,7 +12,9 @@ use lambdafusion::EngineConfig;
 fn options(dir: &std::path::Path) -> EmbeddedOptions {
     EmbeddedOptions {
         data_dir: Some(dir.to_path_buf()),
-        config: EngineConfig::default().with_bytes_per_task(1).with_max_tasks_per_stage(3),
+        config: EngineConfig::default()
+            .with_bytes_per_task(1)
+            .with_max_tasks_per_stage(3),
         slots: 4,
     }
 }
@@ -57,30 +59,57 @@ async fn catalog_and_results_survive_a_restart() {
         error: None,
         expires_at: u64::MAX,
     };
-    engine.services().store.create_job(&orphan, &[], &[]).await.unwrap();
+    engine
+        .services()
+        .store
+        .create_job(&orphan, &[], &[])
+        .await
+        .unwrap();
     drop(engine);
 
     let engine = start(state.path()).await;
     let out = engine.sql("SHOW TABLES").await.unwrap();
     let listed = lambdafusion::verify::rows(&out.batches);
     for t in ["facts", "dims"] {
-        assert!(listed.iter().any(|r| r.iter().any(|c| *c == lambdafusion::verify::Cell::Text(t.into()))), "{t} missing: {listed:?}");
+        assert!(
+            listed.iter().any(|r| r
+                .iter()
+                .any(|c| *c == lambdafusion::verify::Cell::Text(t.into()))),
+            "{t} missing: {listed:?}"
+        );
     }
     // Queries plan against the stored schema and run.
     let again = engine.sql(sql).await.unwrap();
     lambdafusion::verify::compare(&first.batches, &again.batches, false).unwrap();
     // The earlier result is still readable.
-    let (_, batches) = lambdafusion::results::collect(engine.services(), &job).await.unwrap();
+    let (_, batches) = lambdafusion::results::collect(engine.services(), &job)
+        .await
+        .unwrap();
     lambdafusion::verify::compare(&first.batches, &batches, false).unwrap();
     // The interrupted job was failed, and left the active index.
-    let orphan = engine.services().store.get_job("orphan").await.unwrap().unwrap();
+    let orphan = engine
+        .services()
+        .store
+        .get_job("orphan")
+        .await
+        .unwrap()
+        .unwrap();
     assert_eq!(orphan.state, JobState::Failed);
     assert!(orphan.error.unwrap().contains("restarted"));
-    assert!(engine.services().store.active_jobs().await.unwrap().is_empty());
+    assert!(engine
+        .services()
+        .store
+        .active_jobs()
+        .await
+        .unwrap()
+        .is_empty());
     // Dropping a table is durable too.
     engine.sql("DROP TABLE dims").await.unwrap();
     drop(engine);
     let engine = start(state.path()).await;
     let tables = engine.services().store.list_tables().await.unwrap();
-    assert_eq!(tables.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(), vec!["facts"]);
+    assert_eq!(
+        tables.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
+        vec!["facts"]
+    );
 }

@@ -15,17 +15,25 @@ use lambdafusion::EngineConfig;
 async fn graph(sql: &str, partitions: usize) -> StageGraph {
     let dir = tempfile::tempdir().unwrap();
     common::write_tables(dir.path()).await;
-    let config = EngineConfig::default().with_bytes_per_task(1).with_max_tasks_per_stage(partitions);
+    let config = EngineConfig::default()
+        .with_bytes_per_task(1)
+        .with_max_tasks_per_stage(partitions);
     let runtime = RuntimeEnvBuilder::new().build_arc().unwrap();
     let state = plan::session_state(runtime, &config, partitions);
     let ctx = SessionContext::new_with_state(state);
     for t in ["facts", "dims"] {
-        ctx.register_parquet(t, dir.path().join(t).to_str().unwrap(), ParquetReadOptions::default())
-            .await
-            .unwrap();
+        ctx.register_parquet(
+            t,
+            dir.path().join(t).to_str().unwrap(),
+            ParquetReadOptions::default(),
+        )
+        .await
+        .unwrap();
     }
     let logical = ctx.state().create_logical_plan(sql).await.unwrap();
-    let physical = plan::physical_plan(&ctx.state(), &logical, &config).await.unwrap();
+    let physical = plan::physical_plan(&ctx.state(), &logical, &config)
+        .await
+        .unwrap();
     let graph = StageSplitter::split(physical).unwrap();
     round_trip(&ctx, &graph);
     graph
@@ -38,7 +46,12 @@ fn round_trip(ctx: &SessionContext, graph: &StageGraph) {
         let bytes = plan::encode_plan(stage.plan.clone()).unwrap();
         let decoded = plan::decode_plan(&bytes, &task_ctx).unwrap();
         assert_eq!(show(&stage.plan), show(&decoded), "stage {}", stage.id);
-        assert_eq!(bytes, plan::encode_plan(decoded).unwrap(), "stage {} re-encodes identically", stage.id);
+        assert_eq!(
+            bytes,
+            plan::encode_plan(decoded).unwrap(),
+            "stage {} re-encodes identically",
+            stage.id
+        );
     }
 }
 
@@ -56,16 +69,29 @@ async fn an_aggregation_becomes_a_hash_shuffle() {
     assert_eq!(g.stages.len(), 2, "{}", g.display());
     assert_eq!(g.stages[0].tasks, 4);
     assert_eq!(g.stages[0].output_partitions, 4);
-    let writer = g.stages[0].plan.downcast_ref::<ShuffleWriterExec>().unwrap();
+    let writer = g.stages[0]
+        .plan
+        .downcast_ref::<ShuffleWriterExec>()
+        .unwrap();
     assert!(writer.partitioning().is_some());
-    assert_eq!(inputs(&g, 1), vec![StageInput { stage: 0, kind: EdgeKind::Hash }]);
+    assert_eq!(
+        inputs(&g, 1),
+        vec![StageInput {
+            stage: 0,
+            kind: EdgeKind::Hash
+        }]
+    );
     // No ORDER BY: the result is the union of the final stage's four tasks.
     assert_eq!(g.final_stage().tasks, 4);
 }
 
 #[tokio::test]
 async fn order_by_gathers_into_one_task() {
-    let g = graph("SELECT k, count(*) AS n FROM facts GROUP BY k ORDER BY n DESC", 4).await;
+    let g = graph(
+        "SELECT k, count(*) AS n FROM facts GROUP BY k ORDER BY n DESC",
+        4,
+    )
+    .await;
     let last = g.final_stage();
     assert_eq!(last.tasks, 1, "{}", g.display());
     assert_eq!(last.inputs.len(), 1);
@@ -75,7 +101,11 @@ async fn order_by_gathers_into_one_task() {
 
 #[tokio::test]
 async fn a_small_build_side_is_broadcast() {
-    let g = graph("SELECT d.label, f.v FROM facts f JOIN dims d ON f.k = d.k", 4).await;
+    let g = graph(
+        "SELECT d.label, f.v FROM facts f JOIN dims d ON f.k = d.k",
+        4,
+    )
+    .await;
     let text = g.display();
     let join_stage = g
         .stages
@@ -84,7 +114,10 @@ async fn a_small_build_side_is_broadcast() {
         .unwrap_or_else(|| panic!("{text}"));
     assert!(join_stage.tasks > 1, "{text}");
     assert!(
-        join_stage.inputs.iter().any(|i| i.kind == EdgeKind::Broadcast),
+        join_stage
+            .inputs
+            .iter()
+            .any(|i| i.kind == EdgeKind::Broadcast),
         "{text}"
     );
 }
@@ -121,10 +154,17 @@ async fn stages_are_in_topological_order() {
     .await;
     for (i, s) in g.stages.iter().enumerate() {
         assert_eq!(s.id as usize, i);
-        assert!(s.inputs.iter().all(|input| (input.stage as usize) < i), "{}", g.display());
+        assert!(
+            s.inputs.iter().all(|input| (input.stage as usize) < i),
+            "{}",
+            g.display()
+        );
     }
     // Every stage but the last feeds another.
     for s in &g.stages[..g.stages.len() - 1] {
-        assert!(g.stages.iter().any(|c| c.inputs.iter().any(|i| i.stage == s.id)));
+        assert!(g
+            .stages
+            .iter()
+            .any(|c| c.inputs.iter().any(|i| i.stage == s.id)));
     }
 }

@@ -29,11 +29,23 @@ fn batch(schema: &SchemaRef, from: i64, rows: usize, keys: i64) -> RecordBatch {
         .enumerate()
         .map(|(i, f)| -> ArrayRef {
             match (i, f.data_type()) {
-                (0, _) => Arc::new(Int64Array::from_iter_values((from..from + rows as i64).map(|v| v % keys))),
-                (_, DataType::Int64) => Arc::new(Int64Array::from_iter_values(from..from + rows as i64)),
-                (_, DataType::Float64) => Arc::new(Float64Array::from_iter((0..rows).map(|r| (r % 3 != 0).then_some(r as f64 * 0.5)))),
-                (_, DataType::Boolean) => Arc::new(BooleanArray::from_iter((0..rows).map(|r| Some(r % 2 == 0)))),
-                _ => Arc::new(StringArray::from_iter((0..rows).map(|r| (r % 5 != 0).then(|| format!("v{}-{i}", from + r as i64))))),
+                (0, _) => Arc::new(Int64Array::from_iter_values(
+                    (from..from + rows as i64).map(|v| v % keys),
+                )),
+                (_, DataType::Int64) => {
+                    Arc::new(Int64Array::from_iter_values(from..from + rows as i64))
+                }
+                (_, DataType::Float64) => Arc::new(Float64Array::from_iter(
+                    (0..rows).map(|r| (r % 3 != 0).then_some(r as f64 * 0.5)),
+                )),
+                (_, DataType::Boolean) => {
+                    Arc::new(BooleanArray::from_iter((0..rows).map(|r| Some(r % 2 == 0))))
+                }
+                _ => {
+                    Arc::new(StringArray::from_iter((0..rows).map(|r| {
+                        (r % 5 != 0).then(|| format!("v{}-{i}", from + r as i64))
+                    })))
+                }
             }
         })
         .collect();
@@ -41,7 +53,12 @@ fn batch(schema: &SchemaRef, from: i64, rows: usize, keys: i64) -> RecordBatch {
 }
 
 fn schema(columns: usize) -> SchemaRef {
-    let types = [DataType::Int64, DataType::Utf8, DataType::Float64, DataType::Boolean];
+    let types = [
+        DataType::Int64,
+        DataType::Utf8,
+        DataType::Float64,
+        DataType::Boolean,
+    ];
     Arc::new(Schema::new(
         (0..columns)
             .map(|i| Field::new(format!("c{i}"), types[i % types.len()].clone(), i != 0))
@@ -58,7 +75,13 @@ struct Shuffled {
 
 /// Writes `producers` tasks of `batches_each` batches through a hash shuffle of width
 /// `slices` (or one slice with `None`).
-async fn shuffle(columns: usize, producers: usize, rows: usize, keys: i64, slices: Option<usize>) -> Shuffled {
+async fn shuffle(
+    columns: usize,
+    producers: usize,
+    rows: usize,
+    keys: i64,
+    slices: Option<usize>,
+) -> Shuffled {
     let schema = schema(columns);
     let partitions: Vec<Vec<RecordBatch>> = (0..producers)
         .map(|p| vec![batch(&schema, (p * rows) as i64, rows, keys)])
@@ -71,13 +94,22 @@ async fn shuffle(columns: usize, producers: usize, rows: usize, keys: i64, slice
     for p in 0..producers {
         let path = Path::from(format!("shuffle/task-{p}"));
         let summary = writer
-            .write_partition(p, Arc::new(TaskContext::default()), store.as_ref(), &path, &AtomicBool::new(false), "job")
+            .write_partition(
+                p,
+                Arc::new(TaskContext::default()),
+                store.as_ref(),
+                &path,
+                &AtomicBool::new(false),
+                "job",
+            )
             .await
             .unwrap();
         assert_eq!(summary.rows, rows as u64);
         assert_eq!(summary.ends.len(), slices.unwrap_or(1));
         assert_eq!(
-            lambdafusion::shuffle::format::read_index(store.as_ref(), &path).await.unwrap(),
+            lambdafusion::shuffle::format::read_index(store.as_ref(), &path)
+                .await
+                .unwrap(),
             summary.ends,
             "the footer index matches the completion record"
         );
@@ -91,11 +123,22 @@ async fn shuffle(columns: usize, producers: usize, rows: usize, keys: i64, slice
             finished_ms: 0,
         });
     }
-    Shuffled { schema, store, outputs, written: producers * rows }
+    Shuffled {
+        schema,
+        store,
+        outputs,
+        written: producers * rows,
+    }
 }
 
 async fn read(s: &Shuffled, mode: ReadMode) -> Vec<Vec<RecordBatch>> {
-    let reader = Arc::new(ShuffleReaderExec::new(0, s.outputs.len(), mode, s.schema.clone(), None));
+    let reader = Arc::new(ShuffleReaderExec::new(
+        0,
+        s.outputs.len(),
+        mode,
+        s.schema.clone(),
+        None,
+    ));
     let inputs = ShuffleInputs {
         store: s.store.clone(),
         stages: HashMap::from([(0, s.outputs.clone())]),
@@ -106,7 +149,11 @@ async fn read(s: &Shuffled, mode: ReadMode) -> Vec<Vec<RecordBatch>> {
     let mut out = Vec::new();
     for p in 0..reader.properties().partitioning.partition_count() {
         let stream = reader.execute(p, ctx.clone()).unwrap();
-        out.push(datafusion::physical_plan::common::collect(stream).await.unwrap());
+        out.push(
+            datafusion::physical_plan::common::collect(stream)
+                .await
+                .unwrap(),
+        );
     }
     out
 }
@@ -114,7 +161,14 @@ async fn read(s: &Shuffled, mode: ReadMode) -> Vec<Vec<RecordBatch>> {
 fn ids(batches: &[RecordBatch], column: usize) -> Vec<i64> {
     batches
         .iter()
-        .flat_map(|b| b.column(column).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec())
+        .flat_map(|b| {
+            b.column(column)
+                .as_any()
+                .downcast_ref::<Int64Array>()
+                .unwrap()
+                .values()
+                .to_vec()
+        })
         .collect()
 }
 
@@ -125,12 +179,20 @@ async fn many_partitions_each_row_read_once_by_the_right_partition() {
     assert_eq!(partitions.len(), 257);
     let mut all: Vec<i64> = partitions.iter().flat_map(|p| ids(p, 4)).collect();
     all.sort();
-    assert_eq!(all, (0..s.written as i64).collect::<Vec<_>>(), "every row exactly once");
+    assert_eq!(
+        all,
+        (0..s.written as i64).collect::<Vec<_>>(),
+        "every row exactly once"
+    );
     // A key lives in exactly one partition.
     let mut owner = HashMap::new();
     for (p, batches) in partitions.iter().enumerate() {
         for key in ids(batches, 0) {
-            assert_eq!(*owner.entry(key).or_insert(p), p, "key {key} in two partitions");
+            assert_eq!(
+                *owner.entry(key).or_insert(p),
+                p,
+                "key {key} in two partitions"
+            );
         }
     }
 }
@@ -139,10 +201,21 @@ async fn many_partitions_each_row_read_once_by_the_right_partition() {
 async fn empty_slices_cost_nothing() {
     // Three keys into 64 slices: at most three slices per producer hold rows.
     let s = shuffle(5, 4, 1000, 3, Some(64)).await;
-    let reader = ShuffleReaderExec::new(0, 4, ReadMode::Hash(Partitioning::UnknownPartitioning(64)), s.schema.clone(), None);
+    let reader = ShuffleReaderExec::new(
+        0,
+        4,
+        ReadMode::Hash(Partitioning::UnknownPartitioning(64)),
+        s.schema.clone(),
+        None,
+    );
     let requests: usize = (0..64).map(|p| reader.ranges(p, &s.outputs).len()).sum();
-    assert!(requests <= 3 * 4, "one ranged read per non-empty slice, got {requests}");
-    let empty = (0..64).filter(|&p| reader.ranges(p, &s.outputs).is_empty()).count();
+    assert!(
+        requests <= 3 * 4,
+        "one ranged read per non-empty slice, got {requests}"
+    );
+    let empty = (0..64)
+        .filter(|&p| reader.ranges(p, &s.outputs).is_empty())
+        .count();
     assert!(empty >= 61, "{empty} partitions read nothing");
     let rows: usize = read(&s, ReadMode::Hash(Partitioning::UnknownPartitioning(64)))
         .await
@@ -153,7 +226,9 @@ async fn empty_slices_cost_nothing() {
     assert_eq!(rows, s.written);
     for output in &s.outputs {
         // Empty slices take no bytes in the object.
-        let sizes: Vec<u64> = (0..64).map(|i| output.slice(i).end - output.slice(i).start).collect();
+        let sizes: Vec<u64> = (0..64)
+            .map(|i| output.slice(i).end - output.slice(i).start)
+            .collect();
         assert!(sizes.iter().filter(|&&n| n > 0).count() <= 3);
     }
 }
@@ -163,8 +238,13 @@ async fn a_wide_schema_round_trips() {
     let s = shuffle(300, 2, 200, 50, Some(5)).await;
     let partitions = read(&s, ReadMode::Hash(Partitioning::UnknownPartitioning(5))).await;
     let batches: Vec<RecordBatch> = partitions.into_iter().flatten().collect();
-    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), s.written);
-    assert!(batches.iter().all(|b| b.num_columns() == 300 && b.schema() == s.schema));
+    assert_eq!(
+        batches.iter().map(|b| b.num_rows()).sum::<usize>(),
+        s.written
+    );
+    assert!(batches
+        .iter()
+        .all(|b| b.num_columns() == 300 && b.schema() == s.schema));
     // Nulls survive.
     let nulls: usize = batches.iter().map(|b| b.column(1).null_count()).sum();
     assert_eq!(nulls, s.written / 5);
@@ -207,7 +287,10 @@ async fn an_empty_producer_is_an_empty_object_with_an_index() {
 #[tokio::test]
 async fn a_reader_without_inputs_explains_itself() {
     let reader = ShuffleReaderExec::new(7, 1, ReadMode::Gather, schema(2), None);
-    let error = reader.execute(0, Arc::new(TaskContext::default())).err().unwrap();
+    let error = reader
+        .execute(0, Arc::new(TaskContext::default()))
+        .err()
+        .unwrap();
     assert!(error.to_string().contains("shuffle inputs"), "{error}");
     let _ = collect; // keep the import for readers looking for DataFusion's helpers
 }

@@ -17,19 +17,8 @@ use lambdafusion_aws::Role;
 use serde_json::Value;
 
 fn main() -> Result<(), Error> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_ansi(false)
-        .without_time()
-        .init();
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_stack_size(16 * 1024 * 1024)
-        .build()?
-        .block_on(async {
+    lambdafusion_aws::function::init_logging();
+    lambdafusion::runtime()?.block_on(async {
             let services = lambdafusion_aws::services(Role::Executor).await?;
             let executor = Arc::new(Executor::new(services));
             lambda_runtime::run(service_fn(move |event: LambdaEvent<TaskSpec>| {
@@ -52,7 +41,9 @@ fn crash_if_asked(task: &TaskSpec) {
         return;
     };
     let wanted = format!("{}/{}/{}", task.stage, task.partition, task.attempt);
-    if std::fs::read_to_string(&path).is_ok_and(|s| s.trim() == wanted) && std::fs::remove_file(&path).is_ok() {
+    if std::fs::read_to_string(&path).is_ok_and(|s| s.trim() == wanted)
+        && std::fs::remove_file(&path).is_ok()
+    {
         eprintln!("LAMBDAFUSION_TEST_CRASH_FILE: crashing on {task}");
         std::process::exit(70);
     }

@@ -16,31 +16,23 @@ use tower::ServiceExt;
 use tracing::{error, info};
 
 fn main() -> Result<(), Error> {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_default_env()
-                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
-        )
-        .with_ansi(false)
-        .without_time()
-        .init();
-    // Planning large queries in DataFusion recurses deeply.
-    tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .thread_stack_size(16 * 1024 * 1024)
-        .build()?
-        .block_on(async {
-            let services = lambdafusion_aws::services(Role::Scheduler).await?;
-            let router = lambdafusion::api::router(services.clone());
-            lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
-                let (services, router) = (services.clone(), router.clone());
-                async move { handle(services, router, event).await }
-            }))
-            .await
-        })
+    lambdafusion_aws::function::init_logging();
+    lambdafusion::runtime()?.block_on(async {
+        let services = lambdafusion_aws::services(Role::Scheduler).await?;
+        let router = lambdafusion::api::router(services.clone());
+        lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
+            let (services, router) = (services.clone(), router.clone());
+            async move { handle(services, router, event).await }
+        }))
+        .await
+    })
 }
 
-async fn handle(services: Services, router: axum::Router, event: LambdaEvent<Value>) -> Result<Value, Error> {
+async fn handle(
+    services: Services,
+    router: axum::Router,
+    event: LambdaEvent<Value>,
+) -> Result<Value, Error> {
     let LambdaEvent { payload, context } = event;
     let scheduler = Scheduler::new(services);
     let before = Counts::now();

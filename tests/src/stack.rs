@@ -12,7 +12,10 @@ use object_store::ObjectStore;
 
 /// The repository root.
 pub fn repo_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).parent().expect("repo root").to_path_buf()
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("repo root")
+        .to_path_buf()
 }
 
 /// One stack at a time: they share ports and the state directory.
@@ -29,10 +32,14 @@ impl Stack {
     /// Starts the stack with extra variables for the functions (`LAMBDAFUSION_*` pass
     /// through to them). Panics with the script's output when it fails.
     pub fn up(extra: &[(&str, &str)]) -> Stack {
-        let turn = ONE_AT_A_TIME.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+        let turn = ONE_AT_A_TIME
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
         let root = repo_root();
         // A stack left over by an interrupted run would hold the ports.
-        let _ = Command::new(root.join("local/localstack/down")).current_dir(&root).output();
+        let _ = Command::new(root.join("local/localstack/down"))
+            .current_dir(&root)
+            .output();
         // Logs of an earlier stack would mix into this one's.
         let _ = std::fs::remove_dir_all(root.join("local/localstack/.state/logs"));
         for binary in ["scheduler-fn", "executor-fn", "lambdafusion-local"] {
@@ -61,7 +68,12 @@ impl Stack {
             .lines()
             .filter_map(|l| l.trim().strip_prefix("export "))
             .filter_map(|l| l.split_once('='))
-            .map(|(k, v)| (k.to_string(), v.trim_matches(|c| c == '"' || c == '\'').to_string()))
+            .map(|(k, v)| {
+                (
+                    k.to_string(),
+                    v.trim_matches(|c| c == '"' || c == '\'').to_string(),
+                )
+            })
             .collect();
         Stack { env, _turn: turn }
     }
@@ -86,7 +98,8 @@ impl Stack {
 
     /// SDK configuration for a service whose endpoint is in `var`.
     pub async fn sdk(&self, var: &str) -> SdkConfig {
-        let credentials = aws_sdk_dynamodb::config::Credentials::new("test", "test", None, None, "local");
+        let credentials =
+            aws_sdk_dynamodb::config::Credentials::new("test", "test", None, None, "local");
         aws_config::defaults(BehaviorVersion::latest())
             .http_client(lambdafusion_aws::clients::http_client())
             .region(Region::new("us-east-1"))
@@ -132,6 +145,8 @@ impl Stack {
 impl Drop for Stack {
     fn drop(&mut self) {
         let root = repo_root();
-        let _ = Command::new(root.join("local/localstack/down")).current_dir(&root).output();
+        let _ = Command::new(root.join("local/localstack/down"))
+            .current_dir(&root)
+            .output();
     }
 }

@@ -37,11 +37,18 @@ async fn load_tpch(stack: &Stack, client: &Client, dir: &std::path::Path) {
     tpch::generate(dir, 0.01, 2, &|_, _| {}).unwrap();
     let s3 = stack.s3();
     for file in tpch::data_files(dir) {
-        let relative = file.strip_prefix(dir).unwrap().to_string_lossy().to_string();
+        let relative = file
+            .strip_prefix(dir)
+            .unwrap()
+            .to_string_lossy()
+            .to_string();
         let bytes = std::fs::read(&*file).unwrap();
-        s3.put(&Path::from(format!("data/tpch/{relative}")), PutPayload::from(bytes))
-            .await
-            .unwrap();
+        s3.put(
+            &Path::from(format!("data/tpch/{relative}")),
+            PutPayload::from(bytes),
+        )
+        .await
+        .unwrap();
     }
     let bucket = stack.var("LAMBDAFUSION_BUCKET");
     for sql in tpch::create_statements(&format!("s3://{bucket}/data/tpch")) {
@@ -49,11 +56,15 @@ async fn load_tpch(stack: &Stack, client: &Client, dir: &std::path::Path) {
     }
 }
 
-async fn run(client: &Client, sql: &str) -> (JobStatus, Vec<datafusion::arrow::array::RecordBatch>) {
-    let (status, _, batches) = tokio::time::timeout(Duration::from_secs(180), client.run(sql, &mut |_| {}))
-        .await
-        .unwrap_or_else(|_| panic!("timed out running:\n{sql}"))
-        .unwrap_or_else(|e| panic!("{e}\nwhile running:\n{sql}"));
+async fn run(
+    client: &Client,
+    sql: &str,
+) -> (JobStatus, Vec<datafusion::arrow::array::RecordBatch>) {
+    let (status, _, batches) =
+        tokio::time::timeout(Duration::from_secs(180), client.run(sql, &mut |_| {}))
+            .await
+            .unwrap_or_else(|_| panic!("timed out running:\n{sql}"))
+            .unwrap_or_else(|e| panic!("{e}\nwhile running:\n{sql}"));
     (status, batches)
 }
 
@@ -101,7 +112,10 @@ fn local_aws_stack_end_to_end() {
 
         // The API's error handling through the function URL.
         match client.submit("SELECT * FROM no_such_table").await {
-            Err(ClientError::Api { status: 400, message }) => assert!(message.contains("no_such_table"), "{message}"),
+            Err(ClientError::Api {
+                status: 400,
+                message,
+            }) => assert!(message.contains("no_such_table"), "{message}"),
             other => panic!("expected a 400, got {other:?}"),
         }
         let http = reqwest::Client::new();
@@ -113,7 +127,11 @@ fn local_aws_stack_end_to_end() {
             .await
             .unwrap();
         assert_eq!(response.status(), 400);
-        let response = http.get(format!("{}/v1/queries/nope", stack.endpoint())).send().await.unwrap();
+        let response = http
+            .get(format!("{}/v1/queries/nope", stack.endpoint()))
+            .send()
+            .await
+            .unwrap();
         assert_eq!(response.status(), 404);
         let (status, batches) = run(&client, "SHOW TABLES").await;
         assert_eq!(status.state, "succeeded");
@@ -129,13 +147,20 @@ fn local_aws_stack_end_to_end() {
         // The same task event delivered twice more while the job runs: one commit.
         let sql = tpch::query(3);
         let id = client.submit(sql).await.unwrap();
-        let task = TaskSpec { job_id: id.clone(), stage: 0, partition: 0, attempt: 1 };
+        let task = TaskSpec {
+            job_id: id.clone(),
+            stage: 0,
+            partition: 0,
+            attempt: 1,
+        };
         for _ in 0..2 {
             lambda
                 .invoke()
                 .function_name(&executor)
                 .invocation_type(aws_sdk_lambda::types::InvocationType::Event)
-                .payload(aws_sdk_lambda::primitives::Blob::new(serde_json::to_vec(&task).unwrap()))
+                .payload(aws_sdk_lambda::primitives::Blob::new(
+                    serde_json::to_vec(&task).unwrap(),
+                ))
                 .send()
                 .await
                 .unwrap();
@@ -150,10 +175,14 @@ fn local_aws_stack_end_to_end() {
         let object = Path::from(output.object.as_str());
         let parts: Vec<_> = object.parts().collect();
         let task_dir = Path::from_iter(parts[..parts.len() - 1].iter().cloned());
-        let objects: Vec<_> = futures::TryStreamExt::try_collect::<Vec<_>>(stack.s3().list(Some(&task_dir)))
-            .await
-            .unwrap();
-        assert!(objects.len() <= 1, "only the winner's object may remain: {objects:?}");
+        let objects: Vec<_> =
+            futures::TryStreamExt::try_collect::<Vec<_>>(stack.s3().list(Some(&task_dir)))
+                .await
+                .unwrap();
+        assert!(
+            objects.len() <= 1,
+            "only the winner's object may remain: {objects:?}"
+        );
         let (_, batches) = client.result(&id).await.unwrap();
         let expected = ctx.sql(sql).await.unwrap().collect().await.unwrap();
         lambdafusion::verify::compare(&expected, &batches, true).unwrap();
@@ -163,7 +192,11 @@ fn local_aws_stack_end_to_end() {
         std::fs::write(&crash_file, "0/0/1").unwrap();
         let status = check_query(&client, &ctx, 5).await;
         assert!(!crash_file.exists(), "the crash hook fired");
-        let item = store.get_task(&status.id, 0, 0).await.unwrap().expect("task item");
+        let item = store
+            .get_task(&status.id, 0, 0)
+            .await
+            .unwrap()
+            .expect("task item");
         assert_eq!(item.failures, 1, "{item:?}");
         assert_eq!(item.output.unwrap().attempt, 2);
         assert_eq!(status.stages[0].failed_attempts, 1);
@@ -173,27 +206,34 @@ fn local_aws_stack_end_to_end() {
             .invoke()
             .function_name(stack.var("LAMBDAFUSION_SCHEDULER_FUNCTION"))
             .payload(aws_sdk_lambda::primitives::Blob::new(
-                br#"{"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}"#.to_vec(),
+                br#"{"source": "aws.events", "detail-type": "Scheduled Event", "detail": {}}"#
+                    .to_vec(),
             ))
             .send()
             .await
             .unwrap();
         assert!(out.function_error().is_none());
-        let report: serde_json::Value = serde_json::from_slice(out.payload().unwrap().as_ref()).unwrap();
+        let report: serde_json::Value =
+            serde_json::from_slice(out.payload().unwrap().as_ref()).unwrap();
         assert!(report.get("jobs").is_some(), "{report}");
 
         // An event of no known shape is rejected, and the function keeps serving.
         let out = lambda
             .invoke()
             .function_name(stack.var("LAMBDAFUSION_SCHEDULER_FUNCTION"))
-            .payload(aws_sdk_lambda::primitives::Blob::new(br#"{"hello": "world"}"#.to_vec()))
+            .payload(aws_sdk_lambda::primitives::Blob::new(
+                br#"{"hello": "world"}"#.to_vec(),
+            ))
             .send()
             .await
             .unwrap();
         assert!(out.function_error().is_some());
         run(&client, "SELECT 1").await;
 
-        assert!(store.active_jobs().await.unwrap().is_empty(), "no job left running");
+        assert!(
+            store.active_jobs().await.unwrap().is_empty(),
+            "no job left running"
+        );
     });
 }
 
@@ -251,7 +291,9 @@ fn measure_stage_handoff() {
                 .and_then(|v| v.trim_matches(|c: char| !c.is_ascii_digit()).parse().ok())
                 .unwrap_or(0)
         };
-        let per_task = |name: &str| lines.iter().map(|l| field(l, name)).sum::<u64>() as f64 / lines.len().max(1) as f64;
+        let per_task = |name: &str| {
+            lines.iter().map(|l| field(l, name)).sum::<u64>() as f64 / lines.len().max(1) as f64
+        };
         report.push(format!(
             "fast path {fast_path:>5}: hand-off p50 {} ms, p95 {} ms over {} stage hand-offs ({} tasks); per committed task: \
              DynamoDB writes {:.2}, reads {:.2}; S3 PUT {:.2}, GET {:.2}, LIST {:.2}, DELETE {:.2}; Lambda invokes {:.2}",

@@ -44,7 +44,12 @@ impl Recording {
 
 #[async_trait]
 impl JobStore for Recording {
-    async fn create_job(&self, job: &JobRecord, stages: &[StageRecord], tasks: &[TaskRecord]) -> Result<()> {
+    async fn create_job(
+        &self,
+        job: &JobRecord,
+        stages: &[StageRecord],
+        tasks: &[TaskRecord],
+    ) -> Result<()> {
         self.note("create_job");
         self.inner.create_job(job, stages, tasks).await
     }
@@ -60,7 +65,12 @@ impl JobStore for Recording {
         self.note("get_stage");
         self.inner.get_stage(job_id, stage).await
     }
-    async fn get_task(&self, job_id: &str, stage: u32, partition: u32) -> Result<Option<TaskRecord>> {
+    async fn get_task(
+        &self,
+        job_id: &str,
+        stage: u32,
+        partition: u32,
+    ) -> Result<Option<TaskRecord>> {
         self.note("get_task");
         self.inner.get_task(job_id, stage, partition).await
     }
@@ -72,9 +82,19 @@ impl JobStore for Recording {
         self.note("claim_stage");
         self.inner.claim_stage(job_id, stage, now_ms).await
     }
-    async fn start_attempt(&self, job_id: &str, stage: u32, partition: u32, attempt: u32, now_ms: u64, expires_at: u64) -> Result<bool> {
+    async fn start_attempt(
+        &self,
+        job_id: &str,
+        stage: u32,
+        partition: u32,
+        attempt: u32,
+        now_ms: u64,
+        expires_at: u64,
+    ) -> Result<bool> {
         self.note("start_attempt");
-        self.inner.start_attempt(job_id, stage, partition, attempt, now_ms, expires_at).await
+        self.inner
+            .start_attempt(job_id, stage, partition, attempt, now_ms, expires_at)
+            .await
     }
     async fn commit_task(&self, commit: &TaskCommit) -> Result<CommitOutcome> {
         self.note("commit_task");
@@ -84,7 +104,13 @@ impl JobStore for Recording {
         self.note("fail_attempt");
         self.inner.fail_attempt(failure).await
     }
-    async fn finish_job(&self, job_id: &str, state: JobState, error: Option<String>, now_ms: u64) -> Result<bool> {
+    async fn finish_job(
+        &self,
+        job_id: &str,
+        state: JobState,
+        error: Option<String>,
+        now_ms: u64,
+    ) -> Result<bool> {
         self.note("finish_job");
         self.inner.finish_job(job_id, state, error, now_ms).await
     }
@@ -125,12 +151,18 @@ struct Queue {
 #[async_trait]
 impl Invoker for Queue {
     async fn run_task(&self, task: &TaskSpec) -> Result<()> {
-        self.log.lock().unwrap().insert("lambda:InvokeFunction -> executor".into());
+        self.log
+            .lock()
+            .unwrap()
+            .insert("lambda:InvokeFunction -> executor".into());
         self.tasks.lock().unwrap().push(task.clone());
         Ok(())
     }
     async fn wake_scheduler(&self, job_id: &str) -> Result<()> {
-        self.log.lock().unwrap().insert("lambda:InvokeFunction -> scheduler".into());
+        self.log
+            .lock()
+            .unwrap()
+            .insert("lambda:InvokeFunction -> scheduler".into());
         self.wakes.lock().unwrap().push(job_id.to_string());
         Ok(())
     }
@@ -144,7 +176,12 @@ struct Function {
     invoker: Arc<Queue>,
 }
 
-fn function(store: &EmbeddedStore, shuffle: Arc<dyn ObjectStore>, data: Arc<dyn ObjectStore>, config: &EngineConfig) -> Function {
+fn function(
+    store: &EmbeddedStore,
+    shuffle: Arc<dyn ObjectStore>,
+    data: Arc<dyn ObjectStore>,
+    config: &EngineConfig,
+) -> Function {
     let store_log = Log::default();
     let s3_log = Log::default();
     let invoker = Arc::new(Queue::default());
@@ -163,29 +200,57 @@ fn function(store: &EmbeddedStore, shuffle: Arc<dyn ObjectStore>, data: Arc<dyn 
     };
     runtime.register_object_store(
         ObjectStoreUrl::parse("s3://shuffle").unwrap().as_ref(),
-        Arc::new(CountingStore::with_sink(shuffle, sink(s3_log.clone(), "shuffle"))),
+        Arc::new(CountingStore::with_sink(
+            shuffle,
+            sink(s3_log.clone(), "shuffle"),
+        )),
     );
     runtime.register_object_store(
         ObjectStoreUrl::parse("s3://data").unwrap().as_ref(),
         Arc::new(CountingStore::with_sink(data, sink(s3_log.clone(), "data"))),
     );
     let services = Services {
-        store: Arc::new(Recording { inner: store.clone(), log: store_log.clone() }),
+        store: Arc::new(Recording {
+            inner: store.clone(),
+            log: store_log.clone(),
+        }),
         invoker: invoker.clone(),
         runtime,
-        shuffle: ShuffleLocation { url: ObjectStoreUrl::parse("s3://shuffle").unwrap(), prefix: Path::from("lambdafusion") },
+        shuffle: ShuffleLocation {
+            url: ObjectStoreUrl::parse("s3://shuffle").unwrap(),
+            prefix: Path::from("lambdafusion"),
+        },
         config: config.clone(),
     };
-    Function { services, store_log, s3_log, invoker }
+    Function {
+        services,
+        store_log,
+        s3_log,
+        invoker,
+    }
 }
 
-fn granted(table: &[&str], bucket_objects: &[&str], bucket: &[&str], data_objects: &[&str], data: &[&str], lambda_target: &str) -> BTreeSet<String> {
+fn granted(
+    table: &[&str],
+    bucket_objects: &[&str],
+    bucket: &[&str],
+    data_objects: &[&str],
+    data: &[&str],
+    lambda_target: &str,
+) -> BTreeSet<String> {
     table
         .iter()
         .map(|a| a.to_string())
-        .chain(bucket_objects.iter().chain(bucket).map(|a| format!("shuffle {a}")))
+        .chain(
+            bucket_objects
+                .iter()
+                .chain(bucket)
+                .map(|a| format!("shuffle {a}")),
+        )
         .chain(data_objects.iter().chain(data).map(|a| format!("data {a}")))
-        .chain(std::iter::once(format!("lambda:InvokeFunction -> {lambda_target}")))
+        .chain(std::iter::once(format!(
+            "lambda:InvokeFunction -> {lambda_target}"
+        )))
         .collect()
 }
 
@@ -230,7 +295,10 @@ async fn each_function_uses_exactly_the_permissions_it_is_granted() {
 
     // Everything the scheduler function does: DDL, SHOW, a query, the stream, wake-ups,
     // the sweep finding a lost task, a cancel, a result read.
-    scheduler().submit("CREATE EXTERNAL TABLE facts STORED AS PARQUET LOCATION 's3://data/facts/'").await.unwrap();
+    scheduler()
+        .submit("CREATE EXTERNAL TABLE facts STORED AS PARQUET LOCATION 's3://data/facts/'")
+        .await
+        .unwrap();
     scheduler().submit("SHOW TABLES").await.unwrap();
     let job = scheduler()
         .submit("SELECT k, count(*), sum(v) FROM facts GROUP BY k ORDER BY k")
@@ -255,13 +323,29 @@ async fn each_function_uses_exactly_the_permissions_it_is_granted() {
             scheduler().on_records(&batch).await.unwrap();
         }
         scheduler().sweep().await.unwrap();
-        if store.get_job(&job).await.unwrap().unwrap().state.is_terminal() {
+        if store
+            .get_job(&job)
+            .await
+            .unwrap()
+            .unwrap()
+            .state
+            .is_terminal()
+        {
             break;
         }
     }
-    assert_eq!(store.get_job(&job).await.unwrap().unwrap().state, JobState::Succeeded);
-    lambdafusion::results::collect(&scheduler_fn.services, &job).await.unwrap();
-    let doomed = scheduler().submit("SELECT * FROM facts").await.unwrap().job_id;
+    assert_eq!(
+        store.get_job(&job).await.unwrap().unwrap().state,
+        JobState::Succeeded
+    );
+    lambdafusion::results::collect(&scheduler_fn.services, &job)
+        .await
+        .unwrap();
+    let doomed = scheduler()
+        .submit("SELECT * FROM facts")
+        .await
+        .unwrap()
+        .job_id;
     scheduler().cancel(&doomed).await.unwrap();
     scheduler().submit("DROP TABLE facts").await.unwrap();
 
@@ -282,13 +366,24 @@ async fn each_function_uses_exactly_the_permissions_it_is_granted() {
         "scheduler",
     );
     // A loser's output delete only happens on a duplicate delivery; run one.
-    let twin = TaskSpec { job_id: job.clone(), stage: 0, partition: 0, attempt: 1 };
+    let twin = TaskSpec {
+        job_id: job.clone(),
+        stage: 0,
+        partition: 0,
+        attempt: 1,
+    };
     let _ = executor.handle(&twin).await;
     let mut executor_used = used(&executor_fn);
     let scheduler_used = used(&scheduler_fn);
     // The duplicate above found the task already succeeded and stopped before writing;
     // deleting a losing object is exercised by the core tests. Grant check, not usage:
     executor_used.insert("shuffle s3:DeleteObject".into());
-    assert_eq!(scheduler_used, scheduler_grants, "scheduler: used (left) vs granted (right)");
-    assert_eq!(executor_used, executor_grants, "executor: used (left) vs granted (right)");
+    assert_eq!(
+        scheduler_used, scheduler_grants,
+        "scheduler: used (left) vs granted (right)"
+    );
+    assert_eq!(
+        executor_used, executor_grants,
+        "executor: used (left) vs granted (right)"
+    );
 }

@@ -22,7 +22,9 @@ fn tpch_queries_match_datafusion() {
         let sf = 0.01;
         tpch::generate(data.path(), sf, 2, &|_, _| {}).unwrap();
         let baseline = datafusion::prelude::SessionContext::new();
-        tpch::register_baseline(&baseline, data.path()).await.unwrap();
+        tpch::register_baseline(&baseline, data.path())
+            .await
+            .unwrap();
         let engine = Embedded::start(EmbeddedOptions {
             data_dir: None,
             config: EngineConfig::default()
@@ -52,11 +54,16 @@ fn tpch_queries_match_datafusion() {
                 }
             };
             multi_task_stages += out.status.stages.iter().filter(|s| s.tasks > 1).count();
-            if let Err(diff) = lambdafusion::verify::compare(&expected, &out.batches, tpch::is_ordered(q)) {
+            if let Err(diff) =
+                lambdafusion::verify::compare(&expected, &out.batches, tpch::is_ordered(q))
+            {
                 failures.push(format!("q{q}: {diff}"));
             }
         }
         assert!(failures.is_empty(), "{}", failures.join("\n"));
-        assert!(multi_task_stages >= 22, "queries really ran distributed ({multi_task_stages} multi-task stages)");
+        assert!(
+            multi_task_stages >= 22,
+            "queries really ran distributed ({multi_task_stages} multi-task stages)"
+        );
     });
 }

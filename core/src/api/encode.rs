@@ -104,7 +104,9 @@ pub async fn encode(
                     }
                     Ok::<_, Error>(Bytes::from(out))
                 })
-                .chain(futures::stream::once(async { Ok(Bytes::from_static(b"]")) }));
+                .chain(futures::stream::once(async {
+                    Ok(Bytes::from_static(b"]"))
+                }));
             let body = futures::stream::once(async { Ok(Bytes::from_static(b"[")) }).chain(body);
             Body::from_stream(body)
         }

@@ -166,7 +166,9 @@ async fn status(
 ) -> Result<Json<JobStatus>, ApiError> {
     let Query(params) = params?;
     let wait = params.wait.unwrap_or(0.0).clamp(0.0, MAX_WAIT_SECS as f64);
-    Ok(Json(wait_for_status(&services, &id, Duration::from_secs_f64(wait)).await?))
+    Ok(Json(
+        wait_for_status(&services, &id, Duration::from_secs_f64(wait)).await?,
+    ))
 }
 
 /// The job's status, waiting up to `wait` for it to end.

@@ -118,9 +118,15 @@ impl Executor {
             .await?
             .ok_or_else(|| Error::InvalidInput(format!("task for unknown job {}", task.job_id)))?;
         if job.state.is_terminal() {
-            return Ok(TaskReport::Skipped(format!("job is {}", job.state.as_str())));
+            return Ok(TaskReport::Skipped(format!(
+                "job is {}",
+                job.state.as_str()
+            )));
         }
-        if let Some(t) = store.get_task(&task.job_id, task.stage, task.partition).await? {
+        if let Some(t) = store
+            .get_task(&task.job_id, task.stage, task.partition)
+            .await?
+        {
             if t.state == TaskState::Succeeded {
                 return Ok(TaskReport::Skipped("task already succeeded".into()));
             }
@@ -129,7 +135,10 @@ impl Executor {
             .get_stage(&task.job_id, task.stage)
             .await?
             .ok_or_else(|| {
-                Error::InvalidInput(format!("task for unknown stage {} of job {}", task.stage, task.job_id))
+                Error::InvalidInput(format!(
+                    "task for unknown stage {} of job {}",
+                    task.stage, task.job_id
+                ))
             })?;
         if task.partition >= stage.tasks {
             return Err(Error::InvalidInput(format!(
@@ -186,7 +195,12 @@ impl Executor {
         };
         match store.commit_task(&commit).await? {
             CommitOutcome::Committed { remaining } => {
-                debug!(rows = summary.rows, bytes = summary.bytes, remaining, "task committed");
+                debug!(
+                    rows = summary.rows,
+                    bytes = summary.bytes,
+                    remaining,
+                    "task committed"
+                );
                 if remaining == 0 {
                     info!(stage = task.stage, "stage complete");
                     if self.services.config.fast_path {
@@ -246,7 +260,11 @@ impl Executor {
     async fn task_context(&self, stage: &StageRecord) -> Result<Arc<TaskContext>> {
         let mut stages = HashMap::new();
         for input in &stage.inputs {
-            let tasks = self.services.store.list_tasks(&stage.job_id, input.stage).await?;
+            let tasks = self
+                .services
+                .store
+                .list_tasks(&stage.job_id, input.stage)
+                .await?;
             let outputs: Vec<TaskOutput> = tasks
                 .into_iter()
                 .filter(|t| t.state == TaskState::Succeeded)
@@ -259,11 +277,7 @@ impl Executor {
             stages,
             fetch_concurrency: 8,
         };
-        let config = self
-            .state
-            .config()
-            .clone()
-            .with_extension(Arc::new(inputs));
+        let config = self.state.config().clone().with_extension(Arc::new(inputs));
         let ctx = TaskContext::from(&self.state).with_session_config(config);
         Ok(Arc::new(ctx))
     }

@@ -28,7 +28,11 @@ use datafusion::physical_plan::{
 fn emits_build_side_at_end(join_type: JoinType) -> bool {
     matches!(
         join_type,
-        JoinType::Left | JoinType::LeftAnti | JoinType::LeftSemi | JoinType::LeftMark | JoinType::Full
+        JoinType::Left
+            | JoinType::LeftAnti
+            | JoinType::LeftSemi
+            | JoinType::LeftMark
+            | JoinType::Full
     )
 }
 
@@ -109,5 +113,8 @@ fn hash_input(
         }
         break;
     }
-    Ok(Arc::new(RepartitionExec::try_new(input, Partitioning::Hash(keys, n))?))
+    Ok(Arc::new(RepartitionExec::try_new(
+        input,
+        Partitioning::Hash(keys, n),
+    )?))
 }

@@ -60,7 +60,9 @@ pub struct StageGraph {
 impl StageGraph {
     /// The result stage.
     pub fn final_stage(&self) -> &Stage {
-        self.stages.last().expect("a stage graph has at least one stage")
+        self.stages
+            .last()
+            .expect("a stage graph has at least one stage")
     }
 
     /// A readable rendering: one block per stage with its edges and plan.
@@ -119,7 +121,10 @@ impl StageSplitter {
         })
     }
 
-    fn cut(&mut self, node: Arc<dyn ExecutionPlan>) -> DfResult<Transformed<Arc<dyn ExecutionPlan>>> {
+    fn cut(
+        &mut self,
+        node: Arc<dyn ExecutionPlan>,
+    ) -> DfResult<Transformed<Arc<dyn ExecutionPlan>>> {
         if let Some(repartition) = node.downcast_ref::<RepartitionExec>() {
             return self.cut_repartition(repartition);
         }
@@ -157,7 +162,10 @@ impl StageSplitter {
         }
     }
 
-    fn cut_repartition(&mut self, repartition: &RepartitionExec) -> DfResult<Transformed<Arc<dyn ExecutionPlan>>> {
+    fn cut_repartition(
+        &mut self,
+        repartition: &RepartitionExec,
+    ) -> DfResult<Transformed<Arc<dyn ExecutionPlan>>> {
         let input = repartition.input().clone();
         match repartition.partitioning() {
             Partitioning::Hash(..) => {
@@ -237,7 +245,13 @@ impl StageSplitter {
             None => {
                 let schema = left.schema();
                 let (stage, producers) = self.add_stage(left, None)?;
-                Arc::new(ShuffleReaderExec::new(stage, producers, ReadMode::All, schema, None))
+                Arc::new(ShuffleReaderExec::new(
+                    stage,
+                    producers,
+                    ReadMode::All,
+                    schema,
+                    None,
+                ))
             }
         };
         let mut children: Vec<Arc<dyn ExecutionPlan>> =
@@ -256,7 +270,8 @@ impl StageSplitter {
         partitioning: Option<Partitioning>,
     ) -> DfResult<(u32, usize)> {
         let id = self.stages.len() as u32;
-        let writer = ShuffleWriterExec::try_new(id, input, partitioning).map_err(DataFusionError::from)?;
+        let writer =
+            ShuffleWriterExec::try_new(id, input, partitioning).map_err(DataFusionError::from)?;
         let tasks = writer.tasks();
         let output_partitions = writer.output_slices();
         let plan: Arc<dyn ExecutionPlan> = Arc::new(writer);
@@ -284,7 +299,10 @@ fn stage_inputs(plan: &Arc<dyn ExecutionPlan>, tasks: usize) -> DfResult<Vec<Sta
                 ReadMode::All if tasks > 1 => EdgeKind::Broadcast,
                 mode => mode.edge(),
             };
-            if !inputs.iter().any(|i: &StageInput| i.stage == reader.stage()) {
+            if !inputs
+                .iter()
+                .any(|i: &StageInput| i.stage == reader.stage())
+            {
                 inputs.push(StageInput {
                     stage: reader.stage(),
                     kind,

@@ -69,7 +69,9 @@ impl Scheduler {
         let job_id = uuid::Uuid::new_v4().simple().to_string();
         let span = tracing::info_span!("submit", job = %job_id);
         let _enter = span.enter();
-        let state = self.services.session_state(self.services.config.max_tasks_per_stage);
+        let state = self
+            .services
+            .session_state(self.services.config.max_tasks_per_stage);
         crate::catalog::install(&state, self.services.store.as_ref()).await?;
         let logical = state
             .create_logical_plan(sql)
@@ -223,9 +225,17 @@ impl Scheduler {
             return Ok(job.state);
         }
         store
-            .finish_job(job_id, JobState::Cancelled, Some("cancelled by request".into()), now_ms())
+            .finish_job(
+                job_id,
+                JobState::Cancelled,
+                Some("cancelled by request".into()),
+                now_ms(),
+            )
             .await?;
-        let state = store.get_job(job_id).await?.map_or(JobState::Cancelled, |j| j.state);
+        let state = store
+            .get_job(job_id)
+            .await?
+            .map_or(JobState::Cancelled, |j| j.state);
         self.cleanup(job_id, None).await;
         Ok(state)
     }
@@ -287,11 +297,22 @@ impl Scheduler {
         let now = now_ms();
         let config = &self.services.config;
         let mut retries = Vec::new();
-        for task in snapshot.tasks.iter().filter(|t| t.state == TaskState::Failed) {
+        for task in snapshot
+            .tasks
+            .iter()
+            .filter(|t| t.state == TaskState::Failed)
+        {
             if task.retryable && task.attempt < config.max_attempts {
                 let next = task.attempt + 1;
                 if store
-                    .start_attempt(job_id, task.stage, task.partition, next, now, self.services.expires_at())
+                    .start_attempt(
+                        job_id,
+                        task.stage,
+                        task.partition,
+                        next,
+                        now,
+                        self.services.expires_at(),
+                    )
                     .await?
                 {
                     retries.push(TaskSpec {
@@ -310,7 +331,10 @@ impl Scheduler {
                     if task.attempt == 1 { "" } else { "s" },
                     task.error.as_deref().unwrap_or("unknown error")
                 );
-                if store.finish_job(job_id, JobState::Failed, Some(error.clone()), now).await? {
+                if store
+                    .finish_job(job_id, JobState::Failed, Some(error.clone()), now)
+                    .await?
+                {
                     info!(job = %job_id, %error, "job failed");
                     self.cleanup(job_id, None).await;
                 }
@@ -320,7 +344,10 @@ impl Scheduler {
         self.dispatch(retries).await;
 
         if snapshot.stages.iter().all(StageRecord::is_complete) {
-            if store.finish_job(job_id, JobState::Succeeded, None, now).await? {
+            if store
+                .finish_job(job_id, JobState::Succeeded, None, now)
+                .await?
+            {
                 info!(job = %job_id, ms = now.saturating_sub(snapshot.job.created_ms), "job succeeded");
                 self.cleanup(job_id, Some(snapshot.job.final_stage())).await;
             }

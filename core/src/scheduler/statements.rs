@@ -62,9 +62,14 @@ pub(super) async fn run(
 ) -> Result<Submitted> {
     let batches = match &logical {
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(cmd)) => {
-            let record =
-                crate::catalog::create_table(state, services.store.as_ref(), &services.config, cmd, sql)
-                    .await?;
+            let record = crate::catalog::create_table(
+                state,
+                services.store.as_ref(),
+                &services.config,
+                cmd,
+                sql,
+            )
+            .await?;
             let message = match record {
                 Some(r) => format!(
                     "table {} created: {} columns, {} at {}",
@@ -116,7 +121,10 @@ pub(super) async fn run(
         LogicalPlan::Explain(explain) => {
             let mut rows = Vec::new();
             let logical = state.optimize(&explain.plan)?;
-            rows.push(("logical_plan".to_string(), logical.display_indent().to_string()));
+            rows.push((
+                "logical_plan".to_string(),
+                logical.display_indent().to_string(),
+            ));
             let physical = plan::physical_plan(state, &explain.plan, &services.config).await?;
             rows.push((
                 "physical_plan".to_string(),
@@ -144,7 +152,11 @@ pub(super) async fn run(
 }
 
 fn message_batch(message: &str) -> Result<Vec<RecordBatch>> {
-    let schema = Arc::new(Schema::new(vec![Field::new("result", DataType::Utf8, false)]));
+    let schema = Arc::new(Schema::new(vec![Field::new(
+        "result",
+        DataType::Utf8,
+        false,
+    )]));
     let column = StringArray::from(vec![message]);
     Ok(vec![RecordBatch::try_new(schema, vec![Arc::new(column)])?])
 }
@@ -156,7 +168,10 @@ fn explain_batch(rows: Vec<(String, String)>) -> Result<Vec<RecordBatch>> {
     ]));
     let types = StringArray::from_iter_values(rows.iter().map(|r| r.0.as_str()));
     let plans = StringArray::from_iter_values(rows.iter().map(|r| r.1.as_str()));
-    Ok(vec![RecordBatch::try_new(schema, vec![Arc::new(types), Arc::new(plans)])?])
+    Ok(vec![RecordBatch::try_new(
+        schema,
+        vec![Arc::new(types), Arc::new(plans)],
+    )?])
 }
 
 /// Writes `batches` as the one-task final stage of a finished job.

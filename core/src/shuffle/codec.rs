@@ -80,7 +80,10 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
         match (node.writer, node.reader) {
             (Some(w), None) => {
                 let [input] = inputs else {
-                    return Err(codec_err(format!("writer needs one input, got {}", inputs.len())));
+                    return Err(codec_err(format!(
+                        "writer needs one input, got {}",
+                        inputs.len()
+                    )));
                 };
                 let partitioning = parse_protobuf_partitioning(
                     w.partitioning.as_ref(),
@@ -121,7 +124,9 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
                     None,
                 )))
             }
-            _ => Err(codec_err("extension node is neither a shuffle writer nor a reader")),
+            _ => Err(codec_err(
+                "extension node is neither a shuffle writer nor a reader",
+            )),
         }
     }
 

@@ -109,7 +109,9 @@ pub fn encode_footer(ends: &[u64]) -> Vec<u8> {
 pub async fn read_index(store: &dyn ObjectStore, path: &Path) -> Result<Vec<u64>> {
     let tail = get_suffix(store, path, 12).await?;
     if tail.len() < 12 || &tail[4..] != MAGIC {
-        return Err(Error::Internal(format!("{path} is not a shuffle object (bad magic)")));
+        return Err(Error::Internal(format!(
+            "{path} is not a shuffle object (bad magic)"
+        )));
     }
     let count = u32::from_le_bytes(tail[..4].try_into().expect("4 bytes")) as usize;
     let footer = get_suffix(store, path, 12 + count as u64 * 8).await?;
@@ -146,7 +148,9 @@ mod tests {
 
     fn batch(schema: &SchemaRef, from: i64, n: usize) -> RecordBatch {
         let ids: Int64Array = (from..from + n as i64).collect();
-        let names: StringArray = (0..n).map(|i| Some(format!("row-{}", from + i as i64))).collect();
+        let names: StringArray = (0..n)
+            .map(|i| Some(format!("row-{}", from + i as i64)))
+            .collect();
         RecordBatch::try_new(schema.clone(), vec![Arc::new(ids), Arc::new(names)]).unwrap()
     }
 
@@ -169,14 +173,24 @@ mod tests {
 
         let store = InMemory::new();
         let path = Path::from("t/obj");
-        store.put(&path, PutPayload::from_iter(chunks)).await.unwrap();
+        store
+            .put(&path, PutPayload::from_iter(chunks))
+            .await
+            .unwrap();
         assert_eq!(read_index(&store, &path).await.unwrap(), ends);
 
         let slice2 = store.get_range(&path, ends[1]..ends[2]).await.unwrap();
         let batches = decode_slice(slice2).unwrap();
         let ids: Vec<i64> = batches
             .iter()
-            .flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec())
+            .flat_map(|b| {
+                b.column(0)
+                    .as_any()
+                    .downcast_ref::<Int64Array>()
+                    .unwrap()
+                    .values()
+                    .to_vec()
+            })
             .collect();
         assert_eq!(ids, (100..105).chain(300..307).collect::<Vec<_>>());
     }

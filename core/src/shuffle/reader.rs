@@ -113,7 +113,11 @@ impl ShuffleReaderExec {
     }
 
     /// The byte ranges partition `partition` reads, in order, empty slices left out.
-    pub fn ranges(&self, partition: usize, outputs: &[TaskOutput]) -> Vec<(Path, std::ops::Range<u64>)> {
+    pub fn ranges(
+        &self,
+        partition: usize,
+        outputs: &[TaskOutput],
+    ) -> Vec<(Path, std::ops::Range<u64>)> {
         let whole = |o: &TaskOutput| -> Vec<(Path, std::ops::Range<u64>)> {
             (0..o.ends.len())
                 .map(|s| (Path::from(o.object.as_str()), o.slice(s)))
@@ -223,7 +227,9 @@ impl ExecutionPlan for ShuffleReaderExec {
                 async move {
                     let bytes = store.get_range(&path, range).await.map_err(Error::from)?;
                     let batches = decode_slice(bytes)?;
-                    Ok::<_, Error>(futures::stream::iter(batches.into_iter().map(Ok::<_, Error>)))
+                    Ok::<_, Error>(futures::stream::iter(
+                        batches.into_iter().map(Ok::<_, Error>),
+                    ))
                 }
             })
             .buffered(inputs.fetch_concurrency.max(1))
@@ -239,6 +245,9 @@ impl ExecutionPlan for ShuffleReaderExec {
                 )?)
             })
             .map_err(|e: Error| DataFusionError::from(e));
-        Ok(Box::pin(RecordBatchStreamAdapter::new(self.schema.clone(), batches)))
+        Ok(Box::pin(RecordBatchStreamAdapter::new(
+            self.schema.clone(),
+            batches,
+        )))
     }
 }

@@ -93,7 +93,9 @@ impl ShuffleWriterExec {
 
     /// Number of slices each task writes.
     pub fn output_slices(&self) -> usize {
-        self.partitioning.as_ref().map_or(1, |p| p.partition_count())
+        self.partitioning
+            .as_ref()
+            .map_or(1, |p| p.partition_count())
     }
 
     /// Runs input partition `partition` and writes its output to `path` in `store`.
@@ -148,8 +150,16 @@ impl DisplayAs for ShuffleWriterExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
         match (t, &self.partitioning) {
             (DisplayFormatType::TreeRender, _) => write!(f, "stage: {}", self.stage),
-            (_, Some(p)) => write!(f, "ShuffleWriterExec: stage={}, partitioning={p}", self.stage),
-            (_, None) => write!(f, "ShuffleWriterExec: stage={}, partitioning=single", self.stage),
+            (_, Some(p)) => write!(
+                f,
+                "ShuffleWriterExec: stage={}, partitioning={p}",
+                self.stage
+            ),
+            (_, None) => write!(
+                f,
+                "ShuffleWriterExec: stage={}, partitioning=single",
+                self.stage
+            ),
         }
     }
 }
@@ -232,7 +242,10 @@ impl ShuffleWriterExec {
     /// Downcast helper for the root of a decoded stage plan.
     pub fn from_plan(plan: &Arc<dyn ExecutionPlan>) -> Result<&ShuffleWriterExec> {
         plan.downcast_ref::<ShuffleWriterExec>().ok_or_else(|| {
-            Error::Internal(format!("stage plan root is {}, not ShuffleWriterExec", plan.name()))
+            Error::Internal(format!(
+                "stage plan root is {}, not ShuffleWriterExec",
+                plan.name()
+            ))
         })
     }
 }

@@ -37,7 +37,10 @@ fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     Ok(serde_json::from_slice(bytes)?)
 }
 
-fn get<T: DeserializeOwned>(table: &impl ReadableTable<&'static str, &'static [u8]>, k: &str) -> Result<Option<T>> {
+fn get<T: DeserializeOwned>(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    k: &str,
+) -> Result<Option<T>> {
     match table.get(k).map_err(store_err)? {
         Some(v) => Ok(Some(decode(v.value())?)),
         None => Ok(None),
@@ -51,14 +54,21 @@ fn scan<T: DeserializeOwned>(
 ) -> Result<Vec<T>> {
     let (start, end) = prefix_range(pk, sk_prefix);
     let mut out = Vec::new();
-    for entry in table.range(start.as_str()..end.as_str()).map_err(store_err)? {
+    for entry in table
+        .range(start.as_str()..end.as_str())
+        .map_err(store_err)?
+    {
         let (_, v) = entry.map_err(store_err)?;
         out.push(decode(v.value())?);
     }
     Ok(out)
 }
 
-fn put<T: Serialize>(table: &mut Table<&'static str, &'static [u8]>, k: &str, value: &T) -> Result<()> {
+fn put<T: Serialize>(
+    table: &mut Table<&'static str, &'static [u8]>,
+    k: &str,
+    value: &T,
+) -> Result<()> {
     let bytes = serde_json::to_vec(value)?;
     table.insert(k, bytes.as_slice()).map_err(store_err)?;
     Ok(())
@@ -96,9 +106,8 @@ impl EmbeddedStore {
             std::fs::create_dir_all(dir)
                 .map_err(|e| Error::Store(format!("cannot create {}: {e}", dir.display())))?;
         }
-        let db = Database::create(path).map_err(|e| {
-            Error::Store(format!("cannot open job store {}: {e}", path.display()))
-        })?;
+        let db = Database::create(path)
+            .map_err(|e| Error::Store(format!("cannot open job store {}: {e}", path.display())))?;
         Self::with_db(db)
     }
 
@@ -191,8 +200,14 @@ impl JobStore for EmbeddedStore {
         let (job, stages, tasks) = (job.clone(), stages.to_vec(), tasks.to_vec());
         self.write(true, move |t| {
             let pk = job_pk(&job.job_id);
-            if t.get(key(&pk, SK_META).as_str()).map_err(store_err)?.is_some() {
-                return Err(Error::Conflict(format!("job {} already exists", job.job_id)));
+            if t.get(key(&pk, SK_META).as_str())
+                .map_err(store_err)?
+                .is_some()
+            {
+                return Err(Error::Conflict(format!(
+                    "job {} already exists",
+                    job.job_id
+                )));
             }
             let mut changes = vec![ChangeRecord::Job(job.clone())];
             put(t, &key(&pk, SK_META), &job)?;
@@ -247,7 +262,8 @@ impl JobStore for EmbeddedStore {
 
     async fn list_tasks(&self, job_id: &str, stage: u32) -> Result<Vec<TaskRecord>> {
         let pk = job_pk(job_id);
-        self.read(move |t| scan(t, &pk, &task_sk_prefix(stage))).await
+        self.read(move |t| scan(t, &pk, &task_sk_prefix(stage)))
+            .await
     }
 
     async fn claim_stage(&self, job_id: &str, stage: u32, now_ms: u64) -> Result<bool> {
@@ -318,11 +334,17 @@ impl JobStore for EmbeddedStore {
             let task_key = key(&pk, &task_sk(c.stage, c.partition));
             let stage_key = key(&pk, &stage_sk(c.stage));
             let current = get::<TaskRecord>(t, &task_key)?;
-            if current.as_ref().is_some_and(|t| t.state == TaskState::Succeeded) {
+            if current
+                .as_ref()
+                .is_some_and(|t| t.state == TaskState::Succeeded)
+            {
                 return Ok((CommitOutcome::AlreadySucceeded, vec![]));
             }
             let Some(mut stage) = get::<StageRecord>(t, &stage_key)? else {
-                return Err(Error::NotFound(format!("stage {} of job {}", c.stage, c.job_id)));
+                return Err(Error::NotFound(format!(
+                    "stage {} of job {}",
+                    c.stage, c.job_id
+                )));
             };
             let task = match current {
                 Some(mut task) => {
@@ -409,7 +431,8 @@ impl JobStore for EmbeddedStore {
             job.error = error;
             job.finished_ms = Some(now_ms);
             put(t, &k, &job)?;
-            t.remove(key(ACTIVE_PK, &job_id).as_str()).map_err(store_err)?;
+            t.remove(key(ACTIVE_PK, &job_id).as_str())
+                .map_err(store_err)?;
             Ok((true, vec![ChangeRecord::Job(job)]))
         })
         .await

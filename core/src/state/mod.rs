@@ -106,8 +106,12 @@ pub trait JobStore: Send + Sync + std::fmt::Debug {
     async fn get_stage(&self, job_id: &str, stage: u32) -> Result<Option<StageRecord>>;
 
     /// Reads one task item.
-    async fn get_task(&self, job_id: &str, stage: u32, partition: u32)
-        -> Result<Option<TaskRecord>>;
+    async fn get_task(
+        &self,
+        job_id: &str,
+        stage: u32,
+        partition: u32,
+    ) -> Result<Option<TaskRecord>>;
 
     /// Reads the task items of one stage, ordered by partition.
     async fn list_tasks(&self, job_id: &str, stage: u32) -> Result<Vec<TaskRecord>>;

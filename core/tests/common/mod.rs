@@ -44,9 +44,13 @@ pub async fn write_tables(dir: &Path) {
 pub async fn reference(dir: &Path, sql: &str) -> Vec<datafusion::arrow::array::RecordBatch> {
     let ctx = SessionContext::new();
     for t in ["facts", "dims"] {
-        ctx.register_parquet(t, dir.join(t).to_str().unwrap(), ParquetReadOptions::default())
-            .await
-            .unwrap();
+        ctx.register_parquet(
+            t,
+            dir.join(t).to_str().unwrap(),
+            ParquetReadOptions::default(),
+        )
+        .await
+        .unwrap();
     }
     ctx.sql(sql).await.unwrap().collect().await.unwrap()
 }
