@@ -93,7 +93,6 @@ async fn small_input_runs_as_one_task() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn stage_plans_too_large_for_an_item_go_to_object_storage() {
-    use lambdafusion::state::JobStore;
     let dir = tempfile::tempdir().unwrap();
     write_tables(dir.path()).await;
     let engine = engine(

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use lambdafusion::embedded::{Embedded, EmbeddedOptions};
-use lambdafusion::state::{JobKind, JobRecord, JobState, JobStore};
+use lambdafusion::state::{JobKind, JobRecord, JobState};
 use lambdafusion::EngineConfig;
 
 fn options(dir: &std::path::Path) -> EmbeddedOptions {
