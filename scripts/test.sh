@@ -22,8 +22,10 @@ fi
 step "terraform checks"
 infra/terraform/check.sh
 
-step "build the Lambda functions and the emulator (the local AWS stack runs them)"
-cargo build --locked -p scheduler-fn -p executor-fn -p lambdafusion-local
+step "build everything, tests included (the local AWS stack runs the function binaries)"
+# The same targets as `cargo test --workspace`, so both share one set of dependency features
+# and nothing is compiled twice.
+cargo build --workspace --all-targets --locked
 
 step "cargo test --workspace"
 cargo test --workspace --locked "$@"
