@@ -3,7 +3,8 @@
 #   1. installs the pinned Python tools (moto, checkov) into .venv,
 #   2. checks the Terraform (fmt, checkov; the contract test runs with the Rust tests),
 #   3. runs every Rust test: unit, embedded end to end, TPC-H against DataFusion, and
-#      the end-to-end tests against the local AWS stack.
+#      the end-to-end tests against the local AWS stack,
+#   4. checks formatting and clippy lints.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -29,3 +30,7 @@ cargo build --workspace --all-targets --locked
 
 step "cargo test --workspace"
 cargo test --workspace --locked "$@"
+
+step "lints (rustfmt, clippy)"
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings

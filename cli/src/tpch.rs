@@ -213,7 +213,7 @@ pub fn generate(
     if is_generated(dir) {
         return Ok(0);
     }
-    if !(sf > 0.0) {
+    if sf.is_nan() || sf <= 0.0 {
         return Err(format!("scale factor must be positive, got {sf}"));
     }
     let jobs = file_jobs(sf);

@@ -65,6 +65,7 @@ pub struct Embedded {
     store: EmbeddedStore,
     executor: Arc<Executor>,
     stream: tokio::task::JoinHandle<()>,
+    sweep: tokio::task::JoinHandle<()>,
 }
 
 impl std::fmt::Debug for Embedded {
@@ -78,8 +79,12 @@ impl std::fmt::Debug for Embedded {
 impl Drop for Embedded {
     fn drop(&mut self) {
         self.stream.abort();
+        self.sweep.abort();
     }
 }
+
+/// How often the embedded engine sweeps, like the deployment's scheduled rule.
+const SWEEP_EVERY: Duration = Duration::from_secs(60);
 
 impl Embedded {
     /// Starts an engine. Jobs left running by an earlier process on the same data
@@ -121,6 +126,7 @@ impl Embedded {
             invoker.bind(target);
             Embedded {
                 stream: tokio::spawn(drive_stream(services.clone(), stream)),
+                sweep: tokio::spawn(sweep_periodically(services.clone())),
                 executor: Arc::new(Executor::new(services.clone())),
                 services,
                 store,
@@ -248,6 +254,20 @@ async fn drive_stream(
         }
         if let Err(e) = Scheduler::new(services.clone()).on_records(&batch).await {
             warn!(error = %e, "scheduler failed on a stream batch; the sweep will re-drive it");
+        }
+    }
+}
+
+/// The embedded "scheduled rule": a sweep every [`SWEEP_EVERY`], re-driving jobs whose
+/// wake-ups were lost and retrying tasks past their deadline.
+async fn sweep_periodically(services: Services) {
+    let mut every = tokio::time::interval(SWEEP_EVERY);
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    every.tick().await;
+    loop {
+        every.tick().await;
+        if let Err(e) = Scheduler::new(services.clone()).sweep().await {
+            warn!(error = %e, "sweep failed");
         }
     }
 }

@@ -60,13 +60,13 @@ impl Error {
 }
 
 fn is_user_datafusion_error(e: &DataFusionError) -> bool {
-    match e.find_root() {
+    matches!(
+        e.find_root(),
         DataFusionError::SQL(..)
-        | DataFusionError::Plan(_)
-        | DataFusionError::SchemaError(..)
-        | DataFusionError::NotImplemented(_) => true,
-        _ => false,
-    }
+            | DataFusionError::Plan(_)
+            | DataFusionError::SchemaError(..)
+            | DataFusionError::NotImplemented(_)
+    )
 }
 
 fn is_retryable_datafusion_error(e: &DataFusionError) -> bool {

@@ -122,7 +122,7 @@ mod tests {
     fn unordered_results_compare_as_multisets_with_float_tolerance() {
         let e = batch(vec![1, 2], vec![0.1 + 0.2, 5.0]);
         let a = batch(vec![2, 1], vec![5.0, 0.3]);
-        assert!(compare(&[e.clone()], &[a.clone()], false).is_ok());
+        assert!(compare(std::slice::from_ref(&e), std::slice::from_ref(&a), false).is_ok());
         assert!(
             compare(&[e], &[a], true).is_err(),
             "order matters when ordered"
@@ -132,8 +132,18 @@ mod tests {
     #[test]
     fn differences_are_reported() {
         let e = batch(vec![1, 2], vec![1.0, 2.0]);
-        assert!(compare(&[e.clone()], &[batch(vec![1, 2], vec![1.0, 2.1])], false).is_err());
-        assert!(compare(&[e.clone()], &[batch(vec![1], vec![1.0])], false).is_err());
+        assert!(compare(
+            std::slice::from_ref(&e),
+            &[batch(vec![1, 2], vec![1.0, 2.1])],
+            false
+        )
+        .is_err());
+        assert!(compare(
+            std::slice::from_ref(&e),
+            &[batch(vec![1], vec![1.0])],
+            false
+        )
+        .is_err());
         assert!(compare(&[e], &[batch(vec![1, 3], vec![1.0, 2.0])], false).is_err());
     }
 }

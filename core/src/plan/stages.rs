@@ -149,12 +149,13 @@ impl StageSplitter {
         }
         let build_side = if let Some(join) = node.downcast_ref::<HashJoinExec>() {
             (*join.partition_mode() == PartitionMode::CollectLeft).then(|| join.left().clone())
-        } else if let Some(join) = node.downcast_ref::<NestedLoopJoinExec>() {
-            Some(join.left().clone())
-        } else if let Some(join) = node.downcast_ref::<CrossJoinExec>() {
-            Some(join.left().clone())
         } else {
-            None
+            node.downcast_ref::<NestedLoopJoinExec>()
+                .map(|join| join.left().clone())
+                .or_else(|| {
+                    node.downcast_ref::<CrossJoinExec>()
+                        .map(|join| join.left().clone())
+                })
         };
         match build_side {
             Some(left) => self.broadcast_build_side(node, left),
