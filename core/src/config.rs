@@ -87,6 +87,12 @@ impl EngineConfig {
         self
     }
 
+    /// Sets [`EngineConfig::job_ttl`].
+    pub fn with_job_ttl(mut self, ttl: Duration) -> Self {
+        self.job_ttl = ttl;
+        self
+    }
+
     /// Sets [`EngineConfig::inline_plan_limit`].
     pub fn with_inline_plan_limit(mut self, bytes: usize) -> Self {
         self.inline_plan_limit = bytes;

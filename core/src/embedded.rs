@@ -126,7 +126,7 @@ impl Embedded {
             invoker.bind(target);
             Embedded {
                 stream: tokio::spawn(drive_stream(services.clone(), stream)),
-                sweep: tokio::spawn(sweep_periodically(services.clone())),
+                sweep: tokio::spawn(sweep_periodically(services.clone(), store.clone())),
                 executor: Arc::new(Executor::new(services.clone())),
                 services,
                 store,
@@ -163,6 +163,11 @@ impl Embedded {
     /// The shared services (store, invoker, object stores, settings).
     pub fn services(&self) -> &Services {
         &self.services
+    }
+
+    /// Deletes finished jobs past their TTL now (the periodic sweep does it every minute).
+    pub async fn expire(&self) -> Result<usize> {
+        expire(&self.services, &self.store).await
     }
 
     /// The HTTP API over this engine.
@@ -259,17 +264,34 @@ async fn drive_stream(
 }
 
 /// The embedded "scheduled rule": a sweep every [`SWEEP_EVERY`], re-driving jobs whose
-/// wake-ups were lost and retrying tasks past their deadline.
-async fn sweep_periodically(services: Services) {
+/// wake-ups were lost and retrying tasks past their deadline; and the embedded TTL:
+/// finished jobs past `job_ttl` lose their records and result objects.
+async fn sweep_periodically(services: Services, store: EmbeddedStore) {
     let mut every = tokio::time::interval(SWEEP_EVERY);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    every.tick().await;
     loop {
         every.tick().await;
         if let Err(e) = Scheduler::new(services.clone()).sweep().await {
             warn!(error = %e, "sweep failed");
         }
+        if let Err(e) = expire(&services, &store).await {
+            warn!(error = %e, "expiring old jobs failed");
+        }
     }
+}
+
+/// Deletes finished jobs past their TTL, records and objects.
+pub async fn expire(services: &Services, store: &EmbeddedStore) -> Result<usize> {
+    let expired = store.expire_jobs(now_ms() / 1000).await?;
+    let objects = services.shuffle_store()?;
+    for job in &expired {
+        crate::shuffle::delete_job_objects(objects.as_ref(), &services.shuffle.prefix, job, None)
+            .await;
+    }
+    if !expired.is_empty() {
+        info!(jobs = expired.len(), "expired old jobs");
+    }
+    Ok(expired.len())
 }
 
 impl LocalTarget for Embedded {

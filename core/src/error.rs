@@ -44,6 +44,7 @@ impl Error {
         match self {
             Error::InvalidInput(_) | Error::NotFound(_) => true,
             Error::DataFusion(e) => is_user_datafusion_error(e),
+            Error::ObjectStore(object_store::Error::NotFound { .. }) => true,
             _ => false,
         }
     }
@@ -60,13 +61,15 @@ impl Error {
 }
 
 fn is_user_datafusion_error(e: &DataFusionError) -> bool {
-    matches!(
-        e.find_root(),
+    match e.find_root() {
         DataFusionError::SQL(..)
-            | DataFusionError::Plan(_)
-            | DataFusionError::SchemaError(..)
-            | DataFusionError::NotImplemented(_)
-    )
+        | DataFusionError::Plan(_)
+        | DataFusionError::SchemaError(..)
+        | DataFusionError::NotImplemented(_) => true,
+        // A table location that does not exist is the request's fault.
+        DataFusionError::ObjectStore(e) => matches!(**e, object_store::Error::NotFound { .. }),
+        _ => false,
+    }
 }
 
 fn is_retryable_datafusion_error(e: &DataFusionError) -> bool {

@@ -113,3 +113,52 @@ async fn catalog_and_results_survive_a_restart() {
         vec!["facts"]
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_jobs_expire_with_their_objects() {
+    let data = tempfile::tempdir().unwrap();
+    let state = tempfile::tempdir().unwrap();
+    common::write_tables(data.path()).await;
+    let mut options = options(state.path());
+    options.config = options.config.with_job_ttl(Duration::ZERO);
+    let engine = Embedded::start(options).await.unwrap();
+    for create in common::create_statements(data.path()) {
+        engine.sql(&create).await.unwrap();
+    }
+    let out = engine
+        .sql("SELECT k, count(*) FROM facts GROUP BY k")
+        .await
+        .unwrap();
+    let job_dir = state.path().join("shuffle/jobs").join(&out.status.id);
+    assert!(job_dir.exists(), "the result is on disk");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    assert!(engine.expire().await.unwrap() >= 1);
+    assert!(engine
+        .services()
+        .store
+        .get_job(&out.status.id)
+        .await
+        .unwrap()
+        .is_none());
+    let left = walk(&job_dir);
+    assert!(left.is_empty(), "objects left: {left:?}");
+    // The catalog does not expire.
+    assert_eq!(
+        engine.services().store.list_tables().await.unwrap().len(),
+        2
+    );
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut files = Vec::new();
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for e in entries.flatten() {
+            if e.path().is_dir() {
+                files.extend(walk(&e.path()));
+            } else {
+                files.push(e.path());
+            }
+        }
+    }
+    files
+}

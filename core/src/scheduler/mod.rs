@@ -413,19 +413,14 @@ impl Scheduler {
         let Ok(store) = self.services.shuffle_store() else {
             return;
         };
-        let prefix = crate::shuffle::job_prefix(&self.services.shuffle.prefix, job_id);
-        let keep = keep.map(|s| prefix.clone().join(format!("stage-{s}").as_str()));
-        let objects = store
-            .list(Some(&prefix))
-            .filter_map(|m| async move { m.ok().map(|m| m.location) })
-            .filter(move |path| {
-                let doomed = keep.as_ref().is_none_or(|k| !path.prefix_matches(k));
-                async move { doomed }
-            })
-            .map(Ok)
-            .boxed();
-        let deleted: Vec<_> = store.delete_stream(objects).collect().await;
-        debug!(job = %job_id, objects = deleted.len(), "cleaned up shuffle data");
+        let deleted = crate::shuffle::delete_job_objects(
+            store.as_ref(),
+            &self.services.shuffle.prefix,
+            job_id,
+            keep,
+        )
+        .await;
+        debug!(job = %job_id, objects = deleted, "cleaned up shuffle data");
     }
 }
 

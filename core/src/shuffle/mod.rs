@@ -61,6 +61,33 @@ pub fn stage_plan_path(prefix: &Path, job_id: &str, stage: u32) -> Path {
         .join(format!("stage-{stage}.plan").as_str())
 }
 
+/// Deletes the objects job `job_id` wrote, except those of stage `keep` (its result).
+/// Best effort: returns how many were deleted; lifecycle rules catch the rest.
+pub async fn delete_job_objects(
+    store: &dyn ObjectStore,
+    prefix: &Path,
+    job_id: &str,
+    keep: Option<u32>,
+) -> usize {
+    use futures::StreamExt;
+    let prefix = job_prefix(prefix, job_id);
+    let keep = keep.map(|s| prefix.clone().join(format!("stage-{s}").as_str()));
+    let objects = store
+        .list(Some(&prefix))
+        .filter_map(|m| async move { m.ok().map(|m| m.location) })
+        .filter(move |path| {
+            let doomed = keep.as_ref().is_none_or(|k| !path.prefix_matches(k));
+            async move { doomed }
+        })
+        .map(Ok)
+        .boxed();
+    store
+        .delete_stream(objects)
+        .filter(|r| futures::future::ready(r.is_ok()))
+        .count()
+        .await
+}
+
 /// Prefix of every object a job wrote.
 pub fn job_prefix(prefix: &Path, job_id: &str) -> Path {
     prefix.clone().join("jobs").join(job_id)

@@ -140,6 +140,45 @@ impl EmbeddedStore {
         self.inner.stream_rx.lock().ok()?.take()
     }
 
+    /// Deletes every item of the jobs whose `expires_at` (seconds since epoch) is before
+    /// `now_secs` — what DynamoDB's TTL does for the deployed store — and returns their ids.
+    pub async fn expire_jobs(&self, now_secs: u64) -> Result<Vec<String>> {
+        let expired: Vec<String> = self
+            .read(move |t| {
+                let mut ids = Vec::new();
+                for entry in t.iter().map_err(store_err)? {
+                    let (k, v) = entry.map_err(store_err)?;
+                    if k.value().starts_with("JOB#")
+                        && k.value().ends_with(&format!("{SEP}{SK_META}"))
+                    {
+                        let job: JobRecord = decode(v.value())?;
+                        if job.expires_at < now_secs && job.state.is_terminal() {
+                            ids.push(job.job_id);
+                        }
+                    }
+                }
+                Ok(ids)
+            })
+            .await?;
+        let ids = expired.clone();
+        self.write(false, move |t| {
+            for id in &ids {
+                let (start, end) = prefix_range(&job_pk(id), "");
+                let keys: Vec<String> = t
+                    .range(start.as_str()..end.as_str())
+                    .map_err(store_err)?
+                    .map(|e| e.map(|(k, _)| k.value().to_string()).map_err(store_err))
+                    .collect::<Result<_>>()?;
+                for k in keys {
+                    t.remove(k.as_str()).map_err(store_err)?;
+                }
+            }
+            Ok(((), vec![]))
+        })
+        .await?;
+        Ok(expired)
+    }
+
     async fn read<T, F>(&self, f: F) -> Result<T>
     where
         T: Send + 'static,
