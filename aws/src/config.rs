@@ -109,6 +109,8 @@ impl AwsSettings {
             };
             engine = engine.with_fast_path(on);
         }
+        engine.max_response_bytes =
+            Some(number(ENV_MAX_RESPONSE_BYTES)?.unwrap_or(4 * 1024 * 1024) as usize);
         if let Some(v) = get(ENV_DATA_BUCKETS) {
             engine.allowed_locations = v
                 .split(',')

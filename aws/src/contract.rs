@@ -35,6 +35,11 @@ pub const ENV_FAST_PATH: &str = "LAMBDAFUSION_FAST_PATH";
 /// policy lets the functions read exactly these. Unset: any location (optional).
 pub const ENV_DATA_BUCKETS: &str = "LAMBDAFUSION_DATA_BUCKETS";
 
+/// Largest result the API returns in one response (optional, default 4 MiB: a Lambda
+/// response carries 6 MB, base64 for binary formats); larger ones are downloaded through
+/// presigned URLs.
+pub const ENV_MAX_RESPONSE_BYTES: &str = "LAMBDAFUSION_MAX_RESPONSE_BYTES";
+
 /// Variables the scheduler function must have set.
 pub const SCHEDULER_REQUIRED_ENV: &[&str] = &[ENV_TABLE, ENV_BUCKET, ENV_EXECUTOR_FUNCTION];
 /// Variables the executor function must have set.
@@ -54,6 +59,7 @@ pub const ALL_ENV: &[&str] = &[
     ENV_JOB_TTL_DAYS,
     ENV_FAST_PATH,
     ENV_DATA_BUCKETS,
+    ENV_MAX_RESPONSE_BYTES,
 ];
 
 /// DynamoDB actions on the job table the scheduler function calls. (A transaction is

@@ -77,5 +77,6 @@ pub async fn services_with(settings: &AwsSettings) -> Result<Services> {
             prefix: Path::from(settings.prefix.as_str()),
         },
         config: settings.engine.clone(),
+        presigner: Some(s3::bucket_signer(&settings.bucket)?),
     })
 }

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
 use object_store::aws::AmazonS3Builder;
+use object_store::signer::Signer;
 use object_store::ObjectStore;
 use url::Url;
 
@@ -19,8 +20,7 @@ pub fn endpoint_from_env() -> Option<String> {
         .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
 }
 
-/// Builds the store for one bucket from the environment (credentials, region, endpoint).
-pub fn bucket_store(bucket: &str) -> object_store::Result<Arc<dyn ObjectStore>> {
+fn bucket_builder(bucket: &str) -> AmazonS3Builder {
     let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
     if let Some(endpoint) = endpoint_from_env() {
         builder = builder
@@ -28,8 +28,19 @@ pub fn bucket_store(bucket: &str) -> object_store::Result<Arc<dyn ObjectStore>> 
             .with_allow_http(endpoint.starts_with("http://"))
             .with_virtual_hosted_style_request(false);
     }
-    let store: Arc<dyn ObjectStore> = Arc::new(builder.build()?);
+    builder
+}
+
+/// Builds the store for one bucket from the environment (credentials, region, endpoint),
+/// counting its requests (see [`crate::metrics`]).
+pub fn bucket_store(bucket: &str) -> object_store::Result<Arc<dyn ObjectStore>> {
+    let store: Arc<dyn ObjectStore> = Arc::new(bucket_builder(bucket).build()?);
     Ok(Arc::new(crate::metrics::CountingStore::new(store)))
+}
+
+/// Presigns URLs to objects of one bucket (large results are downloaded this way).
+pub fn bucket_signer(bucket: &str) -> object_store::Result<Arc<dyn Signer>> {
+    Ok(Arc::new(bucket_builder(bucket).build()?))
 }
 
 /// Object store registry that adds S3 buckets on demand. See the [module docs](self).

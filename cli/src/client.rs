@@ -7,6 +7,7 @@ use std::time::Duration;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::ipc::reader::StreamReader;
+use lambdafusion::results::ResultObjects;
 use lambdafusion::status::JobStatus;
 use lambdafusion_aws::signing::{self, RequestSigner};
 use serde::Deserialize;
@@ -178,10 +179,14 @@ impl Client {
         self.check(response).await.map(|_| ())
     }
 
-    /// The rows of a finished query.
+    /// The rows of a finished query. A result too large for one response (413 from a
+    /// deployment) is downloaded from object storage through presigned URLs instead.
     pub async fn result(&self, id: &str) -> Result<(SchemaRef, Vec<RecordBatch>), ClientError> {
         let path = format!("/v1/queries/{id}/result?format=arrow");
         let response = self.send(reqwest::Method::GET, &path, None).await?;
+        if response.status() == reqwest::StatusCode::PAYLOAD_TOO_LARGE {
+            return self.download(id).await;
+        }
         let bytes = self
             .check(response)
             .await?
@@ -194,6 +199,51 @@ impl Client {
         let batches = reader
             .collect::<Result<Vec<_>, _>>()
             .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        Ok((schema, batches))
+    }
+
+    /// Downloads a result piece by piece from its presigned URLs.
+    async fn download(&self, id: &str) -> Result<(SchemaRef, Vec<RecordBatch>), ClientError> {
+        let path = format!("/v1/queries/{id}/result/objects");
+        let response = self.send(reqwest::Method::GET, &path, None).await?;
+        let objects: ResultObjects = self
+            .check(response)
+            .await?
+            .json()
+            .await
+            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+        let mut schema = None;
+        let mut batches = Vec::new();
+        for piece in &objects.pieces {
+            let response = self
+                .http
+                .get(&piece.url)
+                .header("range", format!("bytes={}-{}", piece.start, piece.end - 1))
+                .send()
+                .await
+                .map_err(|e| self.transport(e))?;
+            let bytes = self
+                .check(response)
+                .await?
+                .bytes()
+                .await
+                .map_err(|e| self.transport(e))?;
+            let reader = StreamReader::try_new(Cursor::new(bytes), None)
+                .map_err(|e| ClientError::Protocol(format!("result piece: {e}")))?;
+            schema.get_or_insert(reader.schema());
+            for batch in reader {
+                batches.push(batch.map_err(|e| ClientError::Protocol(e.to_string()))?);
+            }
+        }
+        // An empty result has no pieces: its schema comes from the (small) inline path.
+        let schema = match schema {
+            Some(schema) => schema,
+            None => {
+                return Err(ClientError::Protocol(format!(
+                    "query {id}: no result pieces"
+                )))
+            }
+        };
         Ok((schema, batches))
     }
 

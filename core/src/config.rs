@@ -32,6 +32,10 @@ pub struct EngineConfig {
     pub batch_size: usize,
     /// How often a running task checks whether its job was cancelled.
     pub cancel_check_interval: Duration,
+    /// Largest result the API returns in one response body (a Lambda response carries at
+    /// most 6 MB); larger results answer 413 and are downloaded through presigned URLs
+    /// (`GET /v1/queries/{id}/result/objects`). `None`: no limit (streamed).
+    pub max_response_bytes: Option<usize>,
     /// Location prefixes tables may be created on (`s3://bucket`); empty allows any.
     /// A deployment lists the buckets its functions are allowed to read.
     pub allowed_locations: Vec<String>,
@@ -52,6 +56,7 @@ impl Default for EngineConfig {
             batch_size: 8192,
             cancel_check_interval: Duration::from_secs(1),
             allowed_locations: Vec::new(),
+            max_response_bytes: None,
         }
     }
 }

@@ -117,6 +117,7 @@ impl Embedded {
             runtime,
             shuffle,
             config: options.config.clone(),
+            presigner: None,
         };
         let stream = store
             .take_stream()
@@ -242,6 +243,7 @@ pub fn in_memory_services(
         runtime,
         shuffle,
         config,
+        presigner: None,
     };
     Ok((services, store))
 }

@@ -15,11 +15,11 @@ use crate::shuffle::{ReadMode, ShuffleInputs, ShuffleReaderExec};
 use crate::state::{JobState, TaskOutput, TaskState};
 use crate::{Error, Result, Services};
 
-/// Opens the result of job `job_id`: its schema and a stream of its batches.
-pub async fn open(
+/// The finished job's record and its final stage's committed outputs, in partition order.
+async fn final_outputs(
     services: &Services,
     job_id: &str,
-) -> Result<(SchemaRef, SendableRecordBatchStream)> {
+) -> Result<(crate::state::JobRecord, Vec<TaskOutput>)> {
     let store = &services.store;
     let job = store
         .get_job(job_id)
@@ -40,15 +40,24 @@ pub async fn open(
             )))
         }
     }
-    let schema = decode_schema(&job.result_schema)?;
-    let stage = job.final_stage();
     let outputs: Vec<TaskOutput> = store
-        .list_tasks(job_id, stage)
+        .list_tasks(job_id, job.final_stage())
         .await?
         .into_iter()
         .filter(|t| t.state == TaskState::Succeeded)
         .filter_map(|t| t.output)
         .collect();
+    Ok((job, outputs))
+}
+
+/// Opens the result of job `job_id`: its schema and a stream of its batches.
+pub async fn open(
+    services: &Services,
+    job_id: &str,
+) -> Result<(SchemaRef, SendableRecordBatchStream)> {
+    let (job, outputs) = final_outputs(services, job_id).await?;
+    let schema = decode_schema(&job.result_schema)?;
+    let stage = job.final_stage();
     let producers = outputs.len();
     let reader = Arc::new(ShuffleReaderExec::new(
         stage,
@@ -86,4 +95,66 @@ pub async fn collect(
     let (schema, stream) = open(services, job_id).await?;
     let batches = stream.try_collect().await?;
     Ok((schema, batches))
+}
+
+/// One downloadable piece of a result: an Arrow IPC stream at `url`, bytes
+/// `start..end` (a ranged GET), holding `rows` rows. Pieces concatenate in order.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct ResultPiece {
+    /// Presigned GET URL of the object holding the piece.
+    pub url: String,
+    /// First byte of the piece.
+    pub start: u64,
+    /// End (exclusive) of the piece.
+    pub end: u64,
+}
+
+/// A result as presigned downloads, for results too large for one HTTP response.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+pub struct ResultObjects {
+    /// Query id.
+    pub id: String,
+    /// `arrow-ipc-stream`: every piece is a complete Arrow IPC stream (LZ4-compressed).
+    pub format: String,
+    /// Seconds the URLs stay valid.
+    pub expires_in_secs: u64,
+    /// The pieces, in result order; empty pieces are left out.
+    pub pieces: Vec<ResultPiece>,
+}
+
+/// Presigned URLs for every non-empty slice of the result of `job_id`.
+pub async fn objects(
+    services: &Services,
+    job_id: &str,
+    expires: std::time::Duration,
+) -> Result<ResultObjects> {
+    let presigner = services.presigner.as_ref().ok_or_else(|| {
+        Error::InvalidInput(format!(
+            "this server cannot presign downloads; read the rows from /v1/queries/{job_id}/result"
+        ))
+    })?;
+    let (_, outputs) = final_outputs(services, job_id).await?;
+    let mut pieces = Vec::new();
+    for output in &outputs {
+        let path = object_store::path::Path::from(output.object.as_str());
+        let url = presigner
+            .signed_url(http::Method::GET, &path, expires)
+            .await?;
+        for slice in 0..output.ends.len() {
+            let range = output.slice(slice);
+            if !range.is_empty() {
+                pieces.push(ResultPiece {
+                    url: url.to_string(),
+                    start: range.start,
+                    end: range.end,
+                });
+            }
+        }
+    }
+    Ok(ResultObjects {
+        id: job_id.to_string(),
+        format: "arrow-ipc-stream".into(),
+        expires_in_secs: expires.as_secs(),
+        pieces,
+    })
 }

@@ -36,6 +36,9 @@ pub struct Services {
     pub shuffle: ShuffleLocation,
     /// Engine settings.
     pub config: EngineConfig,
+    /// Presigns URLs to the shuffle store, so clients can download large results from
+    /// object storage directly (S3); `None` where there is nothing to presign (embedded).
+    pub presigner: Option<Arc<dyn object_store::signer::Signer>>,
 }
 
 impl std::fmt::Debug for Services {

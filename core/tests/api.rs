@@ -133,6 +133,11 @@ async fn a_query_through_the_api_in_every_format() {
     assert_eq!(code, StatusCode::OK);
     assert_eq!(&body[..4], b"PAR1");
 
+    // Embedded results are read directly; there is nothing to presign.
+    let (code, body) = call(&engine, get(&format!("/v1/queries/{id}/result/objects"))).await;
+    assert_eq!(code, StatusCode::BAD_REQUEST);
+    assert!(error_message(&body).contains("presign"));
+
     let (code, body) = call(&engine, get("/v1/tables")).await;
     assert_eq!(code, StatusCode::OK);
     assert_eq!(json(&body)["tables"].as_array().unwrap().len(), 2);

@@ -97,6 +97,8 @@ fn local_aws_stack_end_to_end() {
     let crash = crash_file.display().to_string();
     let mut env = FAN_OUT.to_vec();
     env.push(("LAMBDAFUSION_TEST_CRASH_FILE", &crash));
+    // Small, so that a modest result takes the presigned-download path.
+    env.push(("LAMBDAFUSION_MAX_RESPONSE_BYTES", "200000"));
     let stack = Stack::up(&env);
     runtime().block_on(async {
         let client = Client::new(&stack.endpoint());
@@ -136,6 +138,23 @@ fn local_aws_stack_end_to_end() {
         let (status, batches) = run(&client, "SHOW TABLES").await;
         assert_eq!(status.state, "succeeded");
         assert!(lambdafusion::verify::rows(&batches).len() >= 8);
+
+        // A result larger than one response: 413 inline, downloaded from S3 by the client.
+        let sql = "SELECT * FROM lineitem WHERE l_quantity > 10";
+        let (status, batches) = run(&client, sql).await;
+        let expected = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        lambdafusion::verify::compare(&expected, &batches, false).unwrap();
+        let response = http
+            .get(format!(
+                "{}/v1/queries/{}/result?format=json",
+                stack.endpoint(),
+                status.id
+            ))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status(), 413);
+        assert!(response.text().await.unwrap().contains("/result/objects"));
 
         let store = DynamoDbJobStore::new(
             aws_sdk_dynamodb::Client::new(&stack.sdk("AWS_ENDPOINT_URL_DYNAMODB").await),

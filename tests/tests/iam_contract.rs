@@ -221,6 +221,7 @@ fn function(
             prefix: Path::from("lambdafusion"),
         },
         config: config.clone(),
+        presigner: None,
     };
     Function {
         services,

@@ -6,6 +6,7 @@
 //! | `POST` | `/v1/queries` `{"sql": "..."}` | submit; `202` with the id |
 //! | `GET` | `/v1/queries/{id}[?wait=S]` | state, per-stage progress, error, timings (waits up to `S` s for the end) |
 //! | `GET` | `/v1/queries/{id}/result?format=json\|ndjson\|csv\|arrow\|parquet` | the rows |
+//! | `GET` | `/v1/queries/{id}/result/objects` | presigned downloads of a large result |
 //! | `DELETE` | `/v1/queries/{id}` | cancel |
 //! | `GET` | `/v1/tables` | the catalog |
 //! | `GET` | `/health` | liveness |
@@ -43,6 +44,7 @@ pub fn router(services: Services) -> Router {
         .route("/v1/queries", axum::routing::post(submit))
         .route("/v1/queries/{id}", get(status).delete(cancel))
         .route("/v1/queries/{id}/result", get(result))
+        .route("/v1/queries/{id}/result/objects", get(result_objects))
         .route("/v1/tables", get(tables))
         .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
         .fallback(|| async {
@@ -219,7 +221,46 @@ async fn result(
     let format = ResultFormat::parse(params.format.as_deref().unwrap_or("json"))?;
     let (schema, stream) = crate::results::open(&services, &id).await?;
     let body = encode::encode(format, schema, stream).await?;
+    let body = match services.config.max_response_bytes {
+        None => body,
+        // Where responses are buffered and capped (Lambda), build it whole and refuse
+        // cleanly past the cap rather than fail mid-response.
+        Some(cap) => match http_body_util::BodyExt::collect(http_body_util::Limited::new(body, cap)).await {
+            Ok(collected) => axum::body::Body::from(collected.to_bytes()),
+            Err(e) if e.downcast_ref::<http_body_util::LengthLimitError>().is_some() => {
+                return Err(ApiError::new(
+                    StatusCode::PAYLOAD_TOO_LARGE,
+                    format!(
+                        "the result of query {id} is larger than the {cap} bytes one response can carry here; \
+                         download it from GET /v1/queries/{id}/result/objects (presigned URLs; \
+                         `lambdafusion query` does this by itself), or add a LIMIT"
+                    ),
+                ))
+            }
+            Err(e) => return Err(Error::Internal(format!("encoding the result: {e}")).into()),
+        },
+    };
     Ok(([(header::CONTENT_TYPE, format.content_type())], body).into_response())
+}
+
+/// Query string of the result objects endpoint.
+#[derive(Debug, Deserialize)]
+pub struct ObjectsParams {
+    /// Seconds the URLs stay valid (default 900, at most 43200).
+    #[serde(default)]
+    pub expires: Option<u64>,
+}
+
+async fn result_objects(
+    State(services): State<Services>,
+    Path(id): Path<String>,
+    params: Result<Query<ObjectsParams>, QueryRejection>,
+) -> Result<Json<crate::results::ResultObjects>, ApiError> {
+    let Query(params) = params?;
+    let expires = Duration::from_secs(params.expires.unwrap_or(900).clamp(1, 43_200));
+    Ok(Json(
+        crate::results::objects(&services, &id, expires).await?,
+    ))
 }
 
 async fn tables(State(services): State<Services>) -> Result<Json<serde_json::Value>, ApiError> {

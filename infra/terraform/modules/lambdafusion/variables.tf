@@ -404,6 +404,17 @@ variable "max_tasks_per_stage" {
   }
 }
 
+variable "max_response_bytes" {
+  description = "Largest query result the API returns in one response (LAMBDAFUSION_MAX_RESPONSE_BYTES); larger results answer 413 and are downloaded from S3 through presigned URLs (GET /v1/queries/{id}/result/objects, which the CLI uses by itself). null for the code's default, 4 MiB: a Lambda response carries at most 6 MB, base64-encoded for binary formats."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.max_response_bytes == null ? true : var.max_response_bytes >= 1024
+    error_message = "max_response_bytes must be null or at least 1024."
+  }
+}
+
 variable "max_attempts" {
   description = "Attempts per task before the job fails (LAMBDAFUSION_MAX_ATTEMPTS); null for the code's default. Lambda itself never retries a task (maximum_retry_attempts = 0): the scheduler owns retries."
   type        = number
