@@ -187,6 +187,14 @@ impl Client {
         if response.status() == reqwest::StatusCode::PAYLOAD_TOO_LARGE {
             return self.download(id).await;
         }
+        self.arrow(response).await
+    }
+
+    /// Reads an Arrow IPC stream answer.
+    async fn arrow(
+        &self,
+        response: reqwest::Response,
+    ) -> Result<(SchemaRef, Vec<RecordBatch>), ClientError> {
         let bytes = self
             .check(response)
             .await?
@@ -194,7 +202,7 @@ impl Client {
             .await
             .map_err(|e| self.transport(e))?;
         let reader = StreamReader::try_new(Cursor::new(bytes), None)
-            .map_err(|e| ClientError::Protocol(e.to_string()))?;
+            .map_err(|e| ClientError::Protocol(format!("not an Arrow IPC stream: {e}")))?;
         let schema = reader.schema();
         let batches = reader
             .collect::<Result<Vec<_>, _>>()
@@ -222,18 +230,9 @@ impl Client {
                 .send()
                 .await
                 .map_err(|e| self.transport(e))?;
-            let bytes = self
-                .check(response)
-                .await?
-                .bytes()
-                .await
-                .map_err(|e| self.transport(e))?;
-            let reader = StreamReader::try_new(Cursor::new(bytes), None)
-                .map_err(|e| ClientError::Protocol(format!("result piece: {e}")))?;
-            schema.get_or_insert(reader.schema());
-            for batch in reader {
-                batches.push(batch.map_err(|e| ClientError::Protocol(e.to_string()))?);
-            }
+            let (piece_schema, piece_batches) = self.arrow(response).await?;
+            schema.get_or_insert(piece_schema);
+            batches.extend(piece_batches);
         }
         // An empty result has no pieces: its schema comes from the (small) inline path.
         let schema = match schema {
