@@ -4,7 +4,7 @@
 # action for a role on a resource, the role has no statement for it at all (the executor
 # never lists the shuffle bucket or the data buckets, so it has no s3:ListBucket).
 #
-# DynamoDB transactions (TransactWriteItems) are not an IAM action of their own: a
+# DynamoDB transactions (TransactWriteItems) need no permission of their own: a
 # transaction is authorized by the PutItem/UpdateItem/DeleteItem of its parts, which the
 # JobTable statements grant.
 #
