@@ -25,6 +25,26 @@ pub struct TaskSpec {
     pub attempt: u32,
 }
 
+impl TaskSpec {
+    /// The failure record of this attempt.
+    pub fn failure(
+        &self,
+        error: String,
+        retryable: bool,
+        expires_at: u64,
+    ) -> crate::state::TaskFailure {
+        crate::state::TaskFailure {
+            job_id: self.job_id.clone(),
+            stage: self.stage,
+            partition: self.partition,
+            attempt: self.attempt,
+            error,
+            retryable,
+            expires_at,
+        }
+    }
+}
+
 impl std::fmt::Display for TaskSpec {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(

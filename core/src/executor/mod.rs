@@ -21,9 +21,7 @@ use tracing::{debug, info, warn, Instrument};
 use crate::dispatch::TaskSpec;
 use crate::plan;
 use crate::shuffle::{task_output_path, ShuffleInputs, ShuffleWriterExec};
-use crate::state::{
-    CommitOutcome, JobState, StageRecord, TaskCommit, TaskFailure, TaskOutput, TaskState,
-};
+use crate::state::{CommitOutcome, JobState, StageRecord, TaskCommit, TaskOutput, TaskState};
 use crate::time::now_ms;
 use crate::{Error, Result, Services};
 
@@ -91,15 +89,8 @@ impl Executor {
                 Err(error) => {
                     let retryable = error.is_retryable();
                     warn!(%error, retryable, "task attempt failed");
-                    let failure = TaskFailure {
-                        job_id: task.job_id.clone(),
-                        stage: task.stage,
-                        partition: task.partition,
-                        attempt: task.attempt,
-                        error: error.to_string(),
-                        retryable,
-                        expires_at: self.services.expires_at(),
-                    };
+                    let failure =
+                        task.failure(error.to_string(), retryable, self.services.expires_at());
                     self.services.store.fail_attempt(&failure).await?;
                     Ok(TaskReport::Failed(error.to_string()))
                 }

@@ -21,8 +21,7 @@ use crate::dispatch::TaskSpec;
 use crate::plan::{self, StageGraph, StageSplitter};
 use crate::shuffle::stage_plan_path;
 use crate::state::{
-    ChangeRecord, JobKind, JobRecord, JobSnapshot, JobState, StageRecord, StageState, TaskFailure,
-    TaskState,
+    ChangeRecord, JobKind, JobRecord, JobSnapshot, JobState, StageRecord, StageState, TaskState,
 };
 use crate::time::now_ms;
 use crate::{Error, Result, Services};
@@ -201,15 +200,7 @@ impl Scheduler {
     /// An invocation of `task` died without reporting (crash, timeout, dropped event):
     /// records the failed attempt and advances the job, which retries it.
     pub async fn on_task_lost(&self, task: &TaskSpec, error: &str) -> Result<()> {
-        let failure = TaskFailure {
-            job_id: task.job_id.clone(),
-            stage: task.stage,
-            partition: task.partition,
-            attempt: task.attempt,
-            error: error.to_string(),
-            retryable: true,
-            expires_at: self.services.expires_at(),
-        };
+        let failure = task.failure(error.to_string(), true, self.services.expires_at());
         self.services.store.fail_attempt(&failure).await?;
         self.advance(&task.job_id).await
     }
@@ -259,18 +250,11 @@ impl Scheduler {
                 if now.saturating_sub(dispatched) <= timeout {
                     continue;
                 }
-                let failure = TaskFailure {
-                    job_id: job_id.clone(),
-                    stage: task.stage,
-                    partition: task.partition,
-                    attempt: task.attempt,
-                    error: format!(
-                        "no completion record {}s after dispatch: the invocation was lost or crashed",
-                        timeout / 1000
-                    ),
-                    retryable: true,
-                    expires_at: self.services.expires_at(),
-                };
+                let error = format!(
+                    "no completion record {}s after dispatch: the invocation was lost or crashed",
+                    timeout / 1000
+                );
+                let failure = task.failure(error, true, self.services.expires_at());
                 if self.services.store.fail_attempt(&failure).await? {
                     warn!(%task, "attempt presumed lost");
                     report.lost_attempts += 1;
@@ -392,15 +376,11 @@ impl Scheduler {
             .await;
         for (task, error) in refused {
             warn!(%task, %error, "dispatch refused");
-            let failure = TaskFailure {
-                job_id: task.job_id.clone(),
-                stage: task.stage,
-                partition: task.partition,
-                attempt: task.attempt,
-                error: format!("dispatch failed: {error}"),
-                retryable: true,
-                expires_at: self.services.expires_at(),
-            };
+            let failure = task.failure(
+                format!("dispatch failed: {error}"),
+                true,
+                self.services.expires_at(),
+            );
             if let Err(e) = self.services.store.fail_attempt(&failure).await {
                 warn!(%task, error = %e, "could not record refused dispatch");
             }
