@@ -9,10 +9,11 @@ Not a setuptools script. Subcommands:
       creates, idempotently, on moto_server: the DynamoDB table (pk S hash, sk S range,
       PAY_PER_REQUEST, stream NEW_IMAGE, TTL on expires_at) and the S3 bucket.
   setup.py config --out FILE --state-dir DIR --bin-dir DIR --moto-port P
-                  --invoke-port P --url-port P
-      writes the lambdafusion-local config (two functions, one stream trigger); see
-      local/README.md. Reads TABLE/BUCKET/instances/RUST_LOG knobs from the environment
-      and passes every LAMBDAFUSION_* variable of the caller through to both functions.
+                  --invoke-port P --url-port P --front-port P
+      writes the lambdafusion-local config (two functions, one stream trigger, the
+      DynamoDB / S3 front before moto); see local/README.md. Reads TABLE/BUCKET/
+      instances/RUST_LOG/FRONT_* knobs from the environment and passes every
+      LAMBDAFUSION_* variable of the caller through to both functions.
 
 Only 127.0.0.1 endpoints with the dummy credentials "test"/"test" are ever used.
 """
@@ -106,6 +107,27 @@ def resources(endpoint: str, table: str, bucket: str, region: str) -> int:
     return 0
 
 
+def front_config(front_port: str, moto: str) -> dict:
+    """The emulator's DynamoDB / S3 front, between every client and moto (local/README.md,
+    "The DynamoDB / S3 front"). FRONT_LATENCY and FRONT_THROUGHPUT are "aws" (the
+    default), "off", or the JSON object the emulator's config takes."""
+
+    def knob(var: str):
+        value = os.environ.get(var, "aws").strip()
+        if value.startswith("{"):
+            return json.loads(value)
+        if value not in ("aws", "off"):
+            raise SystemExit(f"setup.py: {var} must be aws, off or a JSON object, not {value!r}")
+        return value
+
+    return {
+        "listen": f"127.0.0.1:{front_port}",
+        "upstream": moto,
+        "latency": knob("FRONT_LATENCY"),
+        "throughput": knob("FRONT_THROUGHPUT"),
+    }
+
+
 def config(args: argparse.Namespace) -> int:
     env = os.environ
     table = env.get("LAMBDAFUSION_TABLE", "lambdafusion")
@@ -113,14 +135,16 @@ def config(args: argparse.Namespace) -> int:
     scheduler = env.get("LAMBDAFUSION_SCHEDULER_FUNCTION", "lambdafusion-scheduler")
     executor = env.get("LAMBDAFUSION_EXECUTOR_FUNCTION", "lambdafusion-executor")
     moto = f"http://127.0.0.1:{args.moto_port}"
+    # Clients reach DynamoDB, DynamoDB Streams and S3 through the front, never moto itself.
+    front = f"http://127.0.0.1:{args.front_port}"
     function_env = {
         "LAMBDAFUSION_TABLE": table,
         "LAMBDAFUSION_BUCKET": bucket,
         "LAMBDAFUSION_PREFIX": "lambdafusion",
         "LAMBDAFUSION_EXECUTOR_FUNCTION": executor,
         "LAMBDAFUSION_SCHEDULER_FUNCTION": scheduler,
-        "AWS_ENDPOINT_URL_DYNAMODB": moto,
-        "AWS_ENDPOINT_URL_S3": moto,
+        "AWS_ENDPOINT_URL_DYNAMODB": front,
+        "AWS_ENDPOINT_URL_S3": front,
         "AWS_ENDPOINT_URL_LAMBDA": f"http://127.0.0.1:{args.invoke_port}",
         "AWS_ACCESS_KEY_ID": "test",
         "AWS_SECRET_ACCESS_KEY": "test",
@@ -139,6 +163,9 @@ def config(args: argparse.Namespace) -> int:
 
     doc = {
         "region": REGION,
+        # Lambda's own waits: "fast" (async retries after 200 / 400 ms) for tests, or
+        # LAMBDA_TIMING=aws for AWS's (about 1 and 2 minutes).
+        "timing": env.get("LAMBDA_TIMING", "fast"),
         "account": "000000000000",
         "invoke_listen": f"127.0.0.1:{args.invoke_port}",
         "state_dir": args.state_dir,
@@ -152,9 +179,9 @@ def config(args: argparse.Namespace) -> int:
                 "memory_mb": 1024,
                 "max_retry_attempts": 2,
                 "max_event_age_secs": 21600,
-                "retry_delays_ms": [200, 400],
                 "on_failure": None,
-                "url_listen": f"127.0.0.1:{args.url_port}",
+                # As behind the deployment's API Gateway HTTP API: 503 after 30 s.
+                "url": {"listen": f"127.0.0.1:{args.url_port}", "integration_timeout_secs": 30},
             },
             {
                 "name": executor,
@@ -162,10 +189,11 @@ def config(args: argparse.Namespace) -> int:
                 "env": function_env,
                 "instances": instances("EXECUTOR_INSTANCES", 4),
                 "timeout_secs": 120,
-                "memory_mb": 2048,
+                # As infra/terraform's defaults; both limits are enforced by the emulator.
+                "memory_mb": 3008,
+                "ephemeral_storage_mb": 2048,
                 "max_retry_attempts": 0,
                 "max_event_age_secs": 1800,
-                "retry_delays_ms": [200, 400],
                 "on_failure": scheduler,
                 "url_listen": None,
             },
@@ -176,19 +204,20 @@ def config(args: argparse.Namespace) -> int:
             {
                 "table": table,
                 "function": scheduler,
-                "dynamodb_endpoint": moto,
+                "dynamodb_endpoint": front,
                 "batch_size": 100,
                 "poll_interval_ms": 250,
                 "maximum_retry_attempts": 3,
                 "bisect_batch_on_function_error": True,
                 "starting_position": "LATEST",
                 "filters": [
-                    {"dynamodb": {"NewImage": {"sk": {"S": [{"prefix": "STAGE#"}]}, "remaining": {"N": ["0"]}}}},
+                    {"dynamodb": {"NewImage": {"sk": {"S": [{"prefix": "COUNT#"}]}, "remaining": {"N": ["0"]}}}},
                     {"dynamodb": {"NewImage": {"sk": {"S": [{"prefix": "TASK#"}]}, "state": {"S": ["FAILED"]}}}},
                 ],
             }
         ],
     }
+    doc["front"] = front_config(args.front_port, moto)
     tmp = args.out + ".tmp"
     with open(tmp, "w", encoding="utf-8") as f:
         json.dump(doc, f, indent=2)
@@ -209,7 +238,7 @@ def main() -> int:
     r.add_argument("--bucket", required=True)
     r.add_argument("--region", default=REGION)
     c = sub.add_parser("config")
-    for name in ("--out", "--state-dir", "--bin-dir", "--moto-port", "--invoke-port", "--url-port"):
+    for name in ("--out", "--state-dir", "--bin-dir", "--moto-port", "--invoke-port", "--url-port", "--front-port"):
         c.add_argument(name, required=True)
     args = parser.parse_args()
     if args.cmd == "wait":

@@ -8,6 +8,7 @@ use serde::Deserialize;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use crate::Error;
 
@@ -35,6 +36,120 @@ pub struct Config {
     /// DynamoDB stream triggers (event-source mappings).
     #[serde(default)]
     pub stream_mappings: Vec<StreamMappingConfig>,
+    /// Lambda's own waits: `aws` (default; async retries after about 1 and 2 minutes) or
+    /// `fast` (200 / 400 ms, for tests). A function's `timing` overrides it.
+    #[serde(default)]
+    pub timing: Timing,
+    /// Who may call function URLs with `"auth": "AWS_IAM"`: access key, secret key and
+    /// the principal the key belongs to. Default: one credential `test` / `test` for
+    /// `arn:aws:iam::<account>:user/test` (the local stack's dummy credentials).
+    #[serde(default)]
+    pub credentials: Option<Vec<Credential>>,
+    /// The DynamoDB / S3 front between clients and moto_server (see [`crate::front`]);
+    /// not started when absent.
+    #[serde(default)]
+    pub front: Option<crate::front::FrontConfig>,
+    /// The fault plan: a plan object (`{"seed": 7, "faults": {...}}`), or a string with
+    /// the plan's JSON text or a path to it. When absent, `LAMBDAFUSION_FAULTS` is read
+    /// at start-up (no faults if it is unset). See [`crate::faults`].
+    #[serde(default)]
+    pub fault_plan: Option<Value>,
+}
+
+/// How long Lambda's own waits are.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Timing {
+    /// As AWS: a failed asynchronous invocation is retried after about 1 minute, then
+    /// after 2 more (<https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html>).
+    #[default]
+    Aws,
+    /// For tests: retries after 200 ms, then 400 ms.
+    Fast,
+}
+
+impl Timing {
+    /// The default `retry_delays_ms` under this timing.
+    pub fn retry_delays_ms(self) -> Vec<u64> {
+        match self {
+            Timing::Aws => vec![60_000, 120_000],
+            Timing::Fast => vec![200, 400],
+        }
+    }
+}
+
+/// Credentials a SigV4-signed function URL request may use, and whose they are.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Credential {
+    /// Access key id (`AWS_ACCESS_KEY_ID` of the caller).
+    pub access_key: String,
+    /// Secret access key the signature is checked with.
+    pub secret_key: String,
+    /// The principal, e.g. `arn:aws:iam::000000000000:user/test`: the event's
+    /// `requestContext.authorizer.iam.userArn`.
+    pub arn: String,
+    /// `userId` / `callerId` in the event; derived from `arn` when absent
+    /// (`AIDA…` for users, `AROA…:<session>` for assumed roles).
+    #[serde(default)]
+    pub user_id: Option<String>,
+}
+
+impl Credential {
+    /// The unique id IAM would report for this principal.
+    pub fn user_id(&self) -> String {
+        if let Some(id) = &self.user_id {
+            return id.clone();
+        }
+        // A stable, IAM-looking id: 17 characters from a hash of the ARN.
+        let mut h = crate::injection::fnv1a(self.arn.as_bytes());
+        let mut id = String::new();
+        const ALPHABET: &[u8] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZ234567";
+        for _ in 0..17 {
+            id.push(ALPHABET[(h % 32) as usize] as char);
+            h /= 32;
+            if h == 0 {
+                h = crate::injection::fnv1a(id.as_bytes());
+            }
+        }
+        match self.arn.split_once(":assumed-role/") {
+            Some((_, role_session)) => {
+                let session = role_session.rsplit('/').next().unwrap_or_default();
+                format!("AROA{id}:{session}")
+            }
+            None => format!("AIDA{id}"),
+        }
+    }
+}
+
+/// A function URL: where it listens and how it authorizes.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct UrlConfig {
+    /// `host:port` to serve the URL on (port 0: any free port).
+    pub listen: String,
+    /// `NONE` (default) or `AWS_IAM`: requests must then be SigV4-signed (service
+    /// `lambda`) with one of the top-level `credentials`.
+    #[serde(default)]
+    pub auth: UrlAuth,
+    /// Answer 503 `{"message":"Service Unavailable"}` when the function has not answered
+    /// within this many seconds, as an API Gateway HTTP API in front of the function
+    /// does (its integration timeout is at most 30 s); the invocation keeps running.
+    /// Default: wait as long as the function runs (a plain function URL).
+    #[serde(default)]
+    pub integration_timeout_secs: Option<u64>,
+}
+
+/// A function URL's `AuthType`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize)]
+pub enum UrlAuth {
+    /// No authentication.
+    #[default]
+    #[serde(rename = "NONE")]
+    None,
+    /// SigV4 signatures checked against the configured credentials.
+    #[serde(rename = "AWS_IAM")]
+    AwsIam,
 }
 
 /// One Lambda function: a command that runs the real `lambda_runtime` loop.
@@ -56,9 +171,16 @@ pub struct FunctionConfig {
     /// Invocation timeout; past it the process is killed (`Sandbox.Timedout`).
     #[serde(default = "default_timeout_secs")]
     pub timeout_secs: u64,
-    /// Reported in `AWS_LAMBDA_FUNCTION_MEMORY_SIZE`; not enforced.
+    /// Memory in MB (128..=10240), reported in `AWS_LAMBDA_FUNCTION_MEMORY_SIZE` and
+    /// enforced: past it, the process tree is killed and the invocation fails with
+    /// `Runtime.OutOfMemory`.
     #[serde(default = "default_memory_mb")]
     pub memory_mb: u64,
+    /// Size in MB (512..=10240) of the environment's `/tmp` (`TMPDIR`, a directory of
+    /// its own under `<state_dir>/tmp`); past it the invocation fails and the
+    /// environment is replaced.
+    #[serde(default = "default_ephemeral_storage_mb")]
+    pub ephemeral_storage_mb: u64,
     /// Retries of a failed asynchronous (`Event`) invocation, 0 to 2 as in AWS.
     #[serde(default = "default_max_retry_attempts")]
     pub max_retry_attempts: u32,
@@ -66,18 +188,26 @@ pub struct FunctionConfig {
     /// with condition `EventAgeExceeded`.
     #[serde(default = "default_max_event_age_secs")]
     pub max_event_age_secs: u64,
-    /// Delay before each retry of an asynchronous event (AWS waits about 1 and 2
-    /// minutes); the last value repeats if there are more retries than values.
-    #[serde(default = "default_retry_delays_ms")]
-    pub retry_delays_ms: Vec<u64>,
+    /// Delay before each retry of an asynchronous event; the last value repeats if
+    /// there are more retries than values. Default: from `timing`.
+    #[serde(default)]
+    pub retry_delays_ms: Option<Vec<u64>>,
+    /// Overrides the top-level `timing` for this function (filled in at load).
+    #[serde(default)]
+    pub timing: Option<Timing>,
     /// Name of the function that receives the on-failure destination record.
     #[serde(default)]
     pub on_failure: Option<String>,
-    /// Where to serve this function's URL (`host:port`), if it has one.
+    /// Where to serve this function's URL (`host:port`), if it has one: short for
+    /// `"url": {"listen": ...}`. After loading it always equals `url.listen`.
     #[serde(default)]
     pub url_listen: Option<String>,
-    /// At most this many invocations may wait for a free instance; more are refused
-    /// with 429 `TooManyRequestsException`. Unlimited when absent.
+    /// The function URL, with its auth type and integration timeout.
+    #[serde(default)]
+    pub url: Option<UrlConfig>,
+    /// At most this many *synchronous* invocations may wait for a free instance; more
+    /// are refused with 429 `TooManyRequestsException`. Unlimited when absent.
+    /// Asynchronous events are always accepted, as by AWS's event queue.
     #[serde(default)]
     pub max_queue: Option<usize>,
 }
@@ -113,6 +243,11 @@ pub struct StreamMappingConfig {
     /// `LATEST` (default) or `TRIM_HORIZON`, for the shards that exist at start-up.
     #[serde(default = "default_starting_position")]
     pub starting_position: String,
+    /// Batches delivered concurrently per shard, 1..=10 (AWS's `ParallelizationFactor`).
+    /// Records with the same partition key (the table's hash key) stay in order and
+    /// never are in two concurrent batches.
+    #[serde(default = "default_parallelization_factor")]
+    pub parallelization_factor: usize,
 }
 
 fn default_region() -> String {
@@ -142,8 +277,11 @@ fn default_max_retry_attempts() -> u32 {
 fn default_max_event_age_secs() -> u64 {
     21_600
 }
-fn default_retry_delays_ms() -> Vec<u64> {
-    vec![200, 400]
+fn default_ephemeral_storage_mb() -> u64 {
+    512
+}
+fn default_parallelization_factor() -> usize {
+    1
 }
 fn default_batch_size() -> usize {
     100
@@ -167,7 +305,10 @@ impl Config {
         let config: Config = serde_json::from_str(&text)
             .map_err(|e| format!("invalid config {}: {e}", path.display()))?;
         let cwd = std::env::current_dir().map_err(|e| format!("no current directory: {e}"))?;
-        let config = config.resolve_paths(&cwd);
+        let config = config
+            .apply_defaults()
+            .map_err(|e| format!("invalid config {}: {e}", path.display()))?
+            .resolve_paths(&cwd);
         config.validate()?;
         Ok(config)
     }
@@ -176,9 +317,52 @@ impl Config {
     pub fn from_json(text: &str, base: &Path) -> Result<Config, Error> {
         let config: Config =
             serde_json::from_str(text).map_err(|e| format!("invalid config: {e}"))?;
-        let config = config.resolve_paths(base);
+        let config = config
+            .apply_defaults()
+            .map_err(|e| format!("invalid config: {e}"))?
+            .resolve_paths(base);
         config.validate()?;
         Ok(config)
+    }
+
+    /// Fills in what depends on other fields: each function's `timing` (the top-level
+    /// one unless set), `url` from `url_listen` and back, the default credential.
+    pub fn apply_defaults(mut self) -> Result<Config, Error> {
+        for f in &mut self.functions {
+            f.timing.get_or_insert(self.timing);
+            match (&f.url_listen, &f.url) {
+                (Some(_), Some(_)) => {
+                    return Err(format!(
+                        "function {:?}: give `url_listen` or `url`, not both",
+                        f.name
+                    )
+                    .into())
+                }
+                (Some(listen), None) => {
+                    f.url = Some(UrlConfig {
+                        listen: listen.clone(),
+                        auth: UrlAuth::None,
+                        integration_timeout_secs: None,
+                    })
+                }
+                (None, Some(url)) => f.url_listen = Some(url.listen.clone()),
+                (None, None) => {}
+            }
+        }
+        if self.credentials.is_none() {
+            self.credentials = Some(vec![Credential {
+                access_key: "test".into(),
+                secret_key: "test".into(),
+                arn: format!("arn:aws:iam::{}:user/test", self.account),
+                user_id: None,
+            }]);
+        }
+        Ok(self)
+    }
+
+    /// The credentials function URLs with `AWS_IAM` auth accept.
+    pub fn credentials(&self) -> &[Credential] {
+        self.credentials.as_deref().unwrap_or_default()
     }
 
     /// Makes `state_dir` and relative program paths absolute.
@@ -225,6 +409,48 @@ impl Config {
             if f.max_event_age_secs == 0 || f.max_event_age_secs > 21_600 {
                 return Err(format!("{at}: `max_event_age_secs` must be 1..=21600").into());
             }
+            // Ranges of MemorySize and EphemeralStorage in the Lambda API
+            // (https://docs.aws.amazon.com/lambda/latest/api/API_CreateFunction.html).
+            if !(128..=10_240).contains(&f.memory_mb) {
+                return Err(format!("{at}: `memory_mb` must be 128..=10240 (as in AWS)").into());
+            }
+            if !(512..=10_240).contains(&f.ephemeral_storage_mb) {
+                return Err(format!(
+                    "{at}: `ephemeral_storage_mb` must be 512..=10240 (as in AWS)"
+                )
+                .into());
+            }
+            if let Some(url) = &f.url {
+                if url.auth == UrlAuth::AwsIam && self.credentials().is_empty() {
+                    return Err(format!(
+                        "{at}: the URL's auth is AWS_IAM but `credentials` is empty"
+                    )
+                    .into());
+                }
+                if url
+                    .integration_timeout_secs
+                    .is_some_and(|t| t == 0 || t > 30)
+                {
+                    return Err(format!(
+                        "{at}: `url.integration_timeout_secs` must be 1..=30 (an HTTP API's limit)"
+                    )
+                    .into());
+                }
+            }
+        }
+        let mut keys = BTreeSet::new();
+        for c in self.credentials() {
+            if c.access_key.is_empty() || c.secret_key.is_empty() {
+                return Err("credentials: `access_key` and `secret_key` must not be empty".into());
+            }
+            if !c.arn.starts_with("arn:") || c.arn.split(':').count() < 6 {
+                return Err(format!("credentials: {:?} is not an ARN", c.arn).into());
+            }
+            if !keys.insert(c.access_key.as_str()) {
+                return Err(
+                    format!("credentials: access key {:?} given twice", c.access_key).into(),
+                );
+            }
         }
         for f in &self.functions {
             if let Some(dest) = &f.on_failure {
@@ -253,7 +479,16 @@ impl Config {
                     format!("{at}: `starting_position` must be LATEST or TRIM_HORIZON").into(),
                 );
             }
+            if !(1..=10).contains(&m.parallelization_factor) {
+                return Err(format!("{at}: `parallelization_factor` must be 1..=10").into());
+            }
             crate::filter::parse_filters(&m.filters).map_err(|e| format!("{at}: {e}"))?;
+        }
+        if let Some(front) = &self.front {
+            front.validate().map_err(|e| format!("front: {e}"))?;
+        }
+        if let Some(plan) = &self.fault_plan {
+            crate::faults::plan_from_value(plan).map_err(|e| format!("fault_plan: {e}"))?;
         }
         Ok(())
     }
@@ -261,15 +496,14 @@ impl Config {
 
 impl FunctionConfig {
     /// Delay before retry number `retry` (1-based).
-    pub fn retry_delay(&self, retry: u32) -> std::time::Duration {
-        let idx = (retry.max(1) - 1) as usize;
-        let ms = self
+    pub fn retry_delay(&self, retry: u32) -> Duration {
+        let delays = self
             .retry_delays_ms
-            .get(idx)
-            .or(self.retry_delays_ms.last())
-            .copied()
-            .unwrap_or(0);
-        std::time::Duration::from_millis(ms)
+            .clone()
+            .unwrap_or_else(|| self.timing.unwrap_or_default().retry_delays_ms());
+        let idx = (retry.max(1) - 1) as usize;
+        let ms = delays.get(idx).or(delays.last()).copied().unwrap_or(0);
+        Duration::from_millis(ms)
     }
 }
 
@@ -290,8 +524,70 @@ mod tests {
             c.functions[0].command,
             vec!["/repo/target/debug/x", "--flag"]
         );
-        assert_eq!(c.functions[0].retry_delay(1).as_millis(), 200);
-        assert_eq!(c.functions[0].retry_delay(5).as_millis(), 400);
+        // AWS timing by default: about 1 and 2 minutes.
+        assert_eq!(c.functions[0].retry_delay(1).as_millis(), 60_000);
+        assert_eq!(c.functions[0].retry_delay(5).as_millis(), 120_000);
+        assert_eq!(c.functions[0].memory_mb, 128);
+        assert_eq!(c.functions[0].ephemeral_storage_mb, 512);
+        assert_eq!(
+            c.credentials()[0].arn,
+            "arn:aws:iam::000000000000:user/test"
+        );
+    }
+
+    #[test]
+    fn timing_urls_and_credentials() {
+        let c = Config::from_json(
+            r#"{"timing": "fast", "functions": [
+                {"name": "a", "command": ["x"], "url_listen": "127.0.0.1:0"},
+                {"name": "b", "command": ["x"], "timing": "aws", "retry_delays_ms": [5],
+                 "url": {"listen": "127.0.0.1:0", "auth": "AWS_IAM", "integration_timeout_secs": 30}}],
+               "credentials": [{"access_key": "k", "secret_key": "s", "arn": "arn:aws:iam::1:user/u"}]}"#,
+            Path::new("/"),
+        )
+        .unwrap();
+        let (a, b) = (&c.functions[0], &c.functions[1]);
+        assert_eq!(a.retry_delay(1).as_millis(), 200);
+        assert_eq!(a.retry_delay(2).as_millis(), 400);
+        assert_eq!(a.url.as_ref().unwrap().auth, UrlAuth::None);
+        assert_eq!(b.timing, Some(Timing::Aws));
+        assert_eq!(b.retry_delay(3).as_millis(), 5, "explicit delays win");
+        assert_eq!(b.url_listen.as_deref(), Some("127.0.0.1:0"));
+        assert_eq!(b.url.as_ref().unwrap().auth, UrlAuth::AwsIam);
+        assert_eq!(c.credentials().len(), 1);
+        assert!(c.credentials()[0].user_id().starts_with("AIDA"));
+        assert_eq!(c.credentials()[0].user_id(), c.credentials()[0].user_id());
+
+        for (bad, why) in [
+            (
+                r#"{"functions":[{"name":"f","command":["x"],"memory_mb":64}]}"#,
+                "memory_mb",
+            ),
+            (
+                r#"{"functions":[{"name":"f","command":["x"],"ephemeral_storage_mb":100}]}"#,
+                "ephemeral_storage_mb",
+            ),
+            (
+                r#"{"functions":[{"name":"f","command":["x"],"url_listen":"a:1","url":{"listen":"a:1"}}]}"#,
+                "not both",
+            ),
+            (
+                r#"{"functions":[{"name":"f","command":["x"],"url":{"listen":"a:1","integration_timeout_secs":31}}]}"#,
+                "1..=30",
+            ),
+            (
+                r#"{"credentials":[],"functions":[{"name":"f","command":["x"],"url":{"listen":"a:1","auth":"AWS_IAM"}}]}"#,
+                "credentials",
+            ),
+            (
+                r#"{"functions":[{"name":"f","command":["x"]}],"stream_mappings":[{"table":"t","function":"f","dynamodb_endpoint":"e","parallelization_factor":11}]}"#,
+                "parallelization_factor",
+            ),
+            (r#"{"timing":"slow"}"#, "unknown variant"),
+        ] {
+            let e = Config::from_json(bad, Path::new("/")).unwrap_err();
+            assert!(e.to_string().contains(why), "{bad}: {e}");
+        }
     }
 
     #[test]

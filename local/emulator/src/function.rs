@@ -5,22 +5,37 @@
 //! ([`crate::instance`]) takes one invocation at a time once its runtime asks for the
 //! next event, and answers through the invocation's [`Outcome`] channel.
 //!
-//! Asynchronous (`Event`) invocations are driven by a task per event that plays Lambda's
-//! internal event queue: run, retry after `retry_delays_ms` up to `max_retry_attempts`,
-//! then send an on-failure destination record, or give up when the event is older than
-//! `max_event_age_secs`. No de-duplication: the same event sent twice runs twice.
+//! Synchronous invocations wait in the queue for a free environment; `max_queue` bounds
+//! how many may wait (beyond it: 429). Asynchronous (`Event`) invocations are always
+//! accepted, as AWS's internal event queue accepts them whatever the function's
+//! concurrency
+//! (<https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html>),
+//! and are driven by a task per event that plays that queue: run, retry after
+//! `retry_delays_ms` (about 1 and 2 minutes with AWS timing) up to
+//! `max_retry_attempts`, then send an on-failure destination record, or give up when
+//! the event is older than `max_event_age_secs`. No de-duplication: the same event sent
+//! twice runs twice.
+//!
+//! The Lambda faults of the fault plan are injected here (see [`crate::injection`] for
+//! the keys): `lambda.drop_event`, `lambda.drop_to_destination`, `lambda.delay_event`
+//! and `lambda.duplicate_event` on accepted events; `lambda.concurrency_limit` (a limit
+//! on running invocations: synchronous ones beyond it get 429, events wait);
+//! `lambda.cold_start` decided per invocation and carried out by the environment.
 
 use bytes::Bytes;
+use lambdafusion_faults::{Counters, FaultKind, FaultPlan};
 use serde_json::{json, Value};
-use std::collections::{BTreeMap, VecDeque};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, Mutex};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 use tokio::sync::{oneshot, Notify};
 use tracing::{info, warn};
 
-use crate::config::{Config, FunctionConfig};
+use crate::config::{Config, Credential, FunctionConfig};
+use crate::injection::{self, Injector};
 use crate::time;
 
 /// The largest synchronous payload (request or response) Lambda accepts: 6 MB.
@@ -40,7 +55,8 @@ pub enum Outcome {
         /// then starts with a JSON prelude and 8 NUL bytes, as for function URLs).
         streaming: bool,
     },
-    /// The function failed: handler error, crash, timeout, oversized response.
+    /// The function failed: handler error, crash, timeout, out of memory, oversized
+    /// response.
     Error {
         /// `errorType`, e.g. `Runtime.ExitError`, `Sandbox.Timedout` or the handler's.
         error_type: String,
@@ -62,6 +78,15 @@ impl Outcome {
     }
 }
 
+/// Whether the caller waits for an invocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvocationKind {
+    /// `RequestResponse`, function URL, stream batch: the caller waits.
+    Sync,
+    /// `Event` (or a destination record): Lambda's queue waits.
+    Async,
+}
+
 /// One invocation waiting for, or running in, an execution environment.
 #[derive(Debug)]
 pub struct Invocation {
@@ -77,13 +102,49 @@ pub struct Invocation {
     pub trace_id: String,
     /// Asynchronous events expire here instead of running.
     pub expires_at: Option<Instant>,
+    /// Synchronous or asynchronous.
+    pub kind: InvocationKind,
+    /// `lambda.cold_start`: run on a new execution environment, started after this
+    /// extra delay.
+    pub cold_start: Option<Duration>,
     /// Where the outcome goes.
     pub reply: oneshot::Sender<Outcome>,
+    /// The function's running-invocation count this invocation holds once taken from
+    /// the queue; released when it is dropped.
+    pub(crate) slot: Option<Slot>,
 }
 
-/// A function's queue of invocations was full (`max_queue`).
+/// A synchronous invocation was refused: `max_queue` invocations already wait, or
+/// `lambda.concurrency_limit` invocations already run.
 #[derive(Debug)]
 pub struct Throttled;
+
+/// One running invocation counted against its function's concurrency (see
+/// `lambda.concurrency_limit`); dropping it frees the place.
+#[derive(Debug)]
+pub(crate) struct Slot(Arc<Function>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.release();
+    }
+}
+
+#[derive(Debug, Default)]
+struct QueueState {
+    items: VecDeque<Invocation>,
+    /// Invocations taken by an environment and not finished.
+    running: usize,
+}
+
+impl QueueState {
+    fn queued_sync(&self) -> usize {
+        self.items
+            .iter()
+            .filter(|i| i.kind == InvocationKind::Sync)
+            .count()
+    }
+}
 
 /// A configured function with its queue of pending invocations.
 #[derive(Debug)]
@@ -94,22 +155,37 @@ pub struct Function {
     pub arn: String,
     /// Region, for the function environment.
     pub region: String,
-    queue: Mutex<VecDeque<Invocation>>,
+    state: Mutex<QueueState>,
     notify: Notify,
     /// Instances whose runtime has asked for an event at least once.
     pub(crate) warm_instances: AtomicUsize,
+    /// Fault injection (shared by all functions of a registry).
+    pub(crate) injector: Injector,
+    /// `lambda.concurrency_limit`'s limit, when the plan has it.
+    limit: Option<usize>,
+    /// Invocations seen so far per normalized-payload hash (the `<n>` of event keys).
+    seen: Mutex<HashMap<u64, u64>>,
+    /// `<state_dir>/tmp`: the parent of the environments' `/tmp` directories.
+    tmp_root: PathBuf,
 }
 
 impl Function {
-    fn new(config: FunctionConfig, region: &str, account: &str) -> Function {
-        let arn = format!("arn:aws:lambda:{region}:{account}:function:{}", config.name);
+    fn new(config: FunctionConfig, top: &Config, injector: Injector) -> Function {
+        let arn = format!(
+            "arn:aws:lambda:{}:{}:function:{}",
+            top.region, top.account, config.name
+        );
         Function {
             config,
             arn,
-            region: region.to_string(),
-            queue: Mutex::new(VecDeque::new()),
+            region: top.region.clone(),
+            state: Mutex::new(QueueState::default()),
             notify: Notify::new(),
             warm_instances: AtomicUsize::new(0),
+            limit: injector.concurrency_limit(),
+            injector,
+            seen: Mutex::new(HashMap::new()),
+            tmp_root: top.state_dir.join("tmp"),
         }
     }
 
@@ -118,50 +194,111 @@ impl Function {
         &self.config.name
     }
 
+    /// The `/tmp` (`TMPDIR`) of execution environment `index`:
+    /// `<state_dir>/tmp/<function>-<index>`.
+    pub fn tmp_dir(&self, index: usize) -> PathBuf {
+        self.tmp_root.join(format!("{}-{index}", self.config.name))
+    }
+
     /// Invocations waiting for a free instance.
     pub fn queued(&self) -> usize {
-        self.lock_queue().len()
+        self.lock().items.len()
     }
 
-    fn lock_queue(&self) -> std::sync::MutexGuard<'_, VecDeque<Invocation>> {
-        // A panic while holding this lock leaves a consistent VecDeque; keep going.
-        self.queue.lock().unwrap_or_else(|p| p.into_inner())
+    /// Invocations running now.
+    pub fn running(&self) -> usize {
+        self.lock().running
     }
 
-    /// Appends an invocation, refusing it when `max_queue` is reached (unless `force`).
-    pub fn enqueue(&self, inv: Invocation, force: bool) -> Result<(), Throttled> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, QueueState> {
+        // A panic while holding this lock leaves a consistent state; keep going.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The fault-decision key of an invocation with this payload (see
+    /// [`crate::injection`]); counts it. Empty when the plan injects nothing.
+    pub fn event_key(&self, payload: &[u8]) -> String {
+        if !self.injector.is_active() {
+            return String::new();
+        }
+        let hash = injection::payload_hash(payload);
+        let n = {
+            let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
+            let n = seen.entry(hash).or_insert(0);
+            *n += 1;
+            *n - 1
+        };
+        format!("{}#{n}#{hash:016x}", self.config.name)
+    }
+
+    /// Whether `lambda.concurrency_limit` invocations run or wait already.
+    fn at_limit(&self, q: &QueueState) -> bool {
+        self.limit
+            .is_some_and(|limit| q.running + q.items.len() >= limit)
+    }
+
+    /// Queues a synchronous invocation, unless `max_queue` synchronous invocations
+    /// already wait or `lambda.concurrency_limit` refuses it.
+    fn enqueue_sync(&self, inv: Invocation, key: &str) -> Result<(), Throttled> {
         {
-            let mut q = self.lock_queue();
-            if let (false, Some(max)) = (force, self.config.max_queue) {
-                if q.len() >= max {
+            let mut q = self.lock();
+            if let Some(max) = self.config.max_queue {
+                if q.queued_sync() >= max {
                     return Err(Throttled);
                 }
             }
-            q.push_back(inv);
+            if self.at_limit(&q) && self.injector.fire(FaultKind::LambdaConcurrencyLimit, key) {
+                return Err(Throttled);
+            }
+            q.items.push_back(inv);
         }
         self.notify.notify_waiters();
         Ok(())
     }
 
+    /// Queues an asynchronous invocation (never refused).
+    fn enqueue_async(&self, inv: Invocation) {
+        self.lock().items.push_back(inv);
+        self.notify.notify_waiters();
+    }
+
     /// Puts an invocation back at the head (its environment could not take it).
-    pub(crate) fn requeue_front(&self, inv: Invocation) {
-        self.lock_queue().push_front(inv);
+    pub(crate) fn requeue_front(&self, mut inv: Invocation) {
+        drop(inv.slot.take());
+        self.lock().items.push_front(inv);
         self.notify.notify_waiters();
     }
 
     /// Drops every queued invocation (at shutdown); their callers see no outcome.
     pub(crate) fn drain(&self) {
-        self.lock_queue().clear();
+        let items = std::mem::take(&mut self.lock().items);
+        drop(items);
     }
 
-    /// Takes the oldest invocation without waiting.
-    pub(crate) fn try_take(&self) -> Option<Invocation> {
-        self.lock_queue().pop_front()
+    fn release(&self) {
+        {
+            let mut q = self.lock();
+            q.running = q.running.saturating_sub(1);
+        }
+        self.notify.notify_waiters();
+    }
+
+    /// Takes the oldest invocation without waiting, if the concurrency limit allows.
+    pub(crate) fn try_take(self: &Arc<Self>) -> Option<Invocation> {
+        let mut q = self.lock();
+        if self.limit.is_some_and(|limit| q.running >= limit) {
+            return None;
+        }
+        let mut inv = q.items.pop_front()?;
+        q.running += 1;
+        drop(q);
+        inv.slot = Some(Slot(self.clone()));
+        Some(inv)
     }
 
     /// Waits for the oldest invocation. Cancel-safe: an invocation is only removed from
     /// the queue in the same poll that returns it.
-    pub(crate) async fn take(&self) -> Invocation {
+    pub(crate) async fn take(self: &Arc<Self>) -> Invocation {
         loop {
             let notified = self.notify.notified();
             tokio::pin!(notified);
@@ -171,6 +308,17 @@ impl Function {
             }
             notified.await;
         }
+    }
+
+    /// `lambda.cold_start` for the invocation `key` (counted when carried out).
+    fn cold_start(&self, key: &str) -> Option<Duration> {
+        if !self.injector.is_active() {
+            return None;
+        }
+        self.injector
+            .plan()
+            .delay_ms(FaultKind::LambdaColdStart, key)
+            .map(Duration::from_millis)
     }
 }
 
@@ -191,18 +339,31 @@ pub struct Registry {
     /// Account of ARNs.
     pub account: String,
     functions: BTreeMap<String, Arc<Function>>,
+    injector: Injector,
+    credentials: Vec<Credential>,
 }
 
 impl Registry {
-    /// Builds the functions of a config (no process is started here).
+    /// Builds the functions of a config (no process is started here), without faults.
     pub fn new(config: &Config) -> Registry {
+        Registry::with_faults(
+            config,
+            Arc::new(FaultPlan::none()),
+            Arc::new(Counters::new()),
+        )
+    }
+
+    /// Builds the functions of a config, injecting the Lambda and stream faults of
+    /// `plan` and counting them in `counters`.
+    pub fn with_faults(config: &Config, plan: Arc<FaultPlan>, counters: Arc<Counters>) -> Registry {
+        let injector = Injector::new(plan, counters);
         let functions = config
             .functions
             .iter()
             .map(|f| {
                 (
                     f.name.clone(),
-                    Arc::new(Function::new(f.clone(), &config.region, &config.account)),
+                    Arc::new(Function::new(f.clone(), config, injector.clone())),
                 )
             })
             .collect();
@@ -210,7 +371,29 @@ impl Registry {
             region: config.region.clone(),
             account: config.account.clone(),
             functions,
+            injector,
+            credentials: config.credentials().to_vec(),
         }
+    }
+
+    /// The fault plan and the counters of injected faults.
+    pub fn injector(&self) -> &Injector {
+        &self.injector
+    }
+
+    /// The fault plan.
+    pub fn faults(&self) -> &Arc<FaultPlan> {
+        self.injector.plan()
+    }
+
+    /// Injected faults so far (the emulator's own; function processes log theirs).
+    pub fn counters(&self) -> &Arc<Counters> {
+        self.injector.counters()
+    }
+
+    /// The credentials function URLs with `AWS_IAM` auth accept.
+    pub fn credentials(&self) -> &[Credential] {
+        &self.credentials
     }
 
     /// A function by plain name.
@@ -249,13 +432,15 @@ impl Registry {
     }
 
     /// Runs a synchronous (`RequestResponse`) invocation and waits for its outcome.
-    /// Returns `Err(Throttled)` when the queue is full; `Ok(None)` if the emulator shut
-    /// down before the invocation finished.
+    /// `key` is its fault-decision key ([`Function::event_key`] or the caller's own).
+    /// Returns `Err(Throttled)` when `max_queue` or `lambda.concurrency_limit` refuses
+    /// it; `Ok(None)` if the emulator shut down before the invocation finished.
     pub fn invoke_sync(
         &self,
         target: &Target,
         payload: Bytes,
         client_context: Option<String>,
+        key: &str,
     ) -> Result<impl Future<Output = Option<Outcome>> + Send + 'static, Throttled> {
         let (tx, rx) = oneshot::channel();
         let inv = Invocation {
@@ -265,38 +450,69 @@ impl Registry {
             client_context,
             trace_id: trace_id(),
             expires_at: None,
+            kind: InvocationKind::Sync,
+            cold_start: target.function.cold_start(key),
             reply: tx,
+            slot: None,
         };
-        target.function.enqueue(inv, false)?;
+        target.function.enqueue_sync(inv, key)?;
         Ok(async move { rx.await.ok() })
     }
 
-    /// Queues an asynchronous (`Event`) invocation and returns its request id at once.
-    /// `force` bypasses `max_queue` (used for destination records).
-    pub fn invoke_async(
-        self: &Arc<Self>,
-        target: &Target,
-        payload: Bytes,
-        force: bool,
-    ) -> Result<String, Throttled> {
-        let function = &target.function;
-        if !force {
-            if let Some(max) = function.config.max_queue {
-                if function.queued() >= max {
-                    return Err(Throttled);
-                }
-            }
-        }
+    /// Accepts an asynchronous (`Event`) invocation and returns its request id at once;
+    /// the event runs later. `key` is its fault-decision key ([`Function::event_key`]).
+    /// Never refused: AWS queues events whatever the function's concurrency.
+    pub fn invoke_async(self: &Arc<Self>, target: &Target, payload: Bytes, key: String) -> String {
         let request_id = uuid::Uuid::new_v4().to_string();
+        let function = &target.function;
         let event = AsyncEvent {
             registry: self.clone(),
             target: target.clone(),
             request_id: request_id.clone(),
             payload,
             received: Instant::now(),
+            key,
         };
-        tokio::spawn(event.run());
-        Ok(request_id)
+        let inj = &self.injector;
+        if !inj.is_active() {
+            tokio::spawn(event.run(None));
+            return request_id;
+        }
+        if function.at_limit(&function.lock()) {
+            // The event waits for the limit (AWS: throttled, retried from its queue).
+            inj.record(FaultKind::LambdaConcurrencyLimit);
+        }
+        if inj.fire(FaultKind::LambdaDropEvent, &event.key) {
+            info!(function = %function.name(), request_id = %request_id, key = %event.key,
+                "fault lambda.drop_event: accepted event dropped");
+            return request_id;
+        }
+        if inj.fire(FaultKind::LambdaDropToDestination, &event.key) {
+            info!(function = %function.name(), request_id = %request_id, key = %event.key,
+                "fault lambda.drop_to_destination: event sent unrun to the on-failure destination");
+            event.send_to_destination(FailureCondition::EventAgeExceeded, 0, None);
+            return request_id;
+        }
+        let delay = inj.delay(FaultKind::LambdaDelayEvent, &event.key);
+        if inj.fire(FaultKind::LambdaDuplicateEvent, &event.key) {
+            info!(function = %function.name(), request_id = %request_id, key = %event.key,
+                "fault lambda.duplicate_event: event will run twice");
+            let twin = AsyncEvent {
+                key: format!("{}#dup", event.key),
+                payload: event.payload.clone(),
+                request_id: event.request_id.clone(),
+                registry: event.registry.clone(),
+                target: event.target.clone(),
+                received: event.received,
+            };
+            tokio::spawn(twin.run(delay));
+        }
+        if let Some(d) = delay {
+            info!(function = %function.name(), request_id = %request_id, key = %event.key,
+                "fault lambda.delay_event: event held back {d:?}");
+        }
+        tokio::spawn(event.run(delay));
+        request_id
     }
 }
 
@@ -323,13 +539,18 @@ struct AsyncEvent {
     request_id: String,
     payload: Bytes,
     received: Instant,
+    /// Fault-decision key.
+    key: String,
 }
 
 impl AsyncEvent {
-    async fn run(self) {
+    async fn run(self, delay: Option<Duration>) {
+        if let Some(d) = delay {
+            tokio::time::sleep(d).await;
+        }
         let function = &self.target.function;
         let config = &function.config;
-        let expires_at = self.received + std::time::Duration::from_secs(config.max_event_age_secs);
+        let expires_at = self.received + Duration::from_secs(config.max_event_age_secs);
         let mut attempts: u32 = 0;
         let mut last_error: Option<Bytes> = None;
         let condition = loop {
@@ -344,11 +565,12 @@ impl AsyncEvent {
                 client_context: None,
                 trace_id: trace_id(),
                 expires_at: Some(expires_at),
+                kind: InvocationKind::Async,
+                cold_start: function.cold_start(&format!("{}#attempt{attempts}", self.key)),
                 reply: tx,
+                slot: None,
             };
-            if function.enqueue(inv, true).is_err() {
-                return; // unreachable: forced enqueues are never refused
-            }
+            function.enqueue_async(inv);
             match rx.await {
                 Ok(Outcome::Success { .. }) => return,
                 Ok(Outcome::Expired) => break FailureCondition::EventAgeExceeded,
@@ -395,9 +617,9 @@ impl AsyncEvent {
         );
         info!(function = %config.name, request_id = %self.request_id, condition = condition.as_str(),
             attempts, destination = %dest_name, "async event sent to on-failure destination");
-        let _ = self
-            .registry
-            .invoke_async(&dest, Bytes::from(record.to_string()), true);
+        let record = Bytes::from(record.to_string());
+        let key = dest.function.event_key(&record);
+        self.registry.invoke_async(&dest, record, key);
     }
 }
 
@@ -517,18 +739,92 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn queue_is_fifo_and_bounded() {
+    async fn sync_queue_is_fifo_and_bounded_events_are_not() {
         let c = Config::from_json(
             r#"{"functions":[{"name":"f","command":["x"],"max_queue":2}]}"#,
             Path::new("/"),
         )
         .unwrap();
-        let r = Registry::new(&c);
+        let r = Arc::new(Registry::new(&c));
         let t = r.resolve("f", None).unwrap();
-        let _a = r.invoke_sync(&t, Bytes::from_static(b"1"), None).unwrap();
-        let _b = r.invoke_sync(&t, Bytes::from_static(b"2"), None).unwrap();
-        assert!(r.invoke_sync(&t, Bytes::from_static(b"3"), None).is_err());
+        let _a = r
+            .invoke_sync(&t, Bytes::from_static(b"1"), None, "")
+            .unwrap();
+        let _b = r
+            .invoke_sync(&t, Bytes::from_static(b"2"), None, "")
+            .unwrap();
+        assert!(r
+            .invoke_sync(&t, Bytes::from_static(b"3"), None, "")
+            .is_err());
+        // Events are accepted whatever the queue holds.
+        for _ in 0..5 {
+            r.invoke_async(&t, Bytes::from_static(b"{}"), String::new());
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert_eq!(t.function.queued(), 7);
         assert_eq!(t.function.take().await.payload, Bytes::from_static(b"1"));
         assert_eq!(t.function.take().await.payload, Bytes::from_static(b"2"));
+    }
+
+    #[tokio::test]
+    async fn the_concurrency_limit_fault_holds_invocations_back() {
+        let c = Config::from_json(
+            r#"{"functions":[{"name":"f","command":["x"]}]}"#,
+            Path::new("/"),
+        )
+        .unwrap();
+        let plan =
+            FaultPlan::parse(r#"{"faults": {"lambda.concurrency_limit": {"limit": 1}}}"#).unwrap();
+        let r = Arc::new(Registry::with_faults(
+            &c,
+            Arc::new(plan),
+            Arc::new(Counters::new()),
+        ));
+        let t = r.resolve("f", None).unwrap();
+        let _a = r
+            .invoke_sync(&t, Bytes::from_static(b"1"), None, "k1")
+            .unwrap();
+        // One waits: the second synchronous invocation is refused.
+        assert!(r
+            .invoke_sync(&t, Bytes::from_static(b"2"), None, "k2")
+            .is_err());
+        let first = t.function.take().await;
+        assert_eq!(t.function.running(), 1);
+        // An event is accepted but cannot be taken while the first runs.
+        r.invoke_async(&t, Bytes::from_static(b"{}"), "k3".into());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(t.function.try_take().is_none(), "held back by the limit");
+        drop(first);
+        assert_eq!(t.function.running(), 0);
+        assert!(t.function.try_take().is_some());
+        let counts = r.counters().snapshot();
+        assert_eq!(
+            counts["lambda.concurrency_limit"], 2,
+            "one refusal, one held event"
+        );
+    }
+
+    #[test]
+    fn event_keys_count_per_normalized_payload() {
+        let c = Config::from_json(
+            r#"{"functions":[{"name":"f","command":["x"]}]}"#,
+            Path::new("/"),
+        )
+        .unwrap();
+        let plan = FaultPlan::parse(r#"{"faults": {"lambda.drop_event": 0.5}}"#).unwrap();
+        let r = Registry::with_faults(&c, Arc::new(plan), Arc::new(Counters::new()));
+        let f = r.get("f").unwrap();
+        let a = f.event_key(br#"{"job":"00000000000000000000000000000001"}"#);
+        let b = f.event_key(br#"{"job":"00000000000000000000000000000002"}"#);
+        let other = f.event_key(br#"{"stage":1}"#);
+        assert!(a.starts_with("f#0#"), "{a}");
+        assert!(b.starts_with("f#1#"), "{b}");
+        assert_eq!(a[4..], b[4..], "same payload but for the id");
+        assert!(other.starts_with("f#0#"), "{other}");
+        assert!(Registry::new(&c)
+            .get("f")
+            .unwrap()
+            .event_key(b"{}")
+            .is_empty());
     }
 }

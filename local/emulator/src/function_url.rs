@@ -7,6 +7,19 @@
 //! isBase64Encoded}` object, any other JSON (sent as a 200 `application/json` body, as
 //! function URLs do), or a streamed response (JSON prelude, 8 NUL bytes, body). A
 //! function error gives 502 with the error document as a JSON body.
+//!
+//! With `"auth": "AWS_IAM"` every request must carry a SigV4 signature (service
+//! `lambda`) made with one of the configured credentials ([`crate::sigv4`]); refused
+//! requests get 403 with AWS's body and never reach the function, accepted ones carry
+//! the caller in `requestContext.authorizer.iam` (`accessKey`, `accountId`, `callerId`,
+//! `userArn`, `userId`), as Lambda fills it for function URLs with IAM auth
+//! (<https://docs.aws.amazon.com/lambda/latest/dg/urls-invocation.html#urls-payloads>).
+//!
+//! With `integration_timeout_secs` the URL behaves like an API Gateway HTTP API in front
+//! of the function: a function that has not answered in time gets the client a 503
+//! `{"message":"Service Unavailable"}` (what HTTP APIs answer on an integration timeout;
+//! their limit is 30 s: <https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-quotas.html>),
+//! while the invocation runs on to its own end.
 
 use axum::body::Body;
 use axum::extract::{ConnectInfo, State};
@@ -19,8 +32,9 @@ use serde_json::{json, Map, Value};
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::config::UrlAuth;
 use crate::function::{Outcome, Registry, Target, MAX_SYNC_PAYLOAD};
-use crate::time;
+use crate::{sigv4, time};
 
 struct UrlState {
     registry: Arc<Registry>,
@@ -52,25 +66,84 @@ async fn handle(
             json!({"Message": "Request Entity Too Large"}),
         );
     };
+    let function = &state.target.function;
+    let url = function
+        .config
+        .url
+        .clone()
+        .unwrap_or_else(|| crate::config::UrlConfig {
+            listen: String::new(),
+            auth: UrlAuth::None,
+            integration_timeout_secs: None,
+        });
+    let (authorizer_iam, account_id) = match url.auth {
+        UrlAuth::None => (None, None),
+        UrlAuth::AwsIam => {
+            let verified = sigv4::verify(
+                &method,
+                &uri,
+                &headers,
+                &body,
+                state.registry.credentials(),
+                &state.registry.region,
+                std::time::SystemTime::now(),
+            );
+            match verified {
+                Ok(credential) => (
+                    Some(sigv4::iam_authorizer(credential)),
+                    Some(state.registry.account.clone()),
+                ),
+                Err(e) => {
+                    tracing::info!(function = %function.name(), error = ?e, "function URL request refused (AWS_IAM)");
+                    let mut response = json_error(StatusCode::FORBIDDEN, e.body());
+                    response
+                        .headers_mut()
+                        .insert("x-amzn-errortype", HeaderValue::from_static(e.error_type()));
+                    return response;
+                }
+            }
+        }
+    };
     let request = HttpRequest {
         method: &method,
         uri: &uri,
         headers: &headers,
         body: &body,
         source_ip: peer.ip().to_string(),
+        authorizer_iam,
+        account_id,
     };
-    let event = url_event(&request, &state.target.function.config.name);
+    let event = url_event(&request, &function.config.name);
+    // Keyed by the request itself, not by the event (which has a request id and the time).
+    let mut key_material = format!("{method} {uri}\n").into_bytes();
+    key_material.extend_from_slice(&body);
+    let key = function.event_key(&key_material);
     let Ok(pending) =
         state
             .registry
-            .invoke_sync(&state.target, Bytes::from(event.to_string()), None)
+            .invoke_sync(&state.target, Bytes::from(event.to_string()), None, &key)
     else {
         return json_error(
             StatusCode::TOO_MANY_REQUESTS,
             json!({"Message": "Rate Exceeded."}),
         );
     };
-    match pending.await {
+    let outcome = match url.integration_timeout_secs {
+        None => pending.await,
+        Some(secs) => {
+            match tokio::time::timeout(std::time::Duration::from_secs(secs), pending).await {
+                Ok(outcome) => outcome,
+                Err(_) => {
+                    tracing::info!(function = %function.name(), "integration timeout after {secs}s: 503 (the invocation goes on)");
+                    return json_error(
+                        StatusCode::SERVICE_UNAVAILABLE,
+                        json!({"message": "Service Unavailable"}),
+                    );
+                }
+            }
+        }
+    };
+    match outcome {
         Some(outcome) => http_response(outcome),
         None => json_error(
             StatusCode::SERVICE_UNAVAILABLE,
@@ -91,6 +164,11 @@ pub struct HttpRequest<'a> {
     pub body: &'a [u8],
     /// Client address.
     pub source_ip: String,
+    /// `requestContext.authorizer.iam` (the verified caller), with IAM auth.
+    pub authorizer_iam: Option<Value>,
+    /// `requestContext.accountId`: the function owner's account with IAM auth
+    /// (`anonymous` without).
+    pub account_id: Option<String>,
 }
 
 /// Content types whose bodies function URLs pass as plain text; others are base64.
@@ -190,7 +268,7 @@ pub fn url_event(req: &HttpRequest<'_>, function_name: &str) -> Value {
         "rawQueryString": raw_query,
         "headers": headers,
         "requestContext": {
-            "accountId": "anonymous",
+            "accountId": req.account_id.as_deref().unwrap_or("anonymous"),
             "apiId": api_id,
             "domainName": domain,
             "domainPrefix": api_id,
@@ -209,6 +287,11 @@ pub fn url_event(req: &HttpRequest<'_>, function_name: &str) -> Value {
         },
         "isBase64Encoded": false,
     });
+    if let (Some(iam), Some(Value::Object(ctx))) =
+        (&req.authorizer_iam, event.get_mut("requestContext"))
+    {
+        ctx.insert("authorizer".into(), json!({ "iam": iam }));
+    }
     if let Value::Object(map) = &mut event {
         if !cookies.is_empty() {
             map.insert("cookies".into(), json!(cookies));
@@ -389,6 +472,8 @@ mod tests {
             headers: &map,
             body,
             source_ip: "127.0.0.1".into(),
+            authorizer_iam: None,
+            account_id: None,
         };
         url_event(&req, "fn")
     }

@@ -8,6 +8,25 @@
 //! invocation with `Runtime.ExitError`; one that runs past `timeout_secs` is killed and
 //! the invocation fails with `Sandbox.Timedout`. Either way a fresh process replaces it.
 //!
+//! Limits, as Lambda enforces them
+//! (<https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html>):
+//!
+//! * **Memory.** During an invocation the resident memory of the process and its
+//!   descendants is sampled every 50 ms (and once more when the response arrives);
+//!   past `memory_mb` the processes are killed and the invocation fails with
+//!   `Runtime.OutOfMemory`, "Runtime exited with error: signal: killed", as AWS reports
+//!   an out-of-memory kill. The REPORT line gives the peak as `Max Memory Used`.
+//! * **`/tmp`.** Each environment has its own directory, `<state_dir>/tmp/<function>-<n>`,
+//!   passed as `TMPDIR`, emptied whenever a new process starts there (a replaced
+//!   environment starts with an empty `/tmp`, a warm one keeps its files between
+//!   invocations). Its size is sampled like memory; past `ephemeral_storage_mb` the
+//!   invocation fails (`Sandbox.EphemeralStorageExceeded`) and the environment is
+//!   replaced. (AWS instead fails the write with `ENOSPC` and lets the function decide.)
+//!
+//! `lambda.cold_start` (fault plan): an invocation marked for a cold start makes its
+//! environment kill the warm process, wait the fault's `ms`, and start a new one, which
+//! then runs the invocation (REPORT shows `Init Duration`).
+//!
 //! Every process gets its own Runtime API listener on an ephemeral 127.0.0.1 port
 //! (`AWS_LAMBDA_RUNTIME_API`), so requests can never be mistaken for another process's,
 //! not even those of a process that just died.
@@ -19,6 +38,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::Router;
 use bytes::Bytes;
+use lambdafusion_faults::FaultKind;
 use serde_json::json;
 use std::io::Write;
 use std::net::SocketAddr;
@@ -33,8 +53,12 @@ use tokio::sync::{mpsc, oneshot, watch};
 use tokio::task::JoinHandle;
 use tracing::{debug, error, info, warn};
 
-use crate::function::{Function, Invocation, Outcome, MAX_SYNC_PAYLOAD};
-use crate::time;
+use crate::function::{Function, Invocation, Outcome, Slot, MAX_SYNC_PAYLOAD};
+use crate::{limits, time};
+
+/// How often memory and `/tmp` are measured during an invocation.
+const SAMPLE_EVERY: Duration = Duration::from_millis(50);
+const MIB: u64 = 1024 * 1024;
 
 /// Starts execution environment number `index` (0-based) of `function`. Its process
 /// output is appended to `<logs_dir>/<function>-<index>.log`. The task ends, killing the
@@ -46,10 +70,12 @@ pub fn spawn(
     shutdown: watch::Receiver<bool>,
 ) -> JoinHandle<()> {
     let log_path = logs_dir.join(format!("{}-{index}.log", function.name()));
+    let tmp_dir = function.tmp_dir(index);
     let env = Environment {
         function,
         index,
         log_path,
+        tmp_dir,
         shutdown,
         warm: false,
     };
@@ -104,18 +130,29 @@ struct Running {
     reply: oneshot::Sender<Outcome>,
     started: Instant,
     deadline: Instant,
+    /// Peak resident memory of the process tree seen so far.
+    max_rss: u64,
+    /// The process's start-up time, reported on its first invocation.
+    init: Option<Duration>,
+    /// The function's concurrency place, held until the invocation ends.
+    _slot: Option<Slot>,
 }
 
 /// How a process's life ended.
 enum End {
     Exited,
     Shutdown,
+    /// `lambda.cold_start`: the warm process was stopped so that this invocation runs
+    /// on a new one, started after the delay.
+    ColdStart(Box<Invocation>, Duration),
 }
 
 struct Environment {
     function: Arc<Function>,
     index: usize,
     log_path: PathBuf,
+    /// This environment's `/tmp` (`TMPDIR`).
+    tmp_dir: PathBuf,
     shutdown: watch::Receiver<bool>,
     /// Whether this environment already counted itself in `Function::warm_instances`.
     warm: bool,
@@ -124,13 +161,24 @@ struct Environment {
 impl Environment {
     async fn run(mut self) {
         let mut quick_exits: u32 = 0;
+        let mut first: Option<Invocation> = None;
         loop {
             if *self.shutdown.borrow() {
-                return;
+                break;
             }
             let started = Instant::now();
-            if let End::Shutdown = self.run_process().await {
-                return;
+            match self.run_process(first.take()).await {
+                End::Shutdown => break,
+                End::ColdStart(inv, delay) => {
+                    let mut shutdown = self.shutdown.clone();
+                    tokio::select! {
+                        _ = tokio::time::sleep(delay) => {}
+                        _ = stopped(&mut shutdown) => break,
+                    }
+                    first = Some(*inv);
+                    continue;
+                }
+                End::Exited => {}
             }
             // Restart at once after a process that ran a while; back off on crash loops.
             quick_exits = if started.elapsed() < Duration::from_secs(1) {
@@ -144,19 +192,32 @@ impl Environment {
                 let mut shutdown = self.shutdown.clone();
                 tokio::select! {
                     _ = tokio::time::sleep(delay) => {}
-                    _ = stopped(&mut shutdown) => return,
+                    _ = stopped(&mut shutdown) => break,
                 }
             }
         }
+        let _ = std::fs::remove_dir_all(&self.tmp_dir);
     }
 
-    /// Runs one process from spawn to exit, serving its Runtime API.
-    async fn run_process(&mut self) -> End {
+    /// Gives the next process an empty `/tmp`.
+    fn fresh_tmp(&self) {
+        let _ = std::fs::remove_dir_all(&self.tmp_dir);
+        if let Err(e) = std::fs::create_dir_all(&self.tmp_dir) {
+            warn!(function = %self.function.name(), "cannot create {}: {e}", self.tmp_dir.display());
+        }
+    }
+
+    /// Runs one process from spawn to exit, serving its Runtime API. `first`, if given,
+    /// is the invocation the process runs before any other (a cold start's).
+    async fn run_process(&mut self, mut first: Option<Invocation>) -> End {
         let name = self.function.name().to_string();
         let listener = match TcpListener::bind("127.0.0.1:0").await {
             Ok(l) => l,
             Err(e) => {
                 error!(function = %name, "cannot bind a Runtime API listener: {e}");
+                if let Some(inv) = first.take() {
+                    self.function.requeue_front(inv);
+                }
                 return End::Exited;
             }
         };
@@ -164,6 +225,9 @@ impl Environment {
             Ok(a) => a,
             Err(e) => {
                 error!(function = %name, "Runtime API listener has no address: {e}");
+                if let Some(inv) = first.take() {
+                    self.function.requeue_front(inv);
+                }
                 return End::Exited;
             }
         };
@@ -173,12 +237,14 @@ impl Environment {
                 error!("Runtime API server failed: {e}");
             }
         }));
+        self.fresh_tmp();
+        let spawned_at = Instant::now();
         let mut child = match self.spawn_process(addr) {
             Ok(c) => c,
             Err(e) => {
                 error!(function = %name, instance = self.index, "cannot start {:?}: {e}", self.function.config.command);
                 // Like Lambda, fail an invocation rather than leave callers waiting forever.
-                if let Some(inv) = self.function.try_take() {
+                if let Some(inv) = first.take().or_else(|| self.function.try_take()) {
                     let msg = format!(
                         "RequestId: {} Error: cannot start the function: {e}",
                         inv.request_id
@@ -195,10 +261,13 @@ impl Environment {
 
         let mut shutdown = self.shutdown.clone();
         let mut polled = false;
+        let mut init: Option<Duration> = None;
         let mut init_error: Option<Outcome> = None;
         let mut waiting: Option<oneshot::Sender<NextEvent>> = None;
         let mut current: Option<Running> = None;
         let timeout = Duration::from_secs(self.function.config.timeout_secs);
+        let mut sampler = tokio::time::interval(SAMPLE_EVERY);
+        sampler.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
 
         loop {
             let deadline = current.as_ref().map(|c| c.deadline);
@@ -217,7 +286,7 @@ impl Environment {
                         self.finish(run, Outcome::error("Runtime.ExitError", &msg));
                     } else if !polled {
                         warn!(function = %name, instance = self.index, pid, "process exited during init ({status})");
-                        if let Some(inv) = self.function.try_take() {
+                        if let Some(inv) = first.take().or_else(|| self.function.try_take()) {
                             let outcome = init_error.take().unwrap_or_else(|| {
                                 let msg = format!("RequestId: {} Error: Runtime exited without providing a reason: {status}", inv.request_id);
                                 Outcome::error("Runtime.ExitError", &msg)
@@ -231,7 +300,10 @@ impl Environment {
                 }
                 msg = rx.recv() => match msg {
                     Some(RuntimeMsg::Next(reply_to)) => {
-                        polled = true;
+                        if !polled {
+                            polled = true;
+                            init = Some(spawned_at.elapsed());
+                        }
                         if !self.warm {
                             self.warm = true;
                             self.function.warm_instances.fetch_add(1, Ordering::SeqCst);
@@ -240,31 +312,39 @@ impl Environment {
                             let msg = format!("RequestId: {} Error: the runtime asked for the next event without answering this one", run.request_id);
                             self.finish(run, Outcome::error("Runtime.InvalidState", &msg));
                         }
-                        waiting = Some(reply_to);
+                        match first.take() {
+                            Some(inv) => current = self.dispatch(inv, reply_to, timeout, init.take()),
+                            None => waiting = Some(reply_to),
+                        }
                     }
                     Some(RuntimeMsg::Response { request_id, body, streaming, ack }) => {
-                        let answer = match current.take() {
-                            Some(run) if run.request_id == request_id => match body {
-                                Some(body) => {
-                                    self.finish(run, Outcome::Success { body, streaming });
-                                    Ack::Accepted
-                                }
-                                None => {
-                                    let msg = format!("Response payload size exceeded maximum allowed payload size ({MAX_SYNC_PAYLOAD} bytes).");
-                                    self.finish(run, Outcome::error("Function.ResponseSizeTooLarge", &msg));
-                                    Ack::TooLarge
-                                }
-                            },
-                            other => {
-                                current = other;
-                                Ack::UnknownRequest
-                            }
+                        let Some(mut run) = current.take_if(|run| run.request_id == request_id) else {
+                            let _ = ack.send(Ack::UnknownRequest);
+                            continue;
                         };
-                        let _ = ack.send(answer);
+                        let Some(body) = body else {
+                            let msg = format!("Response payload size exceeded maximum allowed payload size ({MAX_SYNC_PAYLOAD} bytes).");
+                            self.finish(run, Outcome::error("Function.ResponseSizeTooLarge", &msg));
+                            let _ = ack.send(Ack::TooLarge);
+                            continue;
+                        };
+                        // What the last samples may have missed: the limits hold at the end too.
+                        if let Some(outcome) = self.over_limits(pid, &mut run) {
+                            let _ = ack.send(Ack::Accepted);
+                            let _ = child.start_kill();
+                            let _ = child.wait().await;
+                            self.finish(run, outcome);
+                            return End::Exited;
+                        }
+                        self.finish(run, Outcome::Success { body, streaming });
+                        let _ = ack.send(Ack::Accepted);
                     }
                     Some(RuntimeMsg::Error { request_id, error_type, body, ack }) => {
                         let answer = match current.take() {
-                            Some(run) if run.request_id == request_id => {
+                            Some(mut run) if run.request_id == request_id => {
+                                if let Some(rss) = limits::tree_rss_bytes(pid) {
+                                    run.max_rss = run.max_rss.max(rss);
+                                }
                                 self.finish(run, error_outcome(error_type, body));
                                 Ack::Accepted
                             }
@@ -283,12 +363,36 @@ impl Environment {
                         error!(function = %name, "Runtime API server stopped; restarting the process");
                         let _ = child.start_kill();
                         let _ = child.wait().await;
+                        if let Some(inv) = first.take() {
+                            self.function.requeue_front(inv);
+                        }
                         return End::Exited;
                     }
                 },
-                inv = self.function.take(), if waiting.is_some() && current.is_none() => {
+                inv = self.function.take(), if waiting.is_some() && current.is_none() && first.is_none() => {
+                    let mut inv = inv;
+                    if let Some(delay) = inv.cold_start.take() {
+                        self.function.injector.record(FaultKind::LambdaColdStart);
+                        info!(function = %name, instance = self.index, pid, request_id = %inv.request_id,
+                            "fault lambda.cold_start: replacing the process, {delay:?} of start-up");
+                        drop(waiting.take());
+                        let _ = child.start_kill();
+                        let _ = child.wait().await;
+                        return End::ColdStart(Box::new(inv), delay);
+                    }
                     if let Some(reply_to) = waiting.take() {
-                        current = self.dispatch(inv, reply_to, timeout);
+                        current = self.dispatch(inv, reply_to, timeout, init.take());
+                    }
+                }
+                _ = sampler.tick(), if current.is_some() => {
+                    let over = current.as_mut().and_then(|run| self.over_limits(pid, run));
+                    if let Some(outcome) = over {
+                        let _ = child.start_kill();
+                        let _ = child.wait().await;
+                        if let Some(run) = current.take() {
+                            self.finish(run, outcome);
+                        }
+                        return End::Exited;
                     }
                 }
                 _ = sleep_until_opt(deadline), if deadline.is_some() => {
@@ -306,6 +410,39 @@ impl Environment {
         }
     }
 
+    /// Measures memory and `/tmp`; the failure to report when one is over its limit.
+    fn over_limits(&self, pid: u32, run: &mut Running) -> Option<Outcome> {
+        let config = &self.function.config;
+        let name = self.function.name();
+        if let Some(rss) = limits::tree_rss_bytes(pid) {
+            run.max_rss = run.max_rss.max(rss);
+            if rss > config.memory_mb * MIB {
+                warn!(function = %name, instance = self.index, pid, request_id = %run.request_id,
+                    "out of memory: {} MB resident, limit {} MB; killing the process", rss / MIB, config.memory_mb);
+                let msg = format!(
+                    "RequestId: {} Error: Runtime exited with error: signal: killed",
+                    run.request_id
+                );
+                return Some(Outcome::error("Runtime.OutOfMemory", &msg));
+            }
+        }
+        let used = limits::dir_bytes(&self.tmp_dir);
+        if used > config.ephemeral_storage_mb * MIB {
+            warn!(function = %name, instance = self.index, pid, request_id = %run.request_id,
+                "/tmp ({}) holds {} MB, limit {} MB; replacing the environment",
+                self.tmp_dir.display(), used / MIB, config.ephemeral_storage_mb);
+            let msg = format!(
+                "RequestId: {} Error: /tmp holds {} MB, more than the function's ephemeral storage of {} MB \
+                 (lambdafusion-local fails the invocation and replaces the environment; AWS fails the write with ENOSPC)",
+                run.request_id,
+                used.div_ceil(MIB),
+                config.ephemeral_storage_mb
+            );
+            return Some(Outcome::error("Sandbox.EphemeralStorageExceeded", &msg));
+        }
+        None
+    }
+
     /// Hands an invocation to the waiting runtime; returns it as running, or puts it
     /// back in the queue if the runtime's request is gone.
     fn dispatch(
@@ -313,6 +450,7 @@ impl Environment {
         inv: Invocation,
         reply_to: oneshot::Sender<NextEvent>,
         timeout: Duration,
+        init: Option<Duration>,
     ) -> Option<Running> {
         if inv.expires_at.is_some_and(|at| Instant::now() >= at) {
             let _ = inv.reply.send(Outcome::Expired);
@@ -340,6 +478,9 @@ impl Environment {
             reply: inv.reply,
             started: now,
             deadline: now + timeout,
+            max_rss: 0,
+            init,
+            _slot: inv.slot,
         })
     }
 
@@ -352,11 +493,16 @@ impl Environment {
             }
             _ => String::new(),
         };
+        let init = run
+            .init
+            .map(|d| format!("\tInit Duration: {:.2} ms", d.as_secs_f64() * 1000.0))
+            .unwrap_or_default();
         self.log_line(&format!(
-            "END RequestId: {id}\nREPORT RequestId: {id}\tDuration: {ms:.2} ms\tBilled Duration: {billed} ms\tMemory Size: {mem} MB{status}",
+            "END RequestId: {id}\nREPORT RequestId: {id}\tDuration: {ms:.2} ms\tBilled Duration: {billed} ms\tMemory Size: {mem} MB\tMax Memory Used: {used} MB{init}{status}",
             id = run.request_id,
             billed = ms.ceil() as u64,
             mem = self.function.config.memory_mb,
+            used = run.max_rss.div_ceil(MIB),
         ));
         let _ = run.reply.send(outcome);
     }
@@ -397,6 +543,8 @@ impl Environment {
         }
         cmd.envs(&config.env);
         cmd.env("AWS_LAMBDA_RUNTIME_API", runtime_api.to_string());
+        // The environment's own /tmp (Rust's std::env::temp_dir and most tools honour it).
+        cmd.env("TMPDIR", &self.tmp_dir);
         cmd.stdin(Stdio::null())
             .stdout(Stdio::from(log.try_clone()?))
             .stderr(Stdio::from(log))

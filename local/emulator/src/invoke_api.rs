@@ -8,9 +8,11 @@
 //!
 //! Errors use the REST-JSON shape the SDK parses: status, `x-amzn-ErrorType` header and
 //! `{"Type": "User", "message": ...}` — 404 `ResourceNotFoundException`, 413
-//! `RequestTooLargeException`, 429 `TooManyRequestsException` (queue full, see
-//! `max_queue`), 400 `InvalidRequestContentException` (payload is not JSON). The SigV4
-//! signature is not checked.
+//! `RequestTooLargeException`, 429 `TooManyRequestsException` (synchronous invocation
+//! with `max_queue` invocations waiting, or refused by the `lambda.concurrency_limit`
+//! fault; any invocation hit by the `lambda.throttle_invoke` fault), 400
+//! `InvalidRequestContentException` (payload is not JSON). `Event` invocations are never
+//! refused for lack of concurrency: AWS queues them. The SigV4 signature is not checked.
 
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, Query, State};
@@ -25,6 +27,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use crate::function::{Outcome, Registry, MAX_ASYNC_PAYLOAD, MAX_SYNC_PAYLOAD};
+use lambdafusion_faults::FaultKind;
 
 /// The Invoke API router.
 pub fn router(registry: Arc<Registry>) -> Router {
@@ -150,19 +153,29 @@ async fn invoke_inner(
             "Could not parse request body into json: the payload must be a JSON document",
         );
     }
+    if invocation_type == "DryRun" {
+        return StatusCode::NO_CONTENT.into_response();
+    }
+    let key = target.function.event_key(&payload);
+    if registry
+        .injector()
+        .fire(FaultKind::LambdaThrottleInvoke, &key)
+    {
+        tracing::info!(function = %target.function.name(), %key, "fault lambda.throttle_invoke: 429");
+        return throttled();
+    }
     match invocation_type {
-        "DryRun" => StatusCode::NO_CONTENT.into_response(),
-        "Event" => match registry.invoke_async(&target, payload, false) {
-            Ok(_) => StatusCode::ACCEPTED.into_response(),
-            Err(_) => throttled(),
-        },
+        "Event" => {
+            registry.invoke_async(&target, payload, key);
+            StatusCode::ACCEPTED.into_response()
+        }
         _ => {
             let client_context = headers
                 .get("x-amz-client-context")
                 .and_then(|v| v.to_str().ok())
                 .and_then(|v| base64::engine::general_purpose::STANDARD.decode(v).ok())
                 .and_then(|v| String::from_utf8(v).ok());
-            let Ok(pending) = registry.invoke_sync(&target, payload, client_context) else {
+            let Ok(pending) = registry.invoke_sync(&target, payload, client_context, &key) else {
                 return throttled();
             };
             match pending.await {

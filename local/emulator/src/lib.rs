@@ -7,13 +7,23 @@
 //!   `instances` OS processes of its `command` — the real release binaries with the
 //!   real `lambda_runtime` loop — each handling one invocation at a time
 //!   ([`instance`]);
+//!   with Lambda's limits: memory (`Runtime.OutOfMemory`), a `/tmp` of its own with
+//!   `ephemeral_storage_mb`, the timeout ([`instance`], [`limits`]);
 //! * the **Invoke API** that `aws-sdk-lambda` calls, with `RequestResponse`, `Event`
-//!   (202, queued, retried, on-failure destination) and `DryRun` ([`invoke_api`],
-//!   [`function`]);
-//! * **function URLs** (payload format 2.0) for functions with `url_listen`
-//!   ([`function_url`]);
-//! * **DynamoDB stream triggers** with Lambda event filtering ([`streams`],
-//!   [`filter`]).
+//!   (202, always queued, retried, on-failure destination) and `DryRun`
+//!   ([`invoke_api`], [`function`]);
+//! * **function URLs** (payload format 2.0) for functions with `url` / `url_listen`,
+//!   optionally with `AWS_IAM` auth (SigV4 verified, [`sigv4`]) and an API Gateway
+//!   style integration timeout ([`function_url`]);
+//! * **DynamoDB stream triggers** with Lambda event filtering, partial batch
+//!   responses and a parallelization factor ([`streams`], [`filter`]);
+//! * the **Lambda and stream faults** of the fault plan, with stable decision keys
+//!   ([`injection`]);
+//! * the **DynamoDB / S3 front** (`front`): a proxy before moto_server that adds AWS's
+//!   latencies, transaction conflicts, per-item throughput limits and the planned
+//!   DynamoDB and S3 faults ([`front`]);
+//! * `GET /_lambdafusion/faults` on the Invoke API listener: the fault plan and every
+//!   fault injected so far ([`faults`]).
 //!
 //! # Configuration
 //!
@@ -25,20 +35,29 @@
 //!   "region": "us-east-1",                       // default us-east-1
 //!   "account": "000000000000",                   // default 000000000000
 //!   "invoke_listen": "127.0.0.1:9001",           // Invoke API; port 0 = any free port
-//!   "state_dir": "local/localstack/.state",      // emulator.ready and logs/; default .state
+//!   "state_dir": "local/localstack/.state",      // emulator.ready, logs/, tmp/; default .state
+//!   "timing": "aws",                             // or "fast" (tests): retry delays, see below
+//!   "credentials": [{"access_key": "test", "secret_key": "test",   // for AWS_IAM URLs;
+//!                    "arn": "arn:aws:iam::000000000000:user/test"}], // this is the default
 //!   "functions": [
 //!     {"name": "lambdafusion-scheduler",
 //!      "command": ["target/debug/scheduler-fn"], // relative paths: against the current dir
 //!      "env": {"K": "V"},                        // the only inherited host variable is PATH
 //!      "instances": 2,                           // processes = concurrency; default 1
 //!      "timeout_secs": 60,                       // default 3, as in AWS
-//!      "memory_mb": 1024,                        // reported only; default 128
+//!      "memory_mb": 1024,                        // enforced (Runtime.OutOfMemory); default 128
+//!      "ephemeral_storage_mb": 512,              // size of its /tmp (TMPDIR); default 512
 //!      "max_retry_attempts": 2,                  // async retries 0..=2; default 2
 //!      "max_event_age_secs": 21600,              // default 21600
-//!      "retry_delays_ms": [200, 400],            // default [200, 400] (AWS: ~1 and 2 min)
+//!      "retry_delays_ms": [60000, 120000],       // default by timing: aws [60000, 120000],
+//!                                                //   fast [200, 400]
+//!      "timing": null,                           // overrides the top-level timing
 //!      "on_failure": null,                       // function receiving failed async events
-//!      "url_listen": "127.0.0.1:9002",           // function URL; default none
-//!      "max_queue": null}                        // queue bound, beyond it 429; default none
+//!      "url": {"listen": "127.0.0.1:9002",       // function URL; default none
+//!              "auth": "NONE",                   //   or AWS_IAM (SigV4, `credentials`)
+//!              "integration_timeout_secs": 30},  //   503 after it, as an HTTP API; default none
+//!                                                // ("url_listen": "host:port" = {"listen": ..})
+//!      "max_queue": null}                        // waiting sync calls; beyond: 429; default none
 //!   ],
 //!   "stream_mappings": [
 //!     {"table": "lambdafusion", "function": "lambdafusion-scheduler",
@@ -48,8 +67,16 @@
 //!      "maximum_retry_attempts": 3,              // default 3; -1 = forever (the AWS default)
 //!      "bisect_batch_on_function_error": false,  // default false
 //!      "starting_position": "LATEST",            // or TRIM_HORIZON; default LATEST
+//!      "parallelization_factor": 1,              // concurrent batches per shard, 1..=10
 //!      "filters": [{"dynamodb": {"NewImage": {"sk": {"S": [{"prefix": "STAGE#"}]}}}}]}
-//!   ]
+//!   ],
+//!   "front": {"listen": "127.0.0.1:4566",        // default 127.0.0.1:4566
+//!             "upstream": "http://127.0.0.1:5050",  // moto_server; required
+//!             "latency": "aws",                  // or "off", or per service/operation
+//!             "throughput": "aws",               // or "off", or {"write_units_per_s": ..}
+//!             "transaction_conflicts": true},    // see front::config for all of it
+//!   "fault_plan": {"seed": 7, "faults": {"s3.slow_down": 0.1}}
+//!                                                // default: $LAMBDAFUSION_FAULTS, or none
 //! }
 //! ```
 //!
@@ -59,11 +86,16 @@
 //! up on to `<state_dir>/logs/stream-failures.log`.
 
 pub mod config;
+pub mod faults;
 pub mod filter;
+pub mod front;
 pub mod function;
 pub mod function_url;
+pub mod injection;
 pub mod instance;
 pub mod invoke_api;
+pub mod limits;
+pub mod sigv4;
 pub mod streams;
 pub mod time;
 
@@ -80,6 +112,7 @@ use tokio::task::JoinHandle;
 use tracing::{info, warn};
 
 pub use config::Config;
+pub use faults::Faults;
 pub use function::{Outcome, Registry};
 
 /// Errors of this crate: a message saying what failed and where.
@@ -95,9 +128,12 @@ pub struct Emulator {
     pub invoke_addr: SocketAddr,
     /// Function URL addresses, by function name.
     pub function_urls: BTreeMap<String, SocketAddr>,
+    /// Address of the DynamoDB / S3 front, when the config has one.
+    pub front_addr: Option<SocketAddr>,
     /// The ready file written at start-up (removed at shutdown).
     pub ready_file: PathBuf,
     registry: Arc<Registry>,
+    faults: Arc<Faults>,
     shutdown: watch::Sender<bool>,
     tasks: Vec<JoinHandle<()>>,
 }
@@ -130,19 +166,45 @@ fn serve(
 impl Emulator {
     /// Binds every listener, starts every execution environment and stream trigger,
     /// waits (up to 10 s) for the runtimes to be ready, then writes the ready file.
-    pub async fn start(config: Config) -> Result<Emulator, Error> {
+    pub async fn start(mut config: Config) -> Result<Emulator, Error> {
         let logs = config.state_dir.join("logs");
         std::fs::create_dir_all(&logs)
             .map_err(|e| format!("cannot create {}: {e}", logs.display()))?;
         let ready_file = config.state_dir.join("emulator.ready");
         let _ = std::fs::remove_file(&ready_file);
 
-        let registry = Arc::new(Registry::new(&config));
+        // The one fault plan and the one set of counters of this emulator.
+        let plan = faults::load_plan(config.fault_plan.as_ref())
+            .map_err(|e| format!("fault plan: {e}"))?;
+        let fault_log = logs.join("faults.log");
+        if !plan.is_empty() {
+            // The functions read the same plan, and log their crash points where the
+            // report (GET /_lambdafusion/faults) finds them.
+            for f in &mut config.functions {
+                f.env
+                    .entry(lambdafusion_faults::ENV_PLAN.to_string())
+                    .or_insert_with(|| plan.to_json());
+                f.env
+                    .entry(lambdafusion_faults::ENV_LOG.to_string())
+                    .or_insert_with(|| fault_log.to_string_lossy().into_owned());
+            }
+        }
+        let faults = Arc::new(Faults::new(plan, Some(fault_log)));
+
+        let registry = Arc::new(Registry::with_faults(
+            &config,
+            faults.plan.clone(),
+            faults.counters.clone(),
+        ));
         let (shutdown, shutdown_rx) = watch::channel(false);
         let mut tasks = Vec::new();
 
         let invoke_listener = bind(&config.invoke_listen, "invoke_listen").await?;
         let invoke_addr = invoke_listener.local_addr()?;
+        let front = match &config.front {
+            Some(front) => Some((front.clone(), bind(&front.listen, "front.listen").await?)),
+            None => None,
+        };
         let mut url_listeners = Vec::new();
         for f in &config.functions {
             if let Some(addr) = &f.url_listen {
@@ -155,9 +217,25 @@ impl Emulator {
 
         tasks.push(serve(
             invoke_listener,
-            invoke_api::router(registry.clone()),
+            invoke_api::router(registry.clone()).merge(faults::router(faults.clone())),
             shutdown_rx.clone(),
         ));
+        // The front first: stream triggers may read DynamoDB Streams through it.
+        let mut front_addr = None;
+        if let Some((front_config, listener)) = front {
+            front_addr = Some(listener.local_addr()?);
+            let shared = front::Shared::new(
+                front_config,
+                &config.region,
+                &config.account,
+                faults.clone(),
+            )?;
+            tasks.push(serve(
+                listener,
+                front::router(Arc::new(shared)),
+                shutdown_rx.clone(),
+            ));
+        }
         let mut function_urls = BTreeMap::new();
         for (name, listener) in url_listeners {
             let target = registry
@@ -222,13 +300,15 @@ impl Emulator {
         let emulator = Emulator {
             invoke_addr,
             function_urls,
+            front_addr,
             ready_file,
             registry,
+            faults,
             shutdown,
             tasks,
         };
         emulator.write_ready_file(&config)?;
-        info!(invoke = %emulator.invoke_addr, urls = ?emulator.function_urls, "lambdafusion-local ready");
+        info!(invoke = %emulator.invoke_addr, urls = ?emulator.function_urls, front = ?emulator.front_addr, "lambdafusion-local ready");
         Ok(emulator)
     }
 
@@ -253,6 +333,9 @@ impl Emulator {
             "invoke_endpoint": format!("http://{}", self.invoke_addr),
             "function_urls": self.function_urls.iter().map(|(k, v)| (k.clone(), v.to_string())).collect::<BTreeMap<_, _>>(),
             "functions": functions,
+            "front": self.front_addr.map(|a| a.to_string()),
+            "front_endpoint": self.front_addr.map(|a| format!("http://{a}")),
+            "faults": format!("http://{}{}", self.invoke_addr, faults::REPORT_PATH),
             "stream_mappings": config.stream_mappings.iter().map(|m| json!({"table": m.table, "function": m.function})).collect::<Vec<_>>(),
         });
         let tmp = self.ready_file.with_extension("ready.tmp");
@@ -264,6 +347,12 @@ impl Emulator {
     /// The functions and their queues.
     pub fn registry(&self) -> &Arc<Registry> {
         &self.registry
+    }
+
+    /// The fault plan, the counters of injected faults and the behaviours the front
+    /// reproduced (what `GET /_lambdafusion/faults` reports).
+    pub fn faults(&self) -> &Arc<Faults> {
+        &self.faults
     }
 
     /// Stops listening, kills every function process, waits for all of it (10 s at

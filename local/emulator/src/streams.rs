@@ -2,30 +2,52 @@
 //! (moto_server locally) with `aws-sdk-dynamodbstreams`.
 //!
 //! At start-up the poller finds the table's latest stream (`ListStreams`), its shards
-//! (`DescribeStream`) and takes a `LATEST` iterator for each (or `TRIM_HORIZON`, see
-//! `starting_position`); streams and shards that appear later (a re-created table, a
-//! split) are read from their start. Every `poll_interval_ms` it calls `GetRecords`
-//! for each shard, following `NextShardIterator`.
+//! and key schema (`DescribeStream`) and takes a `LATEST` iterator for each shard (or
+//! `TRIM_HORIZON`, see `starting_position`); streams and shards that appear later (a
+//! re-created table, a split) are read from their start. Every `poll_interval_ms` it
+//! calls `GetRecords` for each shard whose records are all delivered, following
+//! `NextShardIterator`.
 //!
 //! Records are delivered as real Lambda delivers them: DynamoDB JSON (`{"S": ..}`,
 //! `{"N": ".."}`, …) plus `eventSource`, `eventSourceARN`, `awsRegion`,
-//! `eventVersion`, in `{"Records": [...]}` of at most `batch_size` records, in order
-//! per shard, invoked synchronously. Records that match none of the filters are
-//! skipped. A response `{"batchItemFailures": [{"itemIdentifier": "<SequenceNumber>"}]}`
-//! re-delivers from the first failed record (always honoured, as if the mapping had
-//! `ReportBatchItemFailures`); a function error re-delivers the whole batch, or its first
-//! half with `bisect_batch_on_function_error` (halving until one record fails alone;
-//! bisections are not counted as retries). After
-//! `maximum_retry_attempts` failed deliveries the batch is written to
-//! `<state_dir>/logs/stream-failures.log` and skipped.
+//! `eventVersion`, in `{"Records": [...]}` of at most `batch_size` records, invoked
+//! synchronously. Records that match none of the filters are skipped.
+//!
+//! **Parallelization factor**
+//! (<https://docs.aws.amazon.com/lambda/latest/dg/with-ddb.html#services-ddb-windows>,
+//! "concurrent batches per shard"): each shard's records are spread over
+//! `parallelization_factor` lanes by a hash of their partition key (the table's hash
+//! key in `dynamodb.Keys`); the lanes deliver concurrently, each in order, so records
+//! with the same partition key keep their order and never are in two concurrent
+//! batches, while different keys run side by side.
+//!
+//! **Errors.** The response is read as a partial batch response, as with
+//! `FunctionResponseTypes: ReportBatchItemFailures`
+//! (<https://docs.aws.amazon.com/lambda/latest/dg/services-ddb-batchfailurereporting.html>):
+//! an empty or `null` response, `{}`, or a `null` or empty `batchItemFailures` list is
+//! complete success; `{"batchItemFailures": [{"itemIdentifier": "<SequenceNumber>"}]}`
+//! re-delivers from the lowest failed record; anything else — a body that is not JSON,
+//! JSON that is not such an object, an item without a string `itemIdentifier`, an empty
+//! identifier, or one that is not a sequence number of the batch — fails the whole
+//! batch. A function error re-delivers the whole batch, or its first half with
+//! `bisect_batch_on_function_error` (halving until one record fails alone; bisections
+//! are not counted as retries). After `maximum_retry_attempts` failed deliveries the
+//! batch is written to `<state_dir>/logs/stream-failures.log` and skipped.
+//!
+//! **Faults** (the shared plan; keys in [`crate::injection`]):
+//! `streams.delay_record` holds a batch back `ms..max_ms` before its first delivery;
+//! `streams.split_batch` delivers a batch of two or more records as two batches (its
+//! first half, then the rest); `streams.duplicate_record` delivers a record that was
+//! processed successfully once more, in a later batch of its lane.
 
 use aws_sdk_dynamodbstreams::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_dynamodbstreams::error::{DisplayErrorContext, ProvideErrorMetadata};
-use aws_sdk_dynamodbstreams::types::{AttributeValue, Record, ShardIteratorType};
+use aws_sdk_dynamodbstreams::types::{AttributeValue, KeyType, Record, ShardIteratorType};
 use aws_sdk_dynamodbstreams::Client;
 use aws_smithy_http_client::tls::{rustls_provider::CryptoMode, Provider};
 use base64::Engine;
 use bytes::Bytes;
+use lambdafusion_faults::FaultKind;
 use serde_json::{json, Map, Value};
 use std::collections::{HashMap, VecDeque};
 use std::io::Write;
@@ -38,6 +60,7 @@ use tracing::{debug, info, warn};
 use crate::config::StreamMappingConfig;
 use crate::filter;
 use crate::function::{Outcome, Registry, Target, MAX_SYNC_PAYLOAD};
+use crate::injection::{self, Injector};
 use crate::time;
 use crate::Error;
 
@@ -52,8 +75,14 @@ pub struct StreamPoller {
     filters: Vec<Value>,
     client: Client,
     failures_log: PathBuf,
+    injector: Injector,
     stream_arn: Option<String>,
+    /// The table's hash key attribute, from `DescribeStream` (records are spread over
+    /// lanes by its value; by all their keys when it is unknown).
+    hash_key: Option<String>,
     shards: Vec<ShardState>,
+    /// Shards discovered so far (the next shard's ordinal, used in fault keys).
+    shards_seen: usize,
     /// Whether a `ListStreams` call has succeeded yet (the first one uses
     /// `starting_position`; everything found later is read from its start).
     discovered: bool,
@@ -64,16 +93,48 @@ pub struct StreamPoller {
 /// Reading position and undelivered records of one shard.
 struct ShardState {
     id: String,
+    /// Index of the shard in discovery order.
+    ordinal: usize,
     /// `None` once the shard is closed (no `NextShardIterator`).
     iterator: Option<String>,
     /// Sequence number of the last record read (delivered or filtered out).
     last_seq: Option<String>,
-    /// Records that passed the filters, not yet delivered.
-    pending: VecDeque<Value>,
+    /// Records read so far (the next record's position).
+    read: u64,
+    /// `parallelization_factor` lanes of records that passed the filters.
+    lanes: Vec<Lane>,
+}
+
+/// A record waiting for delivery.
+#[derive(Debug, Clone)]
+struct Pending {
+    record: Value,
+    /// Position in the shard (0-based, in read order).
+    pos: u64,
+    /// A copy `streams.duplicate_record` added (not duplicated again).
+    duplicate: bool,
+}
+
+/// One ordered sequence of a shard's records; lanes deliver concurrently.
+#[derive(Debug, Default)]
+struct Lane {
+    pending: VecDeque<Pending>,
     /// Failed deliveries of the batch at the head of `pending`.
     attempts: u32,
-    /// Batch size while bisecting a failing batch.
+    /// Batch size while bisecting a failing batch, or delivering the first half of a
+    /// split one.
     batch_limit: Option<usize>,
+    /// `streams.split_batch`: size of the split batch's second half, delivered whole
+    /// once the first half succeeded.
+    split_rest: Option<usize>,
+    /// The next batch is that second half: exactly this many records, no new faults.
+    forced: Option<usize>,
+}
+
+impl Lane {
+    fn is_idle(&self) -> bool {
+        self.pending.is_empty()
+    }
 }
 
 /// A DynamoDB Streams client for moto_server (or any endpoint): static `test`
@@ -115,6 +176,7 @@ impl StreamPoller {
             .ok_or_else(|| format!("stream mapping: unknown function {:?}", config.function))?;
         let filters = filter::parse_filters(&config.filters)?;
         let client = streams_client(&config.dynamodb_endpoint, &registry.region);
+        let injector = registry.injector().clone();
         Ok(StreamPoller {
             config,
             registry,
@@ -122,8 +184,11 @@ impl StreamPoller {
             filters,
             client,
             failures_log,
+            injector,
             stream_arn: None,
+            hash_key: None,
             shards: Vec::new(),
+            shards_seen: 0,
             discovered: false,
             last_refresh: None,
             last_error: None,
@@ -153,7 +218,10 @@ impl StreamPoller {
                     )),
                 }
             }
-            self.poll_shards().await;
+            tokio::select! {
+                _ = self.poll_shards() => {}
+                _ = crate::instance::stopped(&mut shutdown) => return,
+            }
             tokio::select! {
                 _ = tokio::time::sleep(interval) => {}
                 _ = crate::instance::stopped(&mut shutdown) => return,
@@ -221,6 +289,13 @@ impl StreamPoller {
             let Some(desc) = described.stream_description() else {
                 break;
             };
+            if let Some(hash) = desc
+                .key_schema()
+                .iter()
+                .find(|k| k.key_type() == &KeyType::Hash)
+            {
+                self.hash_key = Some(hash.attribute_name().to_string());
+            }
             shard_ids.extend(
                 desc.shards()
                     .iter()
@@ -248,39 +323,48 @@ impl StreamPoller {
                 .shard_iterator()
                 .map(str::to_string);
             debug!(table = %self.config.table, shard = %id, ?position, "shard iterator taken");
+            let ordinal = self.shards_seen;
+            self.shards_seen += 1;
             self.shards.push(ShardState {
                 id,
+                ordinal,
                 iterator,
                 last_seq: None,
-                pending: VecDeque::new(),
-                attempts: 0,
-                batch_limit: None,
+                read: 0,
+                lanes: (0..self.config.parallelization_factor)
+                    .map(|_| Lane::default())
+                    .collect(),
             });
         }
         Ok(())
     }
 
-    /// One round: read each shard whose pending records are delivered, then deliver.
+    /// One round: read each shard whose records are all delivered, then deliver its
+    /// lanes concurrently.
     async fn poll_shards(&mut self) {
         let Some(arn) = self.stream_arn.clone() else {
             return;
         };
         for idx in 0..self.shards.len() {
-            if self.shards[idx].pending.is_empty() {
+            if self.shards[idx].lanes.iter().all(Lane::is_idle) {
                 if let Err(e) = self.read_shard(idx, &arn).await {
                     let id = self.shards[idx].id.clone();
                     self.report_error(format!("GetRecords on shard {id}: {e}"));
                     continue;
                 }
             }
-            while !self.shards[idx].pending.is_empty() {
-                if !self.deliver(idx, &arn).await {
-                    break;
-                }
-            }
+            let mut lanes = std::mem::take(&mut self.shards[idx].lanes);
+            let ctx = Delivery {
+                poller: self,
+                arn: &arn,
+                shard_id: &self.shards[idx].id,
+                shard_ordinal: self.shards[idx].ordinal,
+            };
+            futures::future::join_all(lanes.iter_mut().map(|lane| ctx.drain(lane))).await;
+            self.shards[idx].lanes = lanes;
         }
         self.shards
-            .retain(|s| s.iterator.is_some() || !s.pending.is_empty());
+            .retain(|s| s.iterator.is_some() || !s.lanes.iter().all(Lane::is_idle));
     }
 
     async fn read_shard(&mut self, idx: usize, arn: &str) -> Result<(), Error> {
@@ -306,6 +390,7 @@ impl StreamPoller {
                 return Err(DisplayErrorContext(e).to_string().into());
             }
         };
+        let factor = self.config.parallelization_factor.max(1);
         let shard = &mut self.shards[idx];
         shard.iterator = output.next_shard_iterator().map(str::to_string);
         for record in output.records() {
@@ -314,8 +399,15 @@ impl StreamPoller {
                 .dynamodb()
                 .and_then(|d| d.sequence_number())
                 .map(str::to_string);
+            let pos = shard.read;
+            shard.read += 1;
             if filter::matches_any(&self.filters, &json) {
-                shard.pending.push_back(json);
+                let lane = lane_of(&json, self.hash_key.as_deref(), factor);
+                shard.lanes[lane].pending.push_back(Pending {
+                    record: json,
+                    pos,
+                    duplicate: false,
+                });
             }
         }
         Ok(())
@@ -342,117 +434,207 @@ impl StreamPoller {
         self.shards[idx].iterator = output.shard_iterator().map(str::to_string);
         Ok(())
     }
+}
 
-    /// Delivers the batch at the head of a shard's pending records. Returns whether
-    /// delivery may go on with the next batch in this round.
-    async fn deliver(&mut self, idx: usize, arn: &str) -> bool {
-        let limit = self.shards[idx]
+/// The lane of a record: a hash of its partition key (the `hash_key` attribute of
+/// `dynamodb.Keys`, or all of `Keys` when the key schema is unknown) modulo `factor`.
+fn lane_of(record: &Value, hash_key: Option<&str>, factor: usize) -> usize {
+    if factor <= 1 {
+        return 0;
+    }
+    let keys = &record["dynamodb"]["Keys"];
+    let key = match hash_key {
+        Some(name) if !keys[name].is_null() => &keys[name],
+        _ => keys,
+    };
+    (injection::fnv1a(key.to_string().as_bytes()) % factor as u64) as usize
+}
+
+/// What the lanes of one shard share while they deliver.
+struct Delivery<'a> {
+    poller: &'a StreamPoller,
+    arn: &'a str,
+    shard_id: &'a str,
+    shard_ordinal: usize,
+}
+
+impl Delivery<'_> {
+    /// Delivers a lane's batches until it is empty or a batch must wait for the next poll.
+    async fn drain(&self, lane: &mut Lane) {
+        while !lane.pending.is_empty() {
+            if !self.deliver(lane).await {
+                break;
+            }
+        }
+    }
+
+    /// Delivers the batch at the head of a lane. Returns whether delivery may go on with
+    /// the next batch in this round.
+    async fn deliver(&self, lane: &mut Lane) -> bool {
+        let p = self.poller;
+        let config = &p.config;
+        let (first_pos, first_dup) = lane
+            .pending
+            .front()
+            .map(|r| (r.pos, r.duplicate))
+            .unwrap_or((0, false));
+        let dup = if first_dup { "#dup" } else { "" };
+        let batch_key = format!("{}#{}#{first_pos}{dup}", config.table, self.shard_ordinal);
+        let fresh = lane.attempts == 0 && lane.batch_limit.is_none() && lane.forced.is_none();
+        let limit = lane
             .batch_limit
-            .unwrap_or(self.config.batch_size);
-        let batch = take_batch(&self.shards[idx].pending, limit);
+            .or(lane.forced)
+            .unwrap_or(config.batch_size);
+        let mut batch = take_batch(&lane.pending, limit);
+        if fresh && p.injector.is_active() {
+            if batch.len() >= 2 && p.injector.fire(FaultKind::StreamsSplitBatch, &batch_key) {
+                let half = batch.len().div_ceil(2);
+                info!(table = %config.table, key = %batch_key,
+                    "fault streams.split_batch: a batch of {} delivered as {half} + {}", batch.len(), batch.len() - half);
+                lane.split_rest = Some(batch.len() - half);
+                lane.batch_limit = Some(half);
+                batch.truncate(half);
+            }
+            if let Some(d) = p.injector.delay(FaultKind::StreamsDelayRecord, &batch_key) {
+                info!(table = %config.table, key = %batch_key, "fault streams.delay_record: batch held back {d:?}");
+                tokio::time::sleep(d).await;
+            }
+        }
         let count = batch.len();
-        let payload = Bytes::from(json!({ "Records": batch }).to_string());
-        let Ok(pending) = self.registry.invoke_sync(&self.target, payload, None) else {
-            debug!(function = %self.config.function, "stream batch throttled; retrying at the next poll");
+        let records: Vec<&Value> = batch.iter().map(|r| &r.record).collect();
+        let payload = Bytes::from(json!({ "Records": records }).to_string());
+        let invoke_key = format!("{batch_key}#{count}#{}", lane.attempts);
+        let Ok(pending) = p
+            .registry
+            .invoke_sync(&p.target, payload, None, &invoke_key)
+        else {
+            debug!(function = %config.function, "stream batch throttled; retrying at the next poll");
             return false;
         };
         let (failed_from, reason, function_error) = match pending.await {
             None => return false, // shutting down
-            Some(Outcome::Success { body, .. }) => {
-                self.shards[idx].batch_limit = None;
-                match first_failed_item(&body, &batch) {
-                    Ok(None) => {
-                        let shard = &mut self.shards[idx];
-                        shard.pending.drain(..count);
-                        shard.attempts = 0;
-                        return true;
-                    }
-                    Ok(Some(i)) => {
-                        let seq = sequence_number(&batch[i]);
-                        (
-                            i,
-                            format!("batchItemFailures from sequence number {seq}"),
-                            false,
-                        )
-                    }
-                    Err(why) => (0, why, false),
+            Some(Outcome::Success { body, .. }) => match first_failed_item(&body, &records) {
+                Ok(None) => {
+                    self.succeeded(lane, count, true);
+                    return true;
                 }
-            }
+                Ok(Some(i)) => {
+                    let seq = sequence_number(records[i]).to_string();
+                    (
+                        i,
+                        format!("batchItemFailures from sequence number {seq}"),
+                        false,
+                    )
+                }
+                Err(why) => (0, why, false),
+            },
             Some(Outcome::Error { error_type, body }) => {
                 let body = String::from_utf8_lossy(&body);
                 (0, format!("function error {error_type}: {body}"), true)
             }
             Some(Outcome::Expired) => (0, "invocation expired".to_string(), true),
         };
-        let shard = &mut self.shards[idx];
-        if function_error && self.config.bisect_batch_on_function_error && count > 1 {
+        if function_error && config.bisect_batch_on_function_error && count > 1 {
             // Split the batch and retry its first half at once; a bisection is not a retry.
             let half = count.div_ceil(2);
-            shard.batch_limit = Some(half);
-            info!(table = %self.config.table, function = %self.config.function,
+            lane.batch_limit = Some(half);
+            lane.split_rest = None;
+            lane.forced = None;
+            info!(table = %config.table, function = %config.function,
                 "stream batch of {count} failed ({reason}); bisecting, retrying the first {half}");
             return true;
         }
         if failed_from > 0 {
-            shard.pending.drain(..failed_from);
-            shard.attempts = 0;
+            self.succeeded(lane, failed_from, false);
         }
-        shard.attempts += 1;
-        let max = self.config.maximum_retry_attempts;
-        if max >= 0 && i64::from(shard.attempts) > max {
-            let dropped: Vec<Value> = shard.pending.drain(..count - failed_from).collect();
-            let attempts = shard.attempts;
-            shard.attempts = 0;
-            shard.batch_limit = None;
-            let shard_id = shard.id.clone();
-            warn!(table = %self.config.table, function = %self.config.function, shard = %shard_id,
+        lane.attempts += 1;
+        let max = config.maximum_retry_attempts;
+        if max >= 0 && i64::from(lane.attempts) > max {
+            let dropped: Vec<Value> = lane
+                .pending
+                .drain(..count - failed_from)
+                .map(|r| r.record)
+                .collect();
+            let attempts = lane.attempts;
+            lane.attempts = 0;
+            lane.batch_limit = None;
+            lane.split_rest = None;
+            lane.forced = None;
+            warn!(table = %config.table, function = %config.function, shard = %self.shard_id,
                 records = dropped.len(),
                 "stream batch failed {attempts} times ({reason}); skipped, see stream-failures.log");
-            self.log_failure(arn, &shard_id, attempts, &reason, dropped);
+            self.log_failure(attempts, &reason, dropped);
             true
         } else {
-            info!(table = %self.config.table, function = %self.config.function, attempt = shard.attempts,
+            info!(table = %config.table, function = %config.function, attempt = lane.attempts,
                 "stream batch failed ({reason}); retrying");
             false
         }
     }
 
-    fn log_failure(
-        &self,
-        arn: &str,
-        shard_id: &str,
-        attempts: u32,
-        reason: &str,
-        records: Vec<Value>,
-    ) {
+    /// The first `n` records of the lane were processed: drop them (duplicating those
+    /// `streams.duplicate_record` hits). `whole`: the batch is done, move on to the next
+    /// (the second half of a split one, if it was split); else the rest of the batch is
+    /// retried.
+    fn succeeded(&self, lane: &mut Lane, n: usize, whole: bool) {
+        let p = self.poller;
+        let done: Vec<Pending> = lane.pending.drain(..n).collect();
+        if p.injector.is_active() {
+            for record in done.into_iter().filter(|r| !r.duplicate) {
+                let key = format!("{}#{}#{}", p.config.table, self.shard_ordinal, record.pos);
+                if p.injector.fire(FaultKind::StreamsDuplicateRecord, &key) {
+                    info!(table = %p.config.table, %key, "fault streams.duplicate_record: record will be delivered again");
+                    lane.pending.push_back(Pending {
+                        duplicate: true,
+                        ..record
+                    });
+                }
+            }
+        }
+        lane.attempts = 0;
+        if whole {
+            lane.forced = if lane.batch_limit.take().is_some() {
+                lane.split_rest.take()
+            } else {
+                None
+            };
+        } else {
+            lane.batch_limit = lane.batch_limit.map(|l| l.saturating_sub(n).max(1));
+            lane.forced = lane.forced.map(|f| f.saturating_sub(n).max(1));
+        }
+    }
+
+    fn log_failure(&self, attempts: u32, reason: &str, records: Vec<Value>) {
+        let config = &self.poller.config;
         let line = json!({
             "timestamp": time::rfc3339_ms(time::now_ms()),
-            "table": self.config.table,
-            "function": self.config.function,
-            "streamArn": arn,
-            "shardId": shard_id,
+            "table": config.table,
+            "function": config.function,
+            "streamArn": self.arn,
+            "shardId": self.shard_id,
             "attempts": attempts,
             "reason": reason,
             "records": records,
         });
+        let path = &self.poller.failures_log;
         let written = std::fs::OpenOptions::new()
             .create(true)
             .append(true)
-            .open(&self.failures_log)
+            .open(path)
             .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes())); // one write: lines never interleave
         if let Err(e) = written {
-            warn!("cannot write {}: {e}", self.failures_log.display());
+            warn!("cannot write {}: {e}", path.display());
         }
     }
 }
 
 /// Up to `batch_size` records from the head, keeping the payload under 6 MB.
-fn take_batch(pending: &VecDeque<Value>, batch_size: usize) -> Vec<Value> {
+fn take_batch(pending: &VecDeque<Pending>, batch_size: usize) -> Vec<Pending> {
     let budget = MAX_SYNC_PAYLOAD - 1024;
     let mut size = 0;
     let mut batch = Vec::new();
     for record in pending.iter().take(batch_size) {
-        let len = record.to_string().len() + 1;
+        let len = record.record.to_string().len() + 1;
         if !batch.is_empty() && size + len > budget {
             break;
         }
@@ -466,28 +648,51 @@ fn sequence_number(record: &Value) -> &str {
     record["dynamodb"]["SequenceNumber"].as_str().unwrap_or("")
 }
 
-/// Reads a partial batch response. `Ok(None)`: all succeeded; `Ok(Some(i))`: re-deliver
-/// from record `i`; `Err`: the response is malformed, so the whole batch failed (as in AWS).
-fn first_failed_item(response: &[u8], batch: &[Value]) -> Result<Option<usize>, String> {
-    let Ok(doc) = serde_json::from_slice::<Value>(response) else {
+/// Reads a partial batch response by AWS's rules (see the module docs). `Ok(None)`: all
+/// succeeded; `Ok(Some(i))`: re-deliver from record `i`; `Err`: the whole batch failed.
+fn first_failed_item(response: &[u8], batch: &[&Value]) -> Result<Option<usize>, String> {
+    if response.iter().all(u8::is_ascii_whitespace) {
         return Ok(None);
+    }
+    let doc = serde_json::from_slice::<Value>(response).map_err(|e| {
+        format!(
+            "the response is not JSON ({e}): {}",
+            String::from_utf8_lossy(&response[..response.len().min(200)])
+        )
+    })?;
+    let map = match doc {
+        Value::Null => return Ok(None),
+        Value::Object(map) => map,
+        other => {
+            return Err(format!(
+                "the response is not a batch response object: {}",
+                truncate(&other.to_string())
+            ))
+        }
     };
-    let failures = match doc.get("batchItemFailures") {
+    let failures = match map.get("batchItemFailures") {
         None | Some(Value::Null) => return Ok(None),
         Some(Value::Array(f)) if f.is_empty() => return Ok(None),
         Some(Value::Array(f)) => f,
-        Some(_) => return Err("batchItemFailures is not an array".into()),
+        Some(other) => {
+            return Err(format!(
+                "batchItemFailures is not a list: {}",
+                truncate(&other.to_string())
+            ))
+        }
     };
     let mut first: Option<usize> = None;
     for failure in failures {
-        let id = failure
-            .get("itemIdentifier")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        let Some(pos) = batch
-            .iter()
-            .position(|r| !id.is_empty() && sequence_number(r) == id)
-        else {
+        let id = match failure.get("itemIdentifier") {
+            Some(Value::String(id)) if !id.is_empty() => id,
+            _ => {
+                return Err(format!(
+                    "batchItemFailures holds {}, not an item with a non-empty itemIdentifier",
+                    truncate(&failure.to_string())
+                ))
+            }
+        };
+        let Some(pos) = batch.iter().position(|r| sequence_number(r) == id) else {
             return Err(format!(
                 "batchItemFailures names {id:?}, not a sequence number of the batch"
             ));
@@ -495,6 +700,13 @@ fn first_failed_item(response: &[u8], batch: &[Value]) -> Result<Option<usize>, 
         first = Some(first.map_or(pos, |f| f.min(pos)));
     }
     Ok(first)
+}
+
+fn truncate(text: &str) -> String {
+    match text.char_indices().nth(200) {
+        Some((at, _)) => format!("{}…", &text[..at]),
+        None => text.to_string(),
+    }
 }
 
 /// A stream record as Lambda delivers it.
@@ -659,34 +871,94 @@ mod tests {
     }
 
     #[test]
-    fn partial_batch_responses() {
-        let batch: Vec<Value> = ["1", "2", "3"]
+    fn partial_batch_responses_follow_aws_rules() {
+        let owned: Vec<Value> = ["1", "2", "3"]
             .iter()
             .map(|s| record_json(&sdk_record(s), "arn", "r"))
             .collect();
-        assert_eq!(first_failed_item(b"null", &batch), Ok(None));
-        assert_eq!(first_failed_item(b"{}", &batch), Ok(None));
-        assert_eq!(
-            first_failed_item(br#"{"batchItemFailures":[]}"#, &batch),
-            Ok(None)
-        );
+        let batch: Vec<&Value> = owned.iter().collect();
+        // Complete success: empty / null response, empty object, null or empty list.
+        for ok in [
+            &b""[..],
+            b" \n",
+            b"null",
+            b"{}",
+            br#"{"batchItemFailures":null}"#,
+            br#"{"batchItemFailures":[]}"#,
+            br#"{"statusCode":200}"#,
+        ] {
+            assert_eq!(
+                first_failed_item(ok, &batch),
+                Ok(None),
+                "{}",
+                String::from_utf8_lossy(ok)
+            );
+        }
         let r = br#"{"batchItemFailures":[{"itemIdentifier":"3"},{"itemIdentifier":"2"}]}"#;
         assert_eq!(first_failed_item(r, &batch), Ok(Some(1)));
-        assert!(
-            first_failed_item(br#"{"batchItemFailures":[{"itemIdentifier":"9"}]}"#, &batch)
-                .is_err()
-        );
-        assert!(
-            first_failed_item(br#"{"batchItemFailures":[{"itemIdentifier":""}]}"#, &batch).is_err()
-        );
+        // Complete failure: not JSON, JSON of another shape, bad items.
+        for bad in [
+            &b"not json"[..],
+            b"{\"batchItemFailures\": [",
+            b"\"ok\"",
+            b"[]",
+            b"42",
+            br#"{"batchItemFailures":"2"}"#,
+            br#"{"batchItemFailures":[{"itemIdentifier":"9"}]}"#,
+            br#"{"batchItemFailures":[{"itemIdentifier":""}]}"#,
+            br#"{"batchItemFailures":[{"itemIdentifier":null}]}"#,
+            br#"{"batchItemFailures":[{"itemIdentifier":2}]}"#,
+            br#"{"batchItemFailures":[{"itemId":"2"}]}"#,
+            br#"{"batchItemFailures":["2"]}"#,
+        ] {
+            assert!(
+                first_failed_item(bad, &batch).is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
+
+    fn pending(values: impl IntoIterator<Item = Value>) -> VecDeque<Pending> {
+        values
+            .into_iter()
+            .enumerate()
+            .map(|(i, record)| Pending {
+                record,
+                pos: i as u64,
+                duplicate: false,
+            })
+            .collect()
     }
 
     #[test]
     fn batches_respect_size_and_count() {
-        let pending: VecDeque<Value> = (0..10).map(|i| json!({"i": i})).collect();
-        assert_eq!(take_batch(&pending, 3).len(), 3);
-        assert_eq!(take_batch(&pending, 100).len(), 10);
-        let big: VecDeque<Value> = (0..3).map(|_| json!("x".repeat(4 * 1024 * 1024))).collect();
+        let p = pending((0..10).map(|i| json!({"i": i})));
+        assert_eq!(take_batch(&p, 3).len(), 3);
+        assert_eq!(take_batch(&p, 100).len(), 10);
+        let big = pending((0..3).map(|_| json!("x".repeat(4 * 1024 * 1024))));
         assert_eq!(take_batch(&big, 100).len(), 1);
+    }
+
+    #[test]
+    fn lanes_follow_the_partition_key() {
+        let rec =
+            |pk: &str, sk: &str| json!({"dynamodb": {"Keys": {"pk": {"S": pk}, "sk": {"S": sk}}}});
+        for factor in [2, 3, 10] {
+            // Same partition key, any sort key: same lane.
+            let lane = lane_of(&rec("Q#1", "STAGE#0"), Some("pk"), factor);
+            for sk in ["STAGE#1", "TASK#0#1", "x"] {
+                assert_eq!(lane_of(&rec("Q#1", sk), Some("pk"), factor), lane);
+            }
+            assert!(lane < factor);
+        }
+        // Different keys spread over the lanes.
+        let lanes: std::collections::BTreeSet<usize> = (0..50)
+            .map(|i| lane_of(&rec(&format!("Q#{i}"), "s"), Some("pk"), 4))
+            .collect();
+        assert_eq!(lanes.len(), 4);
+        assert_eq!(lane_of(&rec("a", "b"), Some("pk"), 1), 0);
+        // Unknown key schema: all the keys decide.
+        assert!(lane_of(&rec("a", "b"), None, 4) < 4);
     }
 }

@@ -1,5 +1,6 @@
 //! End-to-end tests of the emulator with a real `lambda_runtime` / `lambda_http`
 //! function (`src/bin/testfn.rs`), called through the real `aws-sdk-lambda` client.
+//! Every stack runs with `"timing": "fast"` (async retries after 200 / 400 ms).
 
 use aws_sdk_lambda::config::{BehaviorVersion, Credentials, Region};
 use aws_sdk_lambda::primitives::Blob;
@@ -26,7 +27,12 @@ impl Stack {
         Stack::start_with(functions, json!([])).await
     }
 
-    async fn start_with(mut functions: Value, stream_mappings: Value) -> Stack {
+    async fn start_with(functions: Value, stream_mappings: Value) -> Stack {
+        Stack::start_full(functions, stream_mappings, json!({})).await
+    }
+
+    /// `extra`: more top-level config (`fault_plan`, `credentials`, `timing`, ...).
+    async fn start_full(mut functions: Value, stream_mappings: Value, extra: Value) -> Stack {
         let dir = tempfile::tempdir().unwrap();
         for f in functions.as_array_mut().unwrap() {
             let name = f["name"].as_str().unwrap().to_string();
@@ -38,12 +44,16 @@ impl Stack {
             let env = f.as_object_mut().unwrap().entry("env").or_insert(json!({}));
             env["TESTFN_RECORD_FILE"] = json!(record.to_str().unwrap());
         }
-        let config = json!({
+        let mut config = json!({
             "invoke_listen": "127.0.0.1:0",
             "state_dir": dir.path().join("state"),
+            "timing": "fast",
             "functions": functions,
             "stream_mappings": stream_mappings,
         });
+        for (k, v) in extra.as_object().unwrap() {
+            config[k] = v.clone();
+        }
         let config = Config::from_json(&config.to_string(), dir.path()).unwrap();
         let emulator = Emulator::start(config).await.unwrap();
         let lambda = lambda_client(&format!("http://{}", emulator.invoke_addr));
@@ -99,6 +109,15 @@ impl Stack {
             .await
             .unwrap();
         out.status_code()
+    }
+
+    /// Faults the emulator injected so far, by name.
+    fn injected(&self) -> std::collections::BTreeMap<String, u64> {
+        self.emulator().registry().counters().snapshot()
+    }
+
+    fn injected_count(&self, kind: &str) -> u64 {
+        self.injected().get(kind).copied().unwrap_or(0)
     }
 
     async fn stop(mut self) {
@@ -280,7 +299,7 @@ async fn event_returns_202_and_runs_later_and_twice_when_sent_twice() {
 #[tokio::test]
 async fn event_retries_then_on_failure_destination() {
     let stack = Stack::start(json!([
-        {"name": "failing", "max_retry_attempts": 2, "retry_delays_ms": [100, 200], "on_failure": "dest"},
+        {"name": "failing", "max_retry_attempts": 2, "on_failure": "dest"},
         {"name": "dest"}
     ]))
     .await;
@@ -300,8 +319,8 @@ async fn event_retries_then_on_failure_destination() {
     );
     let t: Vec<u64> = attempts.iter().map(|a| a["ms"].as_u64().unwrap()).collect();
     assert!(
-        t[1] - t[0] >= 100 && t[2] - t[1] >= 200,
-        "retry delays: {t:?}"
+        t[1] - t[0] >= 200 && t[2] - t[1] >= 400 && t[2] - t[0] < 3000,
+        "fast timing retries after 200 and 400 ms: {t:?}"
     );
 
     let dest = stack.starts("dest");
@@ -493,7 +512,9 @@ async fn payload_limits_and_throttling() {
     // 1.1 MB is fine synchronously.
     assert_eq!(stack.invoke("f", big).await.function_error(), None);
 
-    // Busy instance, one queued event, the next is refused.
+    // Busy instance: events are all accepted (AWS queues them whatever the
+    // concurrency), a second synchronous invocation waits (max_queue 1), a third is
+    // refused.
     let busy = stack.invoke("f", json!({"action": "sleep", "ms": 1000}));
     let refuse = async {
         wait_until(
@@ -507,36 +528,49 @@ async fn payload_limits_and_throttling() {
             },
         )
         .await;
-        assert_eq!(stack.invoke_event("f", json!({"queued": 1})).await, 202);
-        let url = format!(
-            "http://{}/2015-03-31/functions/f/invocations",
-            stack.emulator().invoke_addr
-        );
-        let raw = stack
-            .http
-            .post(&url)
-            .header("x-amz-invocation-type", "Event")
-            .body("{}")
-            .send()
-            .await
-            .unwrap();
-        assert_eq!(raw.status(), 429);
-        assert_eq!(
-            raw.headers()["x-amzn-errortype"],
-            "TooManyRequestsException"
-        );
-        let err = stack
-            .lambda
-            .invoke()
-            .function_name("f")
-            .send()
-            .await
-            .unwrap_err()
-            .into_service_error();
-        assert!(err.is_too_many_requests_exception(), "{err:?}");
+        for i in 0..5 {
+            assert_eq!(stack.invoke_event("f", json!({"queued": i})).await, 202);
+        }
+        let waiting = stack.invoke("f", json!({"waits": true}));
+        let refused = async {
+            wait_until("the second call to queue", Duration::from_secs(5), || {
+                stack.emulator().registry().get("f").unwrap().queued() == 6
+            })
+            .await;
+            let url = format!(
+                "http://{}/2015-03-31/functions/f/invocations",
+                stack.emulator().invoke_addr
+            );
+            let raw = stack.http.post(&url).body("{}").send().await.unwrap();
+            assert_eq!(raw.status(), 429);
+            assert_eq!(
+                raw.headers()["x-amzn-errortype"],
+                "TooManyRequestsException"
+            );
+            let err = stack
+                .lambda
+                .invoke()
+                .function_name("f")
+                .send()
+                .await
+                .unwrap_err()
+                .into_service_error();
+            assert!(err.is_too_many_requests_exception(), "{err:?}");
+        };
+        let (waited, ()) = tokio::join!(waiting, refused);
+        assert_eq!(payload_json(&waited)["echo"], json!({"waits": true}));
     };
     let (out, ()) = tokio::join!(busy, refuse);
     assert_eq!(out.function_error(), None);
+    wait_until("the 5 events to run", Duration::from_secs(10), || {
+        stack
+            .records("f")
+            .iter()
+            .filter(|r| r["t"] == "end" && r["event"].get("queued").is_some())
+            .count()
+            == 5
+    })
+    .await;
     stack.stop().await;
 }
 
@@ -1046,4 +1080,878 @@ fn dynamodb_client(endpoint: &str) -> aws_sdk_dynamodb::Client {
         .http_client(http)
         .build();
     aws_sdk_dynamodb::Client::from_conf(config)
+}
+
+// ---- Limits: memory, /tmp, the HTTP API integration timeout ----
+
+#[tokio::test]
+async fn memory_limit_kills_the_process_with_out_of_memory() {
+    let stack = Stack::start(json!([{"name": "f", "memory_mb": 128, "timeout_secs": 10}])).await;
+    // Within the limit: fine, and the REPORT line says how much was used.
+    let small = stack
+        .invoke("f", json!({"action": "alloc", "mb": 16, "hold_ms": 150}))
+        .await;
+    assert_eq!(small.function_error(), None);
+    let pid_before = payload_json(&small)["pid"].clone();
+    let log = stack.log("f-0.log");
+    let used: u64 = log
+        .lines()
+        .filter_map(|l| l.split("Max Memory Used: ").nth(1))
+        .filter_map(|rest| rest.split(' ').next()?.parse().ok())
+        .max()
+        .expect("REPORT has Max Memory Used");
+    assert!((16..128).contains(&used), "{log}");
+
+    let started = Instant::now();
+    let out = stack
+        .invoke("f", json!({"action": "alloc", "mb": 300, "hold_ms": 3000}))
+        .await;
+    assert!(
+        started.elapsed() < Duration::from_millis(2500),
+        "killed while it holds the memory, not after"
+    );
+    assert_eq!(out.function_error(), Some("Unhandled"));
+    let err = payload_json(&out);
+    assert_eq!(err["errorType"], "Runtime.OutOfMemory", "{err}");
+    assert!(
+        err["errorMessage"]
+            .as_str()
+            .unwrap()
+            .ends_with("Error: Runtime exited with error: signal: killed"),
+        "{err}"
+    );
+    assert!(
+        !Path::new(&format!("/proc/{pid_before}")).exists(),
+        "the process is gone"
+    );
+    let after = stack.invoke("f", json!({})).await;
+    assert_eq!(after.function_error(), None);
+    assert_ne!(payload_json(&after)["pid"], pid_before, "a new environment");
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn each_environment_has_its_own_limited_tmp() {
+    let stack = Stack::start(json!([{"name": "f", "instances": 2, "timeout_secs": 10}])).await;
+    let state = stack.dir.path().join("state");
+    // Two concurrent invocations land on the two environments.
+    let (a, b) = tokio::join!(
+        stack.invoke("f", json!({"action": "sleep", "ms": 300})),
+        stack.invoke("f", json!({"action": "sleep", "ms": 300}))
+    );
+    let dirs: std::collections::BTreeSet<String> = [a, b]
+        .iter()
+        .map(|o| payload_json(o)["tmpdir"].as_str().unwrap().to_string())
+        .collect();
+    let expected: std::collections::BTreeSet<String> = ["f-0", "f-1"]
+        .iter()
+        .map(|d| state.join("tmp").join(d).to_string_lossy().into_owned())
+        .collect();
+    assert_eq!(dirs, expected);
+
+    // Files stay between invocations of a warm environment.
+    let stack1 = Stack::start(json!([{"name": "g", "ephemeral_storage_mb": 512}])).await;
+    let out = stack1
+        .invoke(
+            "g",
+            json!({"action": "fill_tmp", "mb": 100, "name": "keep"}),
+        )
+        .await;
+    assert_eq!(out.function_error(), None);
+    let pid = payload_json(&out)["pid"].clone();
+    let ls = payload_json(&stack1.invoke("g", json!({"action": "ls_tmp"})).await);
+    assert_eq!(ls["files"], json!(["keep"]));
+    assert_eq!(ls["pid"], pid);
+
+    // Past ephemeral_storage_mb: the invocation fails, the environment is replaced and
+    // its /tmp is empty again.
+    let out = stack1
+        .invoke("g", json!({"action": "fill_tmp", "mb": 450, "name": "big"}))
+        .await;
+    assert_eq!(out.function_error(), Some("Unhandled"));
+    let err = payload_json(&out);
+    assert_eq!(
+        err["errorType"], "Sandbox.EphemeralStorageExceeded",
+        "{err}"
+    );
+    assert!(
+        err["errorMessage"].as_str().unwrap().contains("550 MB"),
+        "{err}"
+    );
+    let ls = payload_json(&stack1.invoke("g", json!({"action": "ls_tmp"})).await);
+    assert_ne!(ls["pid"], pid, "a new environment");
+    assert_eq!(ls["files"], json!([]));
+    stack1.stop().await;
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn integration_timeout_answers_503_while_the_function_runs_on() {
+    let stack = Stack::start(json!([
+        {"name": "web", "env": {"TESTFN_MODE": "http"}, "timeout_secs": 10,
+         "url": {"listen": "127.0.0.1:0", "integration_timeout_secs": 1}}
+    ]))
+    .await;
+    let url = stack.emulator().function_urls["web"];
+    let fast = stack
+        .http
+        .get(format!("http://{url}/sleep?ms=100"))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(fast.status(), 201);
+
+    let started = Instant::now();
+    let slow = stack
+        .http
+        .get(format!("http://{url}/sleep?ms=2500"))
+        .send()
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(slow.status(), 503);
+    assert!(
+        took >= Duration::from_millis(1000) && took < Duration::from_millis(2000),
+        "{took:?}"
+    );
+    assert_eq!(
+        slow.json::<Value>().await.unwrap(),
+        json!({"message": "Service Unavailable"})
+    );
+    // The invocation was not cut short: it finishes (REPORT without an error).
+    wait_until("the slow invocation to end", Duration::from_secs(5), || {
+        stack.log("web-0.log").matches("REPORT RequestId").count() == 2
+    })
+    .await;
+    assert!(!stack.log("web-0.log").contains("Status: error"));
+    stack.stop().await;
+}
+
+// ---- Function URL with AWS_IAM auth ----
+
+/// Headers that sign a request as the AWS SDKs do (aws-sigv4, service `lambda`).
+fn sign(
+    method: &str,
+    url: &str,
+    body: &[u8],
+    access_key: &str,
+    secret_key: &str,
+) -> Vec<(String, String)> {
+    use aws_sigv4::http_request::{sign, SignableBody, SignableRequest, SigningSettings};
+    use aws_sigv4::sign::v4;
+    let identity: aws_smithy_runtime_api::client::identity::Identity =
+        aws_credential_types::Credentials::new(access_key, secret_key, None, None, "test").into();
+    let params = v4::SigningParams::builder()
+        .identity(&identity)
+        .region("us-east-1")
+        .name("lambda")
+        .time(std::time::SystemTime::now())
+        .settings(SigningSettings::default())
+        .build()
+        .unwrap()
+        .into();
+    let headers = [("content-type", "application/json")];
+    let request = SignableRequest::new(
+        method,
+        url,
+        headers.iter().copied(),
+        SignableBody::Bytes(body),
+    )
+    .unwrap();
+    let (instructions, _) = sign(request, &params).unwrap().into_parts();
+    let mut out: Vec<(String, String)> = instructions
+        .headers()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+    out.push(("content-type".into(), "application/json".into()));
+    out
+}
+
+#[tokio::test]
+async fn aws_iam_function_url_checks_signatures_and_names_the_caller() {
+    let stack = Stack::start_full(
+        json!([{"name": "web", "env": {"TESTFN_MODE": "http"},
+                "url": {"listen": "127.0.0.1:0", "auth": "AWS_IAM"}}]),
+        json!([]),
+        json!({"credentials": [
+            {"access_key": "test", "secret_key": "test", "arn": "arn:aws:iam::000000000000:user/test"},
+            {"access_key": "AKIDOTHER", "secret_key": "other-secret", "arn": "arn:aws:iam::111122223333:user/other"}
+        ]}),
+    )
+    .await;
+    let url = format!(
+        "http://{}/v1/query?b=2&a=x%20y",
+        stack.emulator().function_urls["web"]
+    );
+    let body = br#"{"sql":"SELECT 1"}"#;
+    let post = |headers: Vec<(String, String)>, body: &'static [u8]| {
+        let mut req = stack.http.post(&url).body(body);
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        req.send()
+    };
+
+    // Two callers, each named in the event.
+    for (key, secret, arn) in [
+        ("test", "test", "arn:aws:iam::000000000000:user/test"),
+        (
+            "AKIDOTHER",
+            "other-secret",
+            "arn:aws:iam::111122223333:user/other",
+        ),
+    ] {
+        let resp = post(sign("POST", &url, body, key, secret), body)
+            .await
+            .unwrap();
+        assert_eq!(resp.status(), 201, "signed by {key}");
+        let doc: Value = resp.json().await.unwrap();
+        assert_eq!(doc["caller_arn"], arn);
+        assert_eq!(doc["query"], json!({"a": "x y", "b": "2"}));
+        // What lambda_http parsed out of requestContext.authorizer.iam.
+        let iam = &doc["iam"];
+        assert_eq!(iam["accessKey"], key);
+        assert_eq!(iam["accountId"], arn.split(':').nth(4).unwrap());
+        assert!(iam["userId"].as_str().unwrap().starts_with("AIDA"), "{iam}");
+        assert_eq!(iam["callerId"], iam["userId"]);
+        assert_eq!(doc["account_id"], "000000000000", "the function owner's");
+    }
+
+    // Refusals never reach the function.
+    let runs = stack.log("web-0.log").matches("START RequestId").count();
+    assert_eq!(runs, 2);
+    let unsigned = post(vec![], body).await.unwrap();
+    assert_eq!(unsigned.status(), 403);
+    assert_eq!(
+        unsigned.headers()["x-amzn-errortype"],
+        "AccessDeniedException"
+    );
+    let doc: Value = unsigned.json().await.unwrap();
+    assert!(
+        doc["Message"].as_str().unwrap().starts_with("Forbidden"),
+        "{doc}"
+    );
+
+    let wrong_secret = post(sign("POST", &url, body, "test", "nope"), body)
+        .await
+        .unwrap();
+    assert_eq!(wrong_secret.status(), 403);
+    assert_eq!(
+        wrong_secret.headers()["x-amzn-errortype"],
+        "InvalidSignatureException"
+    );
+    let doc: Value = wrong_secret.json().await.unwrap();
+    assert!(
+        doc["message"]
+            .as_str()
+            .unwrap()
+            .contains("signature we calculated does not match"),
+        "{doc}"
+    );
+
+    // A body other than the one signed.
+    let tampered = post(sign("POST", &url, body, "test", "test"), b"{}")
+        .await
+        .unwrap();
+    assert_eq!(tampered.status(), 403);
+
+    let unknown = post(sign("POST", &url, body, "AKIDNOBODY", "x"), body)
+        .await
+        .unwrap();
+    assert_eq!(unknown.status(), 403);
+    assert_eq!(
+        unknown.headers()["x-amzn-errortype"],
+        "UnrecognizedClientException"
+    );
+    assert_eq!(
+        stack.log("web-0.log").matches("START RequestId").count(),
+        runs,
+        "no refused request ran"
+    );
+    stack.stop().await;
+}
+
+// ---- Seeded faults (lambdafusion-faults) ----
+
+fn plan(faults: Value) -> Value {
+    json!({"fault_plan": {"seed": 7, "faults": faults}})
+}
+
+#[tokio::test]
+async fn fault_throttle_invoke_answers_429_to_both_invocation_types() {
+    let stack = Stack::start_full(
+        json!([{"name": "f"}]),
+        json!([]),
+        plan(json!({"lambda.throttle_invoke": 1})),
+    )
+    .await;
+    let err = stack
+        .lambda
+        .invoke()
+        .function_name("f")
+        .payload(Blob::new("{}"))
+        .send()
+        .await
+        .unwrap_err()
+        .into_service_error();
+    assert!(err.is_too_many_requests_exception(), "{err:?}");
+    let err = stack
+        .lambda
+        .invoke()
+        .function_name("f")
+        .invocation_type(InvocationType::Event)
+        .payload(Blob::new("{}"))
+        .send()
+        .await
+        .unwrap_err()
+        .into_service_error();
+    assert!(err.is_too_many_requests_exception(), "{err:?}");
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(stack.starts("f").is_empty(), "nothing ran");
+    assert_eq!(stack.injected_count("lambda.throttle_invoke"), 2);
+    // The report route adds it up too.
+    let report: Value = stack
+        .http
+        .get(format!(
+            "http://{}/_lambdafusion/faults",
+            stack.emulator().invoke_addr
+        ))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(report["injected"]["lambda.throttle_invoke"], 2, "{report}");
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn fault_drop_event_accepts_and_never_runs() {
+    let stack = Stack::start_full(
+        json!([{"name": "f", "on_failure": "dest"}, {"name": "dest"}]),
+        json!([]),
+        plan(json!({"lambda.drop_event": 1})),
+    )
+    .await;
+    assert_eq!(stack.invoke_event("f", json!({"n": 1})).await, 202);
+    // Synchronous invocations are not events: they run.
+    assert_eq!(
+        stack.invoke("f", json!({"sync": 1})).await.function_error(),
+        None
+    );
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let starts = stack.starts("f");
+    assert_eq!(starts.len(), 1);
+    assert_eq!(starts[0]["event"], json!({"sync": 1}));
+    assert!(stack.starts("dest").is_empty(), "no destination record");
+    assert_eq!(stack.injected_count("lambda.drop_event"), 1);
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn fault_drop_to_destination_sends_the_event_unrun() {
+    let stack = Stack::start_full(
+        json!([{"name": "f", "on_failure": "dest"}, {"name": "dest"}]),
+        json!([]),
+        // Only events of `f`: the destination's own records have another key prefix,
+        // but with rate 1 they would be hit too; the plan's rate is per key.
+        plan(json!({"lambda.drop_to_destination": 1})),
+    )
+    .await;
+    assert_eq!(stack.invoke_event("f", json!({"n": 2})).await, 202);
+    // The record to `dest` is itself an event hit by the same fault; `dest` has no
+    // on_failure, so it is dropped there, after being counted.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert!(stack.starts("f").is_empty(), "never ran");
+    assert_eq!(stack.injected_count("lambda.drop_to_destination"), 2);
+    stack.stop().await;
+
+    // At a rate that spares the destination record (decided by key: seed 7 hits
+    // `f`'s first event and not the record), the record arrives.
+    let (stack, seed) = stack_sparing_destination().await;
+    assert_eq!(stack.invoke_event("f", json!({"n": 2})).await, 202);
+    wait_until("the destination record", Duration::from_secs(5), || {
+        !stack.starts("dest").is_empty()
+    })
+    .await;
+    let record = &stack.starts("dest")[0]["event"];
+    assert_eq!(
+        record["requestContext"]["condition"], "EventAgeExceeded",
+        "seed {seed}"
+    );
+    assert_eq!(record["requestContext"]["approximateInvokeCount"], 0);
+    assert_eq!(record["requestPayload"], json!({"n": 2}));
+    assert!(stack.starts("f").is_empty(), "never ran");
+    assert_eq!(stack.injected_count("lambda.drop_to_destination"), 1);
+    stack.stop().await;
+}
+
+/// A stack whose plan (`lambda.drop_to_destination` at 0.5) hits the first event
+/// `{"n": 2}` of `f` but not the destination record it produces: the seed is searched
+/// with the same decision function the emulator uses, so the test does not depend on
+/// one lucky constant.
+async fn stack_sparing_destination() -> (Stack, u64) {
+    use lambdafusion_faults::{FaultKind, FaultPlan};
+    let hash = |payload: &[u8]| lambdafusion_local::injection::payload_hash(payload);
+    let f_key = format!("f#0#{:016x}", hash(br#"{"n":2}"#));
+    for seed in 0..1000u64 {
+        let p = FaultPlan::parse(&format!(
+            r#"{{"seed": {seed}, "faults": {{"lambda.drop_to_destination": 0.5}}}}"#
+        ))
+        .unwrap();
+        if !p.fires(FaultKind::LambdaDropToDestination, &f_key) {
+            continue;
+        }
+        // The record's key depends on its content (request id and time are normalized).
+        let record = json!({
+            "version": "1.0", "timestamp": "2024-01-01T00:00:00.000Z",
+            "requestContext": {"requestId": "00000000-0000-0000-0000-000000000000",
+                "functionArn": format!("{ARN_PREFIX}f:$LATEST"), "condition": "EventAgeExceeded",
+                "approximateInvokeCount": 0},
+            "requestPayload": {"n": 2}});
+        let dest_key = format!("dest#0#{:016x}", hash(record.to_string().as_bytes()));
+        if p.fires(FaultKind::LambdaDropToDestination, &dest_key) {
+            continue;
+        }
+        let stack = Stack::start_full(
+            json!([{"name": "f", "on_failure": "dest"}, {"name": "dest"}]),
+            json!([]),
+            json!({"fault_plan": {"seed": seed, "faults": {"lambda.drop_to_destination": 0.5}}}),
+        )
+        .await;
+        return (stack, seed);
+    }
+    panic!("no seed in 0..1000 hits the event and spares the record");
+}
+
+#[tokio::test]
+async fn fault_duplicate_event_runs_it_twice() {
+    let stack = Stack::start_full(
+        json!([{"name": "f", "instances": 2}]),
+        json!([]),
+        plan(json!({"lambda.duplicate_event": 1})),
+    )
+    .await;
+    assert_eq!(stack.invoke_event("f", json!({"n": 3})).await, 202);
+    wait_until("two runs", Duration::from_secs(5), || {
+        stack
+            .records("f")
+            .iter()
+            .filter(|r| r["t"] == "end")
+            .count()
+            == 2
+    })
+    .await;
+    let starts = stack.starts("f");
+    assert!(starts.iter().all(|s| s["event"] == json!({"n": 3})));
+    assert_eq!(
+        starts[0]["request_id"], starts[1]["request_id"],
+        "the same event, delivered twice"
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(stack.starts("f").len(), 2, "not three times");
+    assert_eq!(stack.injected_count("lambda.duplicate_event"), 1);
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn fault_delay_event_holds_it_back() {
+    let stack = Stack::start_full(
+        json!([{"name": "f"}]),
+        json!([]),
+        plan(json!({"lambda.delay_event": {"ms": 700, "max_ms": 900}})),
+    )
+    .await;
+    let sent = lambdafusion_local::time::now_ms();
+    assert_eq!(stack.invoke_event("f", json!({"n": 4})).await, 202);
+    wait_until("the delayed run", Duration::from_secs(5), || {
+        !stack.starts("f").is_empty()
+    })
+    .await;
+    let started = stack.starts("f")[0]["ms"].as_u64().unwrap();
+    assert!(
+        (700..2000).contains(&(started - sent)),
+        "ran {} ms after it was sent",
+        started - sent
+    );
+    assert_eq!(stack.injected_count("lambda.delay_event"), 1);
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn fault_cold_start_replaces_the_environment_and_pays_its_delay() {
+    let stack = Stack::start_full(
+        json!([{"name": "f", "timeout_secs": 10}]),
+        json!([]),
+        plan(json!({"lambda.cold_start": {"ms": 400}})),
+    )
+    .await;
+    // One process started at start-up: the warm one.
+    let log = stack.log("f-0.log");
+    assert_eq!(log.matches("starting f instance 0").count(), 1, "{log}");
+    let mut pids = Vec::new();
+    for i in 0..2 {
+        let started = Instant::now();
+        let out = stack.invoke("f", json!({"i": i})).await;
+        assert!(
+            started.elapsed() >= Duration::from_millis(400),
+            "paid the cold start"
+        );
+        assert_eq!(out.function_error(), None);
+        pids.push(payload_json(&out)["pid"].clone());
+    }
+    assert_ne!(pids[0], pids[1], "every invocation on a fresh process");
+    let log = stack.log("f-0.log");
+    assert_eq!(log.matches("starting f instance 0").count(), 3, "{log}");
+    assert_eq!(log.matches("Init Duration:").count(), 2, "{log}");
+    assert_eq!(stack.injected_count("lambda.cold_start"), 2);
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn fault_concurrency_limit_throttles_sync_and_holds_events() {
+    let stack = Stack::start_full(
+        json!([{"name": "f", "instances": 3, "timeout_secs": 10}]),
+        json!([]),
+        plan(json!({"lambda.concurrency_limit": {"limit": 1}})),
+    )
+    .await;
+    let busy = stack.invoke("f", json!({"action": "sleep", "ms": 800}));
+    let others = async {
+        wait_until("the first to run", Duration::from_secs(5), || {
+            !stack.starts("f").is_empty()
+        })
+        .await;
+        let err = stack
+            .lambda
+            .invoke()
+            .function_name("f")
+            .payload(Blob::new("{}"))
+            .send()
+            .await
+            .unwrap_err()
+            .into_service_error();
+        assert!(err.is_too_many_requests_exception(), "{err:?}");
+        assert_eq!(stack.invoke_event("f", json!({"event": 1})).await, 202);
+    };
+    let (out, ()) = tokio::join!(busy, others);
+    assert_eq!(out.function_error(), None);
+    wait_until("the held event", Duration::from_secs(5), || {
+        stack.starts("f").len() == 2
+    })
+    .await;
+    let records = stack.records("f");
+    let end_first = records
+        .iter()
+        .find(|r| r["t"] == "end" && r["event"]["action"] == "sleep")
+        .unwrap()["ms"]
+        .as_u64()
+        .unwrap();
+    let start_event = records
+        .iter()
+        .find(|r| r["t"] == "start" && r["event"] == json!({"event": 1}))
+        .unwrap()["ms"]
+        .as_u64()
+        .unwrap();
+    assert!(start_event >= end_first, "the event waited for the limit");
+    assert_eq!(stack.injected_count("lambda.concurrency_limit"), 2);
+    stack.stop().await;
+}
+
+/// Same seed, same events: same faults, even though the events carry fresh ids (they
+/// are normalized out of the keys) and arrive in another order.
+#[tokio::test]
+async fn faults_are_the_same_on_every_run() {
+    async fn run(order: &[usize]) -> Vec<usize> {
+        let stack = Stack::start_full(
+            json!([{"name": "f", "instances": 2}]),
+            json!([]),
+            json!({"fault_plan": {"seed": 11, "faults": {"lambda.drop_event": 0.5}}}),
+        )
+        .await;
+        for &i in order {
+            let id = uuid::Uuid::new_v4().simple().to_string();
+            assert_eq!(
+                stack.invoke_event("f", json!({"task": i, "job": id})).await,
+                202
+            );
+        }
+        let dropped = stack.injected_count("lambda.drop_event") as usize;
+        wait_until("the kept events", Duration::from_secs(10), || {
+            stack
+                .records("f")
+                .iter()
+                .filter(|r| r["t"] == "end")
+                .count()
+                == order.len() - dropped
+        })
+        .await;
+        let mut ran: Vec<usize> = stack
+            .starts("f")
+            .iter()
+            .map(|s| s["event"]["task"].as_u64().unwrap() as usize)
+            .collect();
+        ran.sort();
+        stack.stop().await;
+        ran
+    }
+    let forward: Vec<usize> = (0..16).collect();
+    let backward: Vec<usize> = (0..16).rev().collect();
+    let first = run(&forward).await;
+    let second = run(&backward).await;
+    assert_eq!(first, second);
+    assert!(
+        !first.is_empty() && first.len() < 16,
+        "rate 0.5 drops some: {first:?}"
+    );
+}
+
+/// Starts moto_server on a free port; `None` (the caller skips) when it is not installed.
+async fn start_moto(test: &str) -> Option<(KillOnDrop, String, tempfile::NamedTempFile)> {
+    let Some(moto) = find_moto_server() else {
+        eprintln!(
+            "SKIPPED {test}: no moto_server (set MOTO_SERVER or VENV, or run scripts/test.sh, \
+             which installs it into .venv)"
+        );
+        return None;
+    };
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let log = tempfile::NamedTempFile::new().unwrap();
+    let child = KillOnDrop(
+        std::process::Command::new(&moto)
+            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
+            .stdout(log.reopen().unwrap())
+            .stderr(log.reopen().unwrap())
+            .spawn()
+            .unwrap(),
+    );
+    let endpoint = format!("http://127.0.0.1:{port}");
+    let http = http_client();
+    let start = Instant::now();
+    while http
+        .get(format!("{endpoint}/moto-api/"))
+        .send()
+        .await
+        .is_err()
+    {
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "moto_server did not start"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Some((child, endpoint, log))
+}
+
+/// The batches a stream-triggered function received: (start ms, end ms, pks).
+fn stream_batches(stack: &Stack, function: &str) -> Vec<(u64, u64, Vec<String>)> {
+    let records = stack.records(function);
+    records
+        .iter()
+        .filter(|r| r["t"] == "start")
+        .map(|start| {
+            let end = records
+                .iter()
+                .find(|r| r["t"] == "end" && r["request_id"] == start["request_id"])
+                .map(|r| r["ms"].as_u64().unwrap())
+                .unwrap_or(u64::MAX);
+            let pks = start["event"]["Records"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    r["dynamodb"]["Keys"]["pk"]["S"]
+                        .as_str()
+                        .unwrap()
+                        .to_string()
+                        + "/"
+                        + r["dynamodb"]["Keys"]["sk"]["S"].as_str().unwrap()
+                })
+                .collect();
+            (start["ms"].as_u64().unwrap(), end, pks)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn stream_parallelization_factor_and_bad_batch_responses_with_moto() {
+    let Some((_moto, endpoint, _log)) =
+        start_moto("stream_parallelization_factor_and_bad_batch_responses_with_moto").await
+    else {
+        return;
+    };
+    let ddb = dynamodb_client(&endpoint);
+    use aws_sdk_dynamodb::types::AttributeValue;
+    create_table(&ddb, "p").await;
+    create_table(&ddb, "r").await;
+    let stack = Stack::start_with(
+        json!([{"name": "par", "instances": 4, "timeout_secs": 10}, {"name": "bad", "timeout_secs": 10}]),
+        json!([
+            {"table": "p", "function": "par", "dynamodb_endpoint": endpoint, "batch_size": 2,
+             "poll_interval_ms": 100, "parallelization_factor": 4},
+            {"table": "r", "function": "bad", "dynamodb_endpoint": endpoint,
+             "poll_interval_ms": 100, "maximum_retry_attempts": 1}
+        ]),
+    )
+    .await;
+    // 8 partition keys x 3 versions, interleaved; each batch takes 150 ms.
+    for version in 0..3 {
+        for key in 0..8 {
+            ddb.put_item()
+                .table_name("p")
+                .item("pk", AttributeValue::S(format!("K{key}")))
+                .item("sk", AttributeValue::S(format!("v{version}")))
+                .item("sleep_ms", AttributeValue::N("150".into()))
+                .send()
+                .await
+                .unwrap();
+        }
+    }
+    ddb.put_item()
+        .table_name("r")
+        .item("pk", AttributeValue::S("badresp-1".into()))
+        .item("sk", AttributeValue::S("x".into()))
+        .send()
+        .await
+        .unwrap();
+
+    wait_until("all 24 records", Duration::from_secs(30), || {
+        stream_batches(&stack, "par")
+            .iter()
+            .filter(|b| b.1 != u64::MAX)
+            .map(|b| b.2.len())
+            .sum::<usize>()
+            == 24
+    })
+    .await;
+    let batches = stream_batches(&stack, "par");
+    // Per partition key: every version once, in order.
+    let mut seen: std::collections::BTreeMap<String, Vec<String>> = Default::default();
+    let mut by_start = batches.clone();
+    by_start.sort_by_key(|b| b.0);
+    for (_, _, pks) in &by_start {
+        for pk_sk in pks {
+            let (pk, sk) = pk_sk.split_once('/').unwrap();
+            seen.entry(pk.to_string()).or_default().push(sk.to_string());
+        }
+    }
+    assert_eq!(seen.len(), 8);
+    for (pk, versions) in &seen {
+        assert_eq!(versions, &["v0", "v1", "v2"], "order of {pk}");
+    }
+    // No key in two batches that overlap in time; and batches did run side by side.
+    let keys = |b: &(u64, u64, Vec<String>)| -> std::collections::BTreeSet<String> {
+        b.2.iter()
+            .map(|x| x.split_once('/').unwrap().0.to_string())
+            .collect()
+    };
+    let mut concurrent_pairs = 0;
+    for (i, a) in batches.iter().enumerate() {
+        for b in &batches[i + 1..] {
+            let overlap = a.0 < b.1 && b.0 < a.1;
+            if overlap {
+                concurrent_pairs += 1;
+                assert!(
+                    keys(a).is_disjoint(&keys(b)),
+                    "a key in two concurrent batches: {a:?} {b:?}"
+                );
+            }
+        }
+    }
+    assert!(
+        concurrent_pairs > 0,
+        "parallelization factor 4 ran batches concurrently"
+    );
+
+    // A JSON response that is not a batch response fails the whole batch: delivered,
+    // retried once, then given up.
+    wait_until(
+        "the bad response to be given up",
+        Duration::from_secs(20),
+        || stack.log("stream-failures.log").contains("badresp-1"),
+    )
+    .await;
+    assert_eq!(stream_batches(&stack, "bad").len(), 2);
+    let failure: Value = serde_json::from_str(
+        stack
+            .log("stream-failures.log")
+            .lines()
+            .find(|l| l.contains("badresp-1"))
+            .unwrap(),
+    )
+    .unwrap();
+    assert!(
+        failure["reason"]
+            .as_str()
+            .unwrap()
+            .contains("not a batch response object"),
+        "{failure}"
+    );
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn stream_faults_split_delay_and_duplicate_with_moto() {
+    let Some((_moto, endpoint, _log)) =
+        start_moto("stream_faults_split_delay_and_duplicate_with_moto").await
+    else {
+        return;
+    };
+    let ddb = dynamodb_client(&endpoint);
+    use aws_sdk_dynamodb::types::AttributeValue;
+    create_table(&ddb, "f").await;
+    for i in 1..=4 {
+        ddb.put_item()
+            .table_name("f")
+            .item("pk", AttributeValue::S(format!("r{i}")))
+            .item("sk", AttributeValue::S("x".into()))
+            .send()
+            .await
+            .unwrap();
+    }
+    let stack = Stack::start_full(
+        json!([{"name": "sink", "timeout_secs": 10}]),
+        json!([{"table": "f", "function": "sink", "dynamodb_endpoint": endpoint,
+                "batch_size": 10, "poll_interval_ms": 100, "starting_position": "TRIM_HORIZON"}]),
+        plan(json!({
+            "streams.split_batch": 1,
+            "streams.delay_record": {"ms": 300},
+            "streams.duplicate_record": 1
+        })),
+    )
+    .await;
+    wait_until("the duplicates", Duration::from_secs(20), || {
+        stream_batches(&stack, "sink")
+            .iter()
+            .filter(|b| b.1 != u64::MAX)
+            .count()
+            == 4
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let batches: Vec<Vec<String>> = stream_batches(&stack, "sink")
+        .into_iter()
+        .map(|b| b.2)
+        .collect();
+    // The batch of 4 is split in two; each record comes again, once, in a later batch
+    // (the copies form a batch of their own, split again; copies are not copied).
+    assert_eq!(
+        batches,
+        [
+            vec!["r1/x", "r2/x"],
+            vec!["r3/x", "r4/x"],
+            vec!["r1/x", "r2/x"],
+            vec!["r3/x", "r4/x"],
+        ]
+    );
+    let injected = stack.injected();
+    assert_eq!(injected["streams.split_batch"], 2, "{injected:?}");
+    assert_eq!(injected["streams.delay_record"], 2, "{injected:?}");
+    assert_eq!(injected["streams.duplicate_record"], 4, "{injected:?}");
+    stack.stop().await;
 }

@@ -3,17 +3,25 @@
 //! functions).
 //!
 //! With `TESTFN_MODE=http` it is a `lambda_http` function that echoes the request as
-//! JSON (status 201, header `x-testfn: yes`); `GET /binary` answers 4 binary bytes and
-//! `/error` fails.
+//! JSON (status 201, header `x-testfn: yes`, the caller's ARN from
+//! `requestContext.authorizer.iam` as `caller_arn`); `GET /binary` answers 4 binary
+//! bytes, `/error` fails, `/sleep?ms=N` sleeps first.
 //! Otherwise it handles plain JSON events by their `action`:
 //!
-//! * `echo` (default): returns `{"echo": <event>, "pid", "request_id", "function", "arn"}`;
+//! * `echo` (default): returns `{"echo": <event>, "pid", "request_id", "function", "arn",
+//!   "tmpdir"}`;
 //! * `error`: fails with errorType `TestError` and the event's `message`;
 //! * `exit`: exits the process with `code` (default 3) mid-invocation;
 //! * `sleep`: sleeps `ms` milliseconds, then echoes;
-//! * an event with `Records` (a stream batch): fails as a whole if a record's
-//!   `NewImage.pk.S` starts with `error`, else reports the records whose `pk` starts
-//!   with `fail` in `batchItemFailures`.
+//! * `alloc`: allocates and touches `mb` MB, holds them `hold_ms`, then echoes (a memory
+//!   hog);
+//! * `fill_tmp`: creates the file `name` of `mb` MB (sparse) in its temp directory
+//!   (`TMPDIR`), then echoes;
+//! * `ls_tmp`: echoes with `files`, the names in its temp directory;
+//! * an event with `Records` (a stream batch): sleeps the largest `NewImage.sleep_ms.N`
+//!   of the batch, fails as a whole if a record's `NewImage.pk.S` starts with `error`,
+//!   answers a JSON string (not a batch response) if one starts with `badresp`, else
+//!   reports the records whose `pk` starts with `fail` in `batchItemFailures`.
 //!
 //! When `TESTFN_RECORD_FILE` is set, every invocation appends a JSON line
 //! `{"t": "start"|"end", "ms", "pid", "request_id", "event"}` to it.
@@ -60,11 +68,22 @@ async fn act(payload: &Value, ctx: &lambda_runtime::Context) -> Result<Value, Di
                 .unwrap_or("")
                 .to_string()
         };
+        let sleep_ms = records
+            .iter()
+            .filter_map(|r| r["dynamodb"]["NewImage"]["sleep_ms"]["N"].as_str())
+            .filter_map(|n| n.parse::<u64>().ok())
+            .max();
+        if let Some(ms) = sleep_ms {
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+        }
         if records.iter().any(|r| pk(r).starts_with("error")) {
             return Err(Diagnostic {
                 error_type: "BatchError".into(),
                 error_message: "a record of this batch is poison".into(),
             });
+        }
+        if records.iter().any(|r| pk(r).starts_with("badresp")) {
+            return Ok(json!("this is not a batch response"));
         }
         let failures: Vec<Value> = records
             .iter()
@@ -92,6 +111,43 @@ async fn act(payload: &Value, ctx: &lambda_runtime::Context) -> Result<Value, Di
             tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
             Ok(echo(payload, ctx))
         }
+        "alloc" => {
+            let mb = payload["mb"].as_u64().unwrap_or(1) as usize;
+            let mut hog = vec![0u8; mb * 1024 * 1024];
+            for page in hog.chunks_mut(4096) {
+                page[0] = 1; // touch every page so it is resident
+            }
+            let ms = payload["hold_ms"].as_u64().unwrap_or(0);
+            tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            std::hint::black_box(&hog);
+            Ok(echo(payload, ctx))
+        }
+        "fill_tmp" => {
+            let mb = payload["mb"].as_u64().unwrap_or(1);
+            let name = payload["name"].as_str().unwrap_or("fill");
+            let file = std::fs::File::create(std::env::temp_dir().join(name))
+                .and_then(|f| f.set_len(mb * 1024 * 1024));
+            if let Err(e) = file {
+                return Err(Diagnostic {
+                    error_type: "TmpError".into(),
+                    error_message: e.to_string(),
+                });
+            }
+            Ok(echo(payload, ctx))
+        }
+        "ls_tmp" => {
+            let mut files: Vec<String> = std::fs::read_dir(std::env::temp_dir())
+                .map(|d| {
+                    d.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default();
+            files.sort();
+            let mut doc = echo(payload, ctx);
+            doc["files"] = json!(files);
+            Ok(doc)
+        }
         _ => Ok(echo(payload, ctx)),
     }
 }
@@ -105,6 +161,7 @@ fn echo(payload: &Value, ctx: &lambda_runtime::Context) -> Value {
         "arn": ctx.invoked_function_arn,
         "deadline": ctx.deadline,
         "client_context": ctx.client_context.as_ref().map(|c| c.custom.clone()),
+        "tmpdir": std::env::temp_dir(),
     })
 }
 
@@ -114,6 +171,14 @@ async fn handle_http(
     use lambda_http::RequestExt;
     if req.uri().path() == "/error" {
         return Err("the handler failed on purpose".into());
+    }
+    if req.uri().path() == "/sleep" {
+        let ms = req
+            .query_string_parameters_ref()
+            .and_then(|q| q.first("ms"))
+            .and_then(|ms| ms.parse::<u64>().ok())
+            .unwrap_or(100);
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
     }
     if req.uri().path() == "/binary" {
         return Ok(lambda_http::Response::builder()
@@ -139,12 +204,37 @@ async fn handle_http(
         "body": body,
         "x_test": req.headers().get("x-test").and_then(|v| v.to_str().ok()),
         "request_id": req.lambda_context_ref().map(|c| c.request_id.clone()),
+        "caller_arn": iam(&req).and_then(|i| i.user_arn.clone()),
+        "iam": iam(&req),
+        "account_id": account_id(&req),
     });
     Ok(lambda_http::Response::builder()
         .status(201)
         .header("content-type", "application/json")
         .header("x-testfn", "yes")
         .body(lambda_http::Body::Text(doc.to_string()))?)
+}
+
+/// `requestContext.authorizer.iam`, set by function URLs with IAM auth.
+fn iam(
+    req: &lambda_http::Request,
+) -> Option<&lambda_http::aws_lambda_events::apigw::ApiGatewayRequestAuthorizerIamDescription> {
+    use lambda_http::request::RequestContext;
+    use lambda_http::RequestExt;
+    match req.request_context_ref()? {
+        RequestContext::ApiGatewayV2(ctx) => ctx.authorizer.as_ref()?.iam.as_ref(),
+        _ => None,
+    }
+}
+
+/// `requestContext.accountId`.
+fn account_id(req: &lambda_http::Request) -> Option<String> {
+    use lambda_http::request::RequestContext;
+    use lambda_http::RequestExt;
+    match req.request_context_ref()? {
+        RequestContext::ApiGatewayV2(ctx) => ctx.account_id.clone(),
+        _ => None,
+    }
 }
 
 #[tokio::main]
