@@ -111,26 +111,73 @@ impl AwsSettings {
         }
         engine.max_response_bytes =
             Some(number(ENV_MAX_RESPONSE_BYTES)?.unwrap_or(4 * 1024 * 1024) as usize);
-        if let Some(v) = get(ENV_DATA_BUCKETS) {
-            engine.allowed_locations = v
-                .split(',')
-                .map(str::trim)
-                .filter(|b| !b.is_empty())
-                .map(|b| {
-                    if b.contains("://") {
-                        b.to_string()
-                    } else {
-                        format!("s3://{b}")
-                    }
+        let list = |k: &'static str| -> Vec<String> {
+            get(k)
+                .map(|v| {
+                    v.split(',')
+                        .map(str::trim)
+                        .filter(|x| !x.is_empty())
+                        .map(str::to_string)
+                        .collect()
                 })
-                .collect();
+                .unwrap_or_default()
+        };
+        let mut data_locations = Vec::new();
+        for location in list(ENV_DATA_BUCKETS) {
+            let location = match location.split_once("://") {
+                None => format!("s3://{location}"),
+                Some(("s3", rest)) if !rest.is_empty() => location.clone(),
+                Some(_) => {
+                    return Err(ConfigError::Invalid {
+                        var: ENV_DATA_BUCKETS,
+                        value: location,
+                        reason: "data locations are S3 buckets (`bucket`, `bucket/prefix` or \
+                                 `s3://bucket/prefix`); a function's local file system is never \
+                                 readable"
+                            .into(),
+                    })
+                }
+            };
+            data_locations.push(location.trim_end_matches('/').to_string());
+        }
+        engine.access.data_locations = data_locations;
+        engine.access.location_setting = format!("{ENV_DATA_BUCKETS} (Terraform: data_buckets)");
+        engine.access.admins = list(ENV_ADMIN_PRINCIPALS);
+        engine.access.catalog_writers = get(ENV_CATALOG_WRITERS).map(|_| list(ENV_CATALOG_WRITERS));
+        if let Some(v) = number(ENV_MAX_PRESIGN_SECS)? {
+            // SigV4 presigned URLs live at most 7 days.
+            if v == 0 || v > 604_800 {
+                return Err(ConfigError::Invalid {
+                    var: ENV_MAX_PRESIGN_SECS,
+                    value: v.to_string(),
+                    reason: "must be 1 to 604800 seconds (SigV4's limit)".into(),
+                });
+            }
+            engine.access.max_presign = Duration::from_secs(v);
+        }
+        if let Some(v) = number(ENV_MAX_QUERY_SECONDS)? {
+            engine = engine.with_max_query_time(Duration::from_secs(v.max(1)));
+        }
+        if let Some(v) = number(ENV_DISPATCH_DEADLINE_SECS)? {
+            engine.dispatch_deadline = Duration::from_secs(v.max(1));
+        }
+        if let Some(v) = number(ENV_SWEEP_BUDGET_SECS)? {
+            engine.sweep_budget = Duration::from_secs(v.max(1));
         }
         // A DynamoDB item holds at most 400 KB; base64 makes a plan a third larger.
         engine.inline_plan_limit = engine.inline_plan_limit.min(192 * 1024);
+        let table = required(ENV_TABLE)?;
+        let bucket = required(ENV_BUCKET)?;
+        let prefix = get(ENV_PREFIX).unwrap_or_else(|| "lambdafusion".into());
+        // The deployment's own shuffle and result objects are never a table.
+        engine
+            .access
+            .reserved_locations
+            .push(format!("s3://{bucket}/{}", prefix.trim_matches('/')));
         let settings = Self {
-            table: required(ENV_TABLE)?,
-            bucket: required(ENV_BUCKET)?,
-            prefix: get(ENV_PREFIX).unwrap_or_else(|| "lambdafusion".into()),
+            table,
+            bucket,
+            prefix,
             executor_function: get(ENV_EXECUTOR_FUNCTION),
             scheduler_function: get(ENV_SCHEDULER_FUNCTION),
             engine,
@@ -223,9 +270,85 @@ mod tests {
         );
         let s = AwsSettings::from_lookup(
             Role::Executor,
-            lookup(&[&base[..], &[(ENV_DATA_BUCKETS, "s3://lake, raw")]].concat()),
+            lookup(&[&base[..], &[(ENV_DATA_BUCKETS, "s3://lake, raw/tables/")]].concat()),
         )
         .unwrap();
-        assert_eq!(s.engine.allowed_locations, vec!["s3://lake", "s3://raw"]);
+        assert_eq!(
+            s.engine.access.data_locations,
+            vec!["s3://lake", "s3://raw/tables"]
+        );
+        assert_eq!(
+            s.engine.access.reserved_locations,
+            vec!["s3://b/lambdafusion"]
+        );
+        assert!(s.engine.access.catalog_writers.is_none());
+        assert_eq!(s.engine.access.max_presign, Duration::from_secs(900));
+        let err = AwsSettings::from_lookup(
+            Role::Executor,
+            lookup(&[&base[..], &[(ENV_DATA_BUCKETS, "lake,file:///etc")]].concat()),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("local file system"), "{err}");
+    }
+
+    #[test]
+    fn access_settings_are_read() {
+        let base = [
+            (ENV_TABLE, "t"),
+            (ENV_BUCKET, "b"),
+            (ENV_EXECUTOR_FUNCTION, "e"),
+        ];
+        let s = AwsSettings::from_lookup(Role::Scheduler, lookup(&base)).unwrap();
+        assert!(
+            s.engine.access.data_locations.is_empty(),
+            "no bucket by default"
+        );
+        assert!(s
+            .engine
+            .access
+            .check_location("s3://anything/x")
+            .unwrap_err()
+            .to_string()
+            .contains(ENV_DATA_BUCKETS));
+        let s = AwsSettings::from_lookup(
+            Role::Scheduler,
+            lookup(
+                &[
+                    &base[..],
+                    &[
+                        (ENV_ADMIN_PRINCIPALS, "arn:a, arn:b"),
+                        (ENV_CATALOG_WRITERS, "arn:w"),
+                        (ENV_MAX_PRESIGN_SECS, "60"),
+                        (ENV_MAX_QUERY_SECONDS, "120"),
+                        (ENV_DATA_BUCKETS, "b"),
+                    ],
+                ]
+                .concat(),
+            ),
+        )
+        .unwrap();
+        assert_eq!(s.engine.access.admins, vec!["arn:a", "arn:b"]);
+        assert_eq!(s.engine.access.catalog_writers, Some(vec!["arn:w".into()]));
+        assert_eq!(s.engine.access.max_presign, Duration::from_secs(60));
+        assert_eq!(s.engine.max_query_time, Duration::from_secs(120));
+        let e = s
+            .engine
+            .access
+            .check_location("s3://b/lambdafusion/jobs/x/")
+            .unwrap_err();
+        assert!(e.to_string().contains("shuffle"), "{e}");
+        assert!(s.engine.access.check_location("s3://b/tables/t/").is_ok());
+        let err = AwsSettings::from_lookup(
+            Role::Scheduler,
+            lookup(&[&base[..], &[(ENV_MAX_PRESIGN_SECS, "999999")]].concat()),
+        )
+        .unwrap_err();
+        assert!(matches!(
+            err,
+            ConfigError::Invalid {
+                var: ENV_MAX_PRESIGN_SECS,
+                ..
+            }
+        ));
     }
 }

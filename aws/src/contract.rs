@@ -31,9 +31,32 @@ pub const ENV_DISPATCH_CONCURRENCY: &str = "LAMBDAFUSION_DISPATCH_CONCURRENCY";
 pub const ENV_JOB_TTL_DAYS: &str = "LAMBDAFUSION_JOB_TTL_DAYS";
 /// Whether an executor that completes a stage wakes the scheduler at once (optional, default true).
 pub const ENV_FAST_PATH: &str = "LAMBDAFUSION_FAST_PATH";
-/// Comma-separated buckets (`s3://bucket` or `bucket`) tables may be created on; the IAM
-/// policy lets the functions read exactly these. Unset: any location (optional).
+/// Comma-separated S3 locations tables may be created on (`bucket`, `bucket/prefix` or
+/// `s3://bucket/prefix`); the IAM policy lets the functions read exactly these buckets.
+/// Unset or empty: no location at all (optional). Local paths are refused: a function's
+/// file system is never readable from SQL.
 pub const ENV_DATA_BUCKETS: &str = "LAMBDAFUSION_DATA_BUCKETS";
+/// Comma-separated principal ARNs (or JWT subjects) that may read and cancel every
+/// caller's queries; everyone else sees only their own (optional, default none).
+pub const ENV_ADMIN_PRINCIPALS: &str = "LAMBDAFUSION_ADMIN_PRINCIPALS";
+/// Comma-separated principal ARNs (or JWT subjects) that may create and drop tables
+/// (optional; unset: every caller may).
+pub const ENV_CATALOG_WRITERS: &str = "LAMBDAFUSION_CATALOG_WRITERS";
+/// Longest lifetime of a presigned result download URL, in seconds (optional, default
+/// 900, at most 604800).
+pub const ENV_MAX_PRESIGN_SECS: &str = "LAMBDAFUSION_MAX_PRESIGN_SECS";
+/// Longest a query may run, in seconds; a request may ask for less (optional, default
+/// 3600).
+pub const ENV_MAX_QUERY_SECONDS: &str = "LAMBDAFUSION_MAX_QUERY_SECONDS";
+/// Seconds after which a claimed stage or retried attempt whose invocations were not all
+/// confirmed is dispatched again (optional, default 30).
+pub const ENV_DISPATCH_DEADLINE_SECS: &str = "LAMBDAFUSION_DISPATCH_DEADLINE_SECS";
+/// Seconds one sweep may spend before it stops and leaves a bookmark for the next
+/// (optional, default 20; keep it below the scheduler's timeout).
+pub const ENV_SWEEP_BUDGET_SECS: &str = "LAMBDAFUSION_SWEEP_BUDGET_SECS";
+/// The seeded fault plan (JSON or a file path; see `lambdafusion-faults`) — for the
+/// local stack's failure tests only; never set it in a deployment (optional).
+pub const ENV_FAULTS: &str = "LAMBDAFUSION_FAULTS";
 
 /// Largest result the API returns in one response (optional, default 4 MiB: a Lambda
 /// response carries 6 MB, base64 for binary formats); larger ones are downloaded through
@@ -59,6 +82,12 @@ pub const ALL_ENV: &[&str] = &[
     ENV_JOB_TTL_DAYS,
     ENV_FAST_PATH,
     ENV_DATA_BUCKETS,
+    ENV_ADMIN_PRINCIPALS,
+    ENV_CATALOG_WRITERS,
+    ENV_MAX_PRESIGN_SECS,
+    ENV_MAX_QUERY_SECONDS,
+    ENV_DISPATCH_DEADLINE_SECS,
+    ENV_SWEEP_BUDGET_SECS,
     ENV_MAX_RESPONSE_BYTES,
 ];
 

@@ -4,6 +4,8 @@
 //! destination record), and fast-path wake-ups.
 
 use aws_lambda_events::event::dynamodb::Event as StreamEvent;
+use lambda_http::request::RequestContext;
+use lambdafusion::access::Caller;
 use lambdafusion::dispatch::TaskSpec;
 use serde_json::Value;
 
@@ -100,6 +102,34 @@ impl SchedulerEvent {
     }
 }
 
+/// Principal of callers no authorizer identified (an API without authorization): they
+/// share one identity, so they see one another's queries — deploy with IAM or JWT auth.
+pub const ANONYMOUS: &str = "anonymous";
+
+/// The caller of an HTTP request, from its request context: the IAM principal ARN
+/// (`authorizer.iam.userArn`: API Gateway with IAM auth, or a function URL with
+/// `AWS_IAM`), else the JWT subject (`authorizer.jwt.claims.sub`), else
+/// [`ANONYMOUS`].
+pub fn caller_of(context: Option<&RequestContext>) -> Caller {
+    #[allow(irrefutable_let_patterns)]
+    let Some(RequestContext::ApiGatewayV2(context)) = context
+    else {
+        return Caller(ANONYMOUS.into());
+    };
+    let authorizer = context.authorizer.as_ref();
+    let iam = authorizer
+        .and_then(|a| a.iam.as_ref())
+        .and_then(|iam| iam.user_arn.clone().or_else(|| iam.caller_id.clone()));
+    let jwt = authorizer
+        .and_then(|a| a.jwt.as_ref())
+        .and_then(|jwt| jwt.claims.get("sub").cloned());
+    Caller(
+        iam.or(jwt)
+            .filter(|p| !p.is_empty())
+            .unwrap_or_else(|| ANONYMOUS.into()),
+    )
+}
+
 fn type_name(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -159,6 +189,33 @@ mod tests {
             SchedulerEvent::classify(http),
             Ok(SchedulerEvent::Http(_))
         ));
+    }
+
+    fn context(authorizer: Value) -> RequestContext {
+        let event = json!({"version": "2.0", "routeKey": "$default", "rawPath": "/v1/queries",
+            "rawQueryString": "", "headers": {}, "isBase64Encoded": false,
+            "requestContext": {"accountId": "1", "apiId": "a", "domainName": "d", "domainPrefix": "d",
+                "http": {"method": "GET", "path": "/v1/queries", "protocol": "HTTP/1.1",
+                         "sourceIp": "127.0.0.1", "userAgent": "t"},
+                "requestId": "r", "routeKey": "$default", "stage": "$default", "time": "t",
+                "timeEpoch": 0, "authorizer": authorizer}});
+        let request: lambda_http::request::LambdaRequest = serde_json::from_value(event).unwrap();
+        let request: lambda_http::Request = request.into();
+        use lambda_http::RequestExt;
+        request.request_context()
+    }
+
+    #[test]
+    fn the_caller_is_the_authorizers_principal() {
+        let iam = context(
+            json!({"iam": {"accessKey": "AK", "accountId": "1", "callerId": "AID",
+            "userArn": "arn:aws:iam::1:user/alice", "userId": "AID"}}),
+        );
+        assert_eq!(caller_of(Some(&iam)).0, "arn:aws:iam::1:user/alice");
+        let jwt = context(json!({"jwt": {"claims": {"sub": "user-42"}, "scopes": []}}));
+        assert_eq!(caller_of(Some(&jwt)).0, "user-42");
+        assert_eq!(caller_of(Some(&context(json!(null)))).0, ANONYMOUS);
+        assert_eq!(caller_of(None).0, ANONYMOUS);
     }
 
     #[test]

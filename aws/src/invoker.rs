@@ -16,6 +16,8 @@ use serde::Serialize;
 use tokio::sync::Semaphore;
 use tracing::debug;
 
+use crate::backoff::Backoff;
+
 /// Largest payload of an asynchronous invocation.
 pub const MAX_ASYNC_PAYLOAD: usize = 1024 * 1024;
 /// Invocation attempts when Lambda throttles.
@@ -57,7 +59,7 @@ impl LambdaInvoker {
     async fn invoke_event(&self, function: &str, payload: &impl Serialize) -> Result<()> {
         let body = serde_json::to_vec(payload).map_err(|e| Error::Internal(e.to_string()))?;
         if body.len() > MAX_ASYNC_PAYLOAD {
-            return Err(Error::Invoke(format!(
+            return Err(Error::invoke(format!(
                 "payload of {} bytes for {function} exceeds the {MAX_ASYNC_PAYLOAD}-byte limit of asynchronous invocations",
                 body.len()
             )));
@@ -68,7 +70,7 @@ impl LambdaInvoker {
             .await
             .map_err(|_| Error::Internal("invoker closed".into()))?;
         let blob = Blob::new(body);
-        let mut backoff = Backoff::new();
+        let mut backoff = Backoff::new(Duration::from_millis(50), Duration::from_secs(5));
         loop {
             crate::metrics::count(crate::metrics::Request::LambdaInvoke);
             let result = self
@@ -82,24 +84,49 @@ impl LambdaInvoker {
             match result {
                 Ok(out) if out.function_error().is_none() => return Ok(()),
                 Ok(out) => {
-                    return Err(Error::Invoke(format!(
+                    return Err(Error::invoke(format!(
                         "{function} refused the event: {}",
                         out.function_error().unwrap_or_default()
                     )))
                 }
                 Err(e) if is_throttle(&e) && backoff.attempt < THROTTLE_ATTEMPTS => {
-                    let pause = backoff.next();
+                    let pause = backoff.next_pause();
                     debug!(function, ?pause, "throttled; backing off");
                     tokio::time::sleep(pause).await;
                 }
+                // Still throttled, or Lambda failing: nothing ran; send it again later.
+                Err(e) if is_throttle(&e) || is_transient(&e) => {
+                    return Err(Error::invoke_throttled(format!(
+                        "{function}: {}",
+                        DisplayErrorContext(e)
+                    )))
+                }
                 Err(e) => {
-                    return Err(Error::Invoke(format!(
+                    return Err(Error::invoke(format!(
                         "{function}: {}",
                         DisplayErrorContext(e)
                     )))
                 }
             }
         }
+    }
+}
+
+/// Lambda's own transient failures (5xx, timeouts, connection errors): nothing ran.
+fn is_transient<R>(
+    e: &aws_sdk_lambda::error::SdkError<aws_sdk_lambda::operation::invoke::InvokeError, R>,
+) -> bool {
+    use aws_sdk_lambda::error::SdkError;
+    use aws_sdk_lambda::operation::invoke::InvokeError;
+    match e {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) => true,
+        SdkError::ServiceError(s) => matches!(
+            s.err(),
+            InvokeError::ServiceException(_)
+                | InvokeError::ResourceNotReadyException(_)
+                | InvokeError::ResourceConflictException(_)
+        ),
+        _ => false,
     }
 }
 
@@ -115,38 +142,6 @@ fn is_throttle<R>(
     }
 }
 
-/// Exponential backoff with full jitter: `random(0, min(cap, base * 2^attempt))`.
-struct Backoff {
-    attempt: u32,
-    seed: u64,
-}
-
-impl Backoff {
-    const BASE: Duration = Duration::from_millis(50);
-    const CAP: Duration = Duration::from_secs(5);
-
-    fn new() -> Self {
-        let seed = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map(|d| d.as_nanos() as u64)
-            .unwrap_or(0x9E37_79B9_7F4A_7C15)
-            | 1;
-        Self { attempt: 0, seed }
-    }
-
-    fn next(&mut self) -> Duration {
-        let ceiling = Self::BASE
-            .saturating_mul(1 << self.attempt.min(16))
-            .min(Self::CAP);
-        self.attempt += 1;
-        // xorshift64: plenty for spreading retries apart.
-        self.seed ^= self.seed << 13;
-        self.seed ^= self.seed >> 7;
-        self.seed ^= self.seed << 17;
-        ceiling.mul_f64((self.seed % 10_000) as f64 / 10_000.0)
-    }
-}
-
 #[async_trait]
 impl Invoker for LambdaInvoker {
     async fn run_task(&self, task: &TaskSpec) -> Result<()> {
@@ -157,7 +152,7 @@ impl Invoker for LambdaInvoker {
         let scheduler = self
             .scheduler
             .as_deref()
-            .ok_or_else(|| Error::Invoke("no scheduler function configured for wake-ups".into()))?;
+            .ok_or_else(|| Error::invoke("no scheduler function configured for wake-ups"))?;
         self.invoke_event(
             scheduler,
             &WakeEvent {
@@ -165,33 +160,5 @@ impl Invoker for LambdaInvoker {
             },
         )
         .await
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn backoff_is_jittered_below_an_exponential_ceiling() {
-        let mut b = Backoff::new();
-        for attempt in 0..12 {
-            let ceiling = Backoff::BASE.saturating_mul(1 << attempt).min(Backoff::CAP);
-            let pause = b.next();
-            assert!(
-                pause <= ceiling,
-                "attempt {attempt}: {pause:?} > {ceiling:?}"
-            );
-        }
-        let pauses: Vec<_> = (0..20)
-            .map(|_| {
-                Backoff {
-                    attempt: 10,
-                    ..Backoff::new()
-                }
-                .next()
-            })
-            .collect();
-        assert!(pauses.windows(2).any(|w| w[0] != w[1]), "jitter varies");
     }
 }

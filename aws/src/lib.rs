@@ -10,6 +10,7 @@
 //! - [`metrics`]: request counters, logged per invocation;
 //! - [`services`]: all of it assembled into the core's [`Services`].
 
+pub mod backoff;
 pub mod clients;
 pub mod config;
 pub mod contract;
@@ -33,18 +34,25 @@ use object_store::path::Path;
 
 pub use config::{AwsSettings, ConfigError, Role};
 
-/// Share of the function's memory DataFusion may use before spilling to `/tmp`.
+/// Share of the function's memory a task's DataFusion memory pool may use before
+/// spilling to `/tmp`.
 const MEMORY_FRACTION: f64 = 0.7;
 
 /// Builds the services of a function from its environment: DynamoDB store, Lambda
-/// invoker, S3 registry, and a DataFusion runtime whose memory pool is sized from the
-/// function's memory (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`), spilling to `/tmp`.
+/// invoker, S3 registry (the data buckets and the shuffle bucket, nothing else — no local
+/// file system), a memory pool per task sized from the function's memory
+/// (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`) spilling to `/tmp`, and the fault plan of
+/// `LAMBDAFUSION_FAULTS` (the local stack's failure tests; empty otherwise).
 pub async fn services(role: Role) -> Result<Services> {
     let settings = AwsSettings::from_env(role).map_err(|e| Error::InvalidInput(e.to_string()))?;
-    services_with(&settings).await
+    let plan = lambdafusion::faults::FaultPlan::from_env()
+        .map_err(|e| Error::InvalidInput(format!("{}: {e}", contract::ENV_FAULTS)))?;
+    let mut services = services_with(&settings).await?;
+    services.faults = lambdafusion::faults::Faults::exiting(plan);
+    Ok(services)
 }
 
-/// [`services`] with explicit settings.
+/// [`services`] with explicit settings (and no fault plan).
 pub async fn services_with(settings: &AwsSettings) -> Result<Services> {
     let sdk = clients::sdk_config().await;
     let store = store::DynamoDbJobStore::new(aws_sdk_dynamodb::Client::new(&sdk), &settings.table);
@@ -54,19 +62,29 @@ pub async fn services_with(settings: &AwsSettings) -> Result<Services> {
         settings.scheduler_function.clone(),
         settings.engine.dispatch_concurrency,
     );
-    let mut runtime = RuntimeEnvBuilder::new()
-        .with_object_store_registry(Arc::new(s3::S3Registry::default()))
+    let mut buckets: Vec<String> = settings
+        .engine
+        .access
+        .data_locations
+        .iter()
+        .filter_map(|l| l.strip_prefix("s3://"))
+        .map(|l| l.split('/').next().unwrap_or_default().to_string())
+        .collect();
+    buckets.push(settings.bucket.clone());
+    let runtime = RuntimeEnvBuilder::new()
+        .with_object_store_registry(Arc::new(s3::S3Registry::new(buckets)))
         .with_disk_manager_builder(
             DiskManagerBuilder::default()
                 .with_mode(DiskManagerMode::Directories(vec![std::env::temp_dir()])),
-        );
+        )
+        .build_arc()?;
+    let mut engine = settings.engine.clone();
     if let Some(mb) = std::env::var("AWS_LAMBDA_FUNCTION_MEMORY_SIZE")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
     {
-        runtime = runtime.with_memory_limit(mb * 1024 * 1024, MEMORY_FRACTION);
+        engine.task_memory_limit = Some((mb as f64 * 1024.0 * 1024.0 * MEMORY_FRACTION) as usize);
     }
-    let runtime = runtime.build_arc()?;
     let url = ObjectStoreUrl::parse(format!("s3://{}", settings.bucket))?;
     Ok(Services {
         store: Arc::new(store),
@@ -76,7 +94,8 @@ pub async fn services_with(settings: &AwsSettings) -> Result<Services> {
             url,
             prefix: Path::from(settings.prefix.as_str()),
         },
-        config: settings.engine.clone(),
+        config: engine,
         presigner: Some(s3::bucket_signer(&settings.bucket)?),
+        faults: Default::default(),
     })
 }

@@ -1,13 +1,17 @@
 //! S3 through `object_store`: a DataFusion object store registry that creates an
-//! `AmazonS3` store for any `s3://<bucket>` on first use, so table data in any bucket the
-//! function may read and the shuffle bucket resolve the same way. A custom endpoint
-//! (`AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`, e.g. the local stack) switches to
-//! path-style requests and allows plain HTTP.
+//! `AmazonS3` store for the buckets a deployment may use (its data buckets and its shuffle
+//! bucket) on first use, and nothing else: no other bucket and no other scheme — in
+//! particular no `file://`, so no SQL can reach a function's local file system. A custom
+//! endpoint (`AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`, e.g. the local stack) switches
+//! to path-style requests and allows plain HTTP.
 
 use std::sync::Arc;
 
 use datafusion::error::{DataFusionError, Result as DfResult};
-use datafusion::execution::object_store::{DefaultObjectStoreRegistry, ObjectStoreRegistry};
+use std::collections::HashMap;
+use std::sync::RwLock;
+
+use datafusion::execution::object_store::ObjectStoreRegistry;
 use object_store::aws::AmazonS3Builder;
 use object_store::signer::Signer;
 use object_store::ObjectStore;
@@ -43,10 +47,30 @@ pub fn bucket_signer(bucket: &str) -> object_store::Result<Arc<dyn Signer>> {
     Ok(Arc::new(bucket_builder(bucket).build()?))
 }
 
-/// Object store registry that adds S3 buckets on demand. See the [module docs](self).
-#[derive(Debug, Default)]
+/// Object store registry that adds the allowed S3 buckets on demand. See the
+/// [module docs](self).
+#[derive(Debug)]
 pub struct S3Registry {
-    inner: DefaultObjectStoreRegistry,
+    buckets: Vec<String>,
+    stores: RwLock<HashMap<String, Arc<dyn ObjectStore>>>,
+}
+
+impl S3Registry {
+    /// A registry serving exactly `buckets`.
+    pub fn new(buckets: Vec<String>) -> Self {
+        Self {
+            buckets,
+            stores: RwLock::new(HashMap::new()),
+        }
+    }
+
+    fn refuse(&self, url: &Url) -> DataFusionError {
+        DataFusionError::Plan(format!(
+            "{url} is not readable here: only the S3 buckets of this deployment are ({}); \
+             add a data bucket with LAMBDAFUSION_DATA_BUCKETS",
+            self.buckets.join(", ")
+        ))
+    }
 }
 
 impl ObjectStoreRegistry for S3Registry {
@@ -55,27 +79,71 @@ impl ObjectStoreRegistry for S3Registry {
         url: &Url,
         store: Arc<dyn ObjectStore>,
     ) -> Option<Arc<dyn ObjectStore>> {
-        self.inner.register_store(url, store)
+        let bucket = url.host_str()?.to_string();
+        if url.scheme() != "s3" || !self.buckets.contains(&bucket) {
+            return None;
+        }
+        self.stores
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(bucket, store)
     }
 
     fn get_store(&self, url: &Url) -> DfResult<Arc<dyn ObjectStore>> {
-        if let Ok(store) = self.inner.get_store(url) {
-            return Ok(store);
+        let bucket = match (url.scheme(), url.host_str()) {
+            ("s3", Some(bucket)) if self.buckets.iter().any(|b| b == bucket) => bucket,
+            _ => return Err(self.refuse(url)),
+        };
+        if let Some(store) = self
+            .stores
+            .read()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(bucket)
+        {
+            return Ok(store.clone());
         }
-        if url.scheme() != "s3" {
-            return self.inner.get_store(url);
-        }
-        let bucket = url.host_str().ok_or_else(|| {
-            DataFusionError::Plan(format!("{url}: an s3:// location needs a bucket name"))
-        })?;
         let store = bucket_store(bucket).map_err(|e| DataFusionError::ObjectStore(Box::new(e)))?;
-        let base = Url::parse(&format!("s3://{bucket}"))
-            .map_err(|e| DataFusionError::Plan(e.to_string()))?;
-        self.inner.register_store(&base, store.clone());
+        self.stores
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(bucket.to_string(), store.clone());
         Ok(store)
     }
 
     fn deregister_store(&self, url: &Url) -> DfResult<Arc<dyn ObjectStore>> {
-        self.inner.deregister_store(url)
+        let bucket = url.host_str().unwrap_or_default();
+        self.stores
+            .write()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(bucket)
+            .ok_or_else(|| self.refuse(url))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_deployments_buckets_resolve() {
+        let registry = S3Registry::new(vec!["lake".into(), "shuffle".into()]);
+        let url = |u: &str| Url::parse(u).unwrap();
+        assert!(registry.get_store(&url("s3://lake/t/")).is_ok());
+        assert!(registry.get_store(&url("s3://shuffle/p/")).is_ok());
+        for refused in [
+            "s3://other/t/",
+            "file:///etc/hostname",
+            "file:///proc/self/environ",
+            "http://169.254.169.254/latest/",
+        ] {
+            let e = registry.get_store(&url(refused)).unwrap_err();
+            assert!(
+                e.to_string().contains("LAMBDAFUSION_DATA_BUCKETS"),
+                "{refused}: {e}"
+            );
+        }
+        let local: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new());
+        assert!(registry.register_store(&url("file:///"), local).is_none());
+        assert!(registry.get_store(&url("file:///etc/hostname")).is_err());
     }
 }

@@ -42,6 +42,13 @@ pub struct RequestSigner {
 #[error("cannot sign the request with AWS credentials: {0}")]
 pub struct SigningError(String);
 
+impl SigningError {
+    /// A signing error saying `message`.
+    pub fn new(message: impl Into<String>) -> Self {
+        Self(message.into())
+    }
+}
+
 impl RequestSigner {
     /// A signer for `service` in `region` (or the configured region), with credentials
     /// from the standard chain (environment, profile, SSO, instance role).

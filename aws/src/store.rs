@@ -5,31 +5,58 @@
 //! | job | `JOB#<id>` | `META` |
 //! | stage | `JOB#<id>` | `STAGE#<n>` |
 //! | task | `JOB#<id>` | `TASK#<stage>#<partition>` |
+//! | commit counter | `JOB#<id>` | `COUNT#<stage>#<n>` |
+//! | stage plan | `PLAN#<id>` | `STAGE#<n>` |
 //! | active-job index | `ACTIVE` | `<id>` |
+//! | sweep bookmark | `SWEEP` | `CURSOR` |
 //! | catalog table | `CATALOG` | `TABLE#<name>` |
 //!
-//! Every transition is a conditional write; the task commit is one `TransactWriteItems`
-//! (task succeeded + stage `remaining` decremented); the only queries are by partition
-//! key (one job, the active index, the catalog) — no scans. Items carry `expires_at` for
-//! the table's TTL. Attribute names are the record fields (see `lambdafusion::state`).
+//! Every transition is a conditional write. A task commit is two single-item updates —
+//! the task item (conditioned on the task not having succeeded: exactly one attempt wins)
+//! and its commit counter (`remaining - 1`, conditioned on the partition not being counted
+//! yet) — and no transaction, so commits never meet `TransactionConflict` and a wide
+//! stage spreads its writes over one counter per 32 tasks. Transactions remain only where
+//! two items must change together (job creation with its index entry, job completion).
+//!
+//! Failures are classified ([`StoreErrorKind`]): throttling, transaction conflicts and
+//! transient service or network failures are retried here with jittered exponential
+//! backoff; validation, serialization and access errors are not. A write retried after
+//! an ambiguous failure may find its own earlier success: commits compare the committed
+//! object, so a retried commit still reports `Committed`. The only queries are by
+//! partition key (one job, the active index, the catalog) — no scans. Items carry
+//! `expires_at` for the table's TTL. Attribute names are the record fields (see
+//! `lambdafusion::state`).
 
 use std::collections::HashMap;
+use std::future::Future;
 use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::error::{DisplayErrorContext, SdkError};
+use aws_sdk_dynamodb::config::http::HttpResponse;
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
     AttributeValue, Delete, Put, PutRequest, ReturnValue, TransactWriteItem, Update, WriteRequest,
 };
 use aws_sdk_dynamodb::Client;
+use lambdafusion::error::{StoreError, StoreErrorKind};
 use lambdafusion::state::*;
 use lambdafusion::{Error, Result};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
+use tracing::{debug, warn};
 
+use crate::backoff::Backoff;
 use crate::metrics::{count, Request};
 
 type Item = HashMap<String, AttributeValue>;
+
+/// Tries of one request when it is throttled, conflicts or fails transiently (the SDK's
+/// own retries come on top, inside each try).
+const STORE_TRIES: u32 = 10;
+/// First pause of the retry backoff.
+const STORE_BACKOFF_BASE: Duration = Duration::from_millis(25);
+/// Longest pause of the retry backoff.
+const STORE_BACKOFF_CAP: Duration = Duration::from_secs(2);
 
 fn s(v: impl Into<String>) -> AttributeValue {
     AttributeValue::S(v.into())
@@ -39,16 +66,64 @@ fn n(v: impl ToString) -> AttributeValue {
     AttributeValue::N(v.to_string())
 }
 
-fn store_err<E: std::error::Error + 'static, R: std::fmt::Debug>(
-    op: &str,
-    e: SdkError<E, R>,
-) -> Error {
-    Error::Store(format!("DynamoDB {op}: {}", DisplayErrorContext(e)))
+/// The kind of a DynamoDB error code (`__type` without its namespace).
+pub fn kind_of_code(code: &str) -> StoreErrorKind {
+    match code {
+        "ProvisionedThroughputExceededException"
+        | "ThrottlingException"
+        | "RequestLimitExceeded"
+        | "ThrottlingError" => StoreErrorKind::Throttled,
+        "TransactionConflictException"
+        | "TransactionInProgressException"
+        | "TransactionConflict" => StoreErrorKind::Conflict,
+        "InternalServerError" | "ServiceUnavailable" | "InternalFailure" => {
+            StoreErrorKind::Unavailable
+        }
+        "AccessDeniedException"
+        | "UnrecognizedClientException"
+        | "MissingAuthenticationTokenException"
+        | "InvalidSignatureException"
+        | "ExpiredTokenException"
+        | "IncompleteSignatureException" => StoreErrorKind::AccessDenied,
+        _ => StoreErrorKind::Invalid,
+    }
+}
+
+/// Classifies an SDK error into a store error that keeps it as its source.
+fn store_err<E>(op: &str, e: SdkError<E, HttpResponse>) -> Error
+where
+    E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
+{
+    let kind = match &e {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            StoreErrorKind::Unavailable
+        }
+        SdkError::ServiceError(service) => {
+            let status = service.raw().status().as_u16();
+            match service.err().code() {
+                Some(code) => match kind_of_code(code) {
+                    StoreErrorKind::Invalid if status >= 500 => StoreErrorKind::Unavailable,
+                    kind => kind,
+                },
+                None if status >= 500 => StoreErrorKind::Unavailable,
+                None => StoreErrorKind::Invalid,
+            }
+        }
+        _ => StoreErrorKind::Invalid,
+    };
+    let message = format!("DynamoDB {op}: {}", DisplayErrorContext(&e));
+    Error::Store(StoreError::with_source(kind, message, e))
+}
+
+fn encode_err(what: &str, e: impl std::fmt::Display) -> Error {
+    Error::store(
+        StoreErrorKind::Invalid,
+        format!("cannot encode {what}: {e}"),
+    )
 }
 
 fn to_item<T: Serialize>(pk: &str, sk: &str, record: &T) -> Result<Item> {
-    let mut item: Item = serde_dynamo::to_item(record)
-        .map_err(|e| Error::Store(format!("cannot encode {sk} item: {e}")))?;
+    let mut item: Item = serde_dynamo::to_item(record).map_err(|e| encode_err(sk, e))?;
     item.insert("pk".into(), s(pk));
     item.insert("sk".into(), s(sk));
     Ok(item)
@@ -59,7 +134,8 @@ fn from_item<T: DeserializeOwned>(item: Item) -> Result<T> {
         Some(AttributeValue::S(sk)) => sk.clone(),
         _ => "?".into(),
     };
-    serde_dynamo::from_item(item).map_err(|e| Error::Store(format!("corrupt {sk} item: {e}")))
+    serde_dynamo::from_item(item)
+        .map_err(|e| Error::store(StoreErrorKind::Corrupt, format!("corrupt {sk} item: {e}")))
 }
 
 fn key(pk: &str, sk: &str) -> Item {
@@ -68,7 +144,7 @@ fn key(pk: &str, sk: &str) -> Item {
 
 /// Builds update and condition expressions with every attribute name and value bound
 /// to a placeholder (so reserved words such as `state` or `partition` are never a problem).
-#[derive(Default)]
+#[derive(Default, Clone)]
 struct Expr {
     set: Vec<String>,
     add: Vec<String>,
@@ -102,6 +178,14 @@ impl Expr {
         self
     }
 
+    /// `field = if_not_exists(field, start) - step`: a counter that starts at `start`.
+    fn count_down(mut self, field: &str, start: AttributeValue, step: AttributeValue) -> Self {
+        let (f, start, step) = (self.name(field), self.value(start), self.value(step));
+        self.set
+            .push(format!("{f} = if_not_exists({f}, {start}) - {step}"));
+        self
+    }
+
     fn add(mut self, field: &str, v: AttributeValue) -> Self {
         let (f, v) = (self.name(field), self.value(v));
         self.add.push(format!("{f} {v}"));
@@ -124,6 +208,17 @@ impl Expr {
     fn ne(&mut self, field: &str, v: AttributeValue) -> String {
         let (f, v) = (self.name(field), self.value(v));
         format!("{f} <> {v}")
+    }
+
+    /// `field <op> value` for conditions.
+    fn cmp(&mut self, field: &str, op: &str, v: AttributeValue) -> String {
+        let (f, v) = (self.name(field), self.value(v));
+        format!("{f} {op} {v}")
+    }
+
+    /// `attribute_not_exists(field)` for conditions.
+    fn absent(&mut self, field: &str) -> String {
+        format!("attribute_not_exists({})", self.name(field))
     }
 
     fn update_expression(&self) -> String {
@@ -157,6 +252,33 @@ fn state_value<T: Serialize>(state: T) -> AttributeValue {
     serde_dynamo::to_attribute_value(state).unwrap_or_else(|_| s("?"))
 }
 
+/// Whether a conditional request failed its condition.
+fn condition_failed<E: ProvideErrorMetadata>(e: &SdkError<E, impl std::fmt::Debug>) -> bool {
+    e.as_service_error()
+        .and_then(|e| e.code())
+        .is_some_and(|c| c == "ConditionalCheckFailedException")
+}
+
+/// Retries `f` while it fails transiently (throttling, conflicts, 5xx, network), with
+/// jittered exponential backoff, at most [`STORE_TRIES`] times.
+async fn retrying<T, F, Fut>(op: &str, mut f: F) -> Result<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Result<T>>,
+{
+    let mut backoff = Backoff::new(STORE_BACKOFF_BASE, STORE_BACKOFF_CAP);
+    loop {
+        match f().await {
+            Err(Error::Store(e)) if e.kind.is_transient() && backoff.attempt + 1 < STORE_TRIES => {
+                let pause = backoff.next_pause();
+                debug!(op, kind = ?e.kind, ?pause, error = %e, "retrying a DynamoDB request");
+                tokio::time::sleep(pause).await;
+            }
+            other => return other,
+        }
+    }
+}
+
 /// [`JobStore`] on DynamoDB. See the [module docs](self).
 #[derive(Debug, Clone)]
 pub struct DynamoDbJobStore {
@@ -174,42 +296,58 @@ impl DynamoDbJobStore {
     }
 
     async fn get<T: DeserializeOwned>(&self, pk: &str, sk: &str) -> Result<Option<T>> {
-        count(Request::DynamoDbRead);
-        let out = self
-            .client
-            .get_item()
-            .table_name(&self.table)
-            .set_key(Some(key(pk, sk)))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|e| store_err("GetItem", e))?;
-        out.item.map(from_item).transpose()
+        let item = retrying("GetItem", || async {
+            count(Request::DynamoDbRead);
+            self.client
+                .get_item()
+                .table_name(&self.table)
+                .set_key(Some(key(pk, sk)))
+                .consistent_read(true)
+                .send()
+                .await
+                .map_err(|e| store_err("GetItem", e))
+        })
+        .await?
+        .item;
+        item.map(from_item).transpose()
     }
 
-    /// Every item under `pk` whose sort key starts with `prefix`, in sort-key order.
-    async fn query(&self, pk: &str, prefix: &str) -> Result<Vec<Item>> {
+    /// Items under `pk` whose sort key starts with `prefix`, in sort-key order, starting
+    /// after sort key `after`, at most `limit` (all when `None`).
+    async fn query(
+        &self,
+        pk: &str,
+        prefix: &str,
+        after: Option<&str>,
+        limit: Option<usize>,
+    ) -> Result<Vec<Item>> {
         let mut items = Vec::new();
-        let mut start = None;
+        let mut start = after.map(|a| key(pk, a));
         loop {
-            let mut q = self
-                .client
-                .query()
-                .table_name(&self.table)
-                .consistent_read(true)
-                .expression_attribute_values(":pk", s(pk))
-                .set_exclusive_start_key(start);
-            q = if prefix.is_empty() {
-                q.key_condition_expression("pk = :pk")
-            } else {
-                q.key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
-                    .expression_attribute_values(":prefix", s(prefix))
-            };
-            count(Request::DynamoDbRead);
-            let out = q.send().await.map_err(|e| store_err("Query", e))?;
-            items.extend(out.items.unwrap_or_default());
-            start = out.last_evaluated_key;
-            if start.is_none() {
+            let page = retrying("Query", || async {
+                let mut q = self
+                    .client
+                    .query()
+                    .table_name(&self.table)
+                    .consistent_read(true)
+                    .expression_attribute_values(":pk", s(pk))
+                    .set_exclusive_start_key(start.clone());
+                if let Some(limit) = limit {
+                    q = q.limit((limit - items.len()).min(1000) as i32);
+                }
+                q = if prefix.is_empty() {
+                    q.key_condition_expression("pk = :pk")
+                } else {
+                    q.key_condition_expression("pk = :pk AND begins_with(sk, :prefix)")
+                        .expression_attribute_values(":prefix", s(prefix))
+                };
+                count(Request::DynamoDbRead);
+                q.send().await.map_err(|e| store_err("Query", e))
+            })
+            .await?;
+            items.extend(page.items.unwrap_or_default());
+            start = page.last_evaluated_key;
+            if start.is_none() || limit.is_some_and(|l| items.len() >= l) {
                 return Ok(items);
             }
         }
@@ -217,28 +355,26 @@ impl DynamoDbJobStore {
 
     /// Runs a conditional update; `Ok(false)` when the condition failed.
     async fn update(&self, op: &str, key: Item, expr: Expr, condition: String) -> Result<bool> {
-        count(Request::DynamoDbWrite);
-        let result = self
-            .client
-            .update_item()
-            .table_name(&self.table)
-            .set_key(Some(key))
-            .update_expression(expr.update_expression())
-            .condition_expression(condition)
-            .set_expression_attribute_names(Some(expr.names))
-            .set_expression_attribute_values(Some(expr.values))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
+        retrying(op, || async {
+            count(Request::DynamoDbWrite);
+            let result = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(key.clone()))
+                .update_expression(expr.update_expression())
+                .condition_expression(condition.clone())
+                .set_expression_attribute_names(Some(expr.names.clone()))
+                .set_expression_attribute_values(Some(expr.values.clone()))
+                .send()
+                .await;
+            match result {
+                Ok(_) => Ok(true),
+                Err(e) if condition_failed(&e) => Ok(false),
+                Err(e) => Err(store_err(op, e)),
             }
-            Err(e) => Err(store_err(op, e)),
-        }
+        })
+        .await
     }
 
     /// Writes items with BatchWriteItem, 25 at a time, retrying unprocessed ones.
@@ -254,16 +390,19 @@ impl DynamoDbJobStore {
                         .map_err(|e| Error::Internal(format!("DynamoDB put request: {e}")))
                 })
                 .collect::<Result<_>>()?;
-            let mut pause = Duration::from_millis(20);
-            for attempt in 0.. {
-                count(Request::DynamoDbWrite);
-                let out = self
-                    .client
-                    .batch_write_item()
-                    .request_items(&self.table, requests)
-                    .send()
-                    .await
-                    .map_err(|e| store_err("BatchWriteItem", e))?;
+            let mut backoff = Backoff::new(STORE_BACKOFF_BASE, STORE_BACKOFF_CAP);
+            loop {
+                let pending = requests.clone();
+                let out = retrying("BatchWriteItem", || async {
+                    count(Request::DynamoDbWrite);
+                    self.client
+                        .batch_write_item()
+                        .request_items(&self.table, pending.clone())
+                        .send()
+                        .await
+                        .map_err(|e| store_err("BatchWriteItem", e))
+                })
+                .await?;
                 requests = out
                     .unprocessed_items
                     .and_then(|mut u| u.remove(&self.table))
@@ -271,51 +410,67 @@ impl DynamoDbJobStore {
                 if requests.is_empty() {
                     break;
                 }
-                if attempt == 8 {
-                    return Err(Error::Store(format!(
-                        "DynamoDB BatchWriteItem: {} items still unprocessed after retries",
-                        requests.len()
-                    )));
+                if backoff.attempt + 1 >= STORE_TRIES {
+                    return Err(Error::store(
+                        StoreErrorKind::Throttled,
+                        format!(
+                            "DynamoDB BatchWriteItem: {} items still unprocessed after retries",
+                            requests.len()
+                        ),
+                    ));
                 }
-                tokio::time::sleep(pause).await;
-                pause = (pause * 2).min(Duration::from_secs(2));
+                tokio::time::sleep(backoff.next_pause()).await;
             }
         }
         Ok(())
     }
 
     /// Runs a transaction; `Ok(Some(reasons))` when a condition cancelled it, with the
-    /// cancellation code per item.
+    /// cancellation code per item. Cancellations for conflicts or throttling are
+    /// transient errors (retried).
     async fn transact(
         &self,
         op: &str,
         items: Vec<TransactWriteItem>,
     ) -> Result<Option<Vec<String>>> {
-        count(Request::DynamoDbWrite);
-        match self
-            .client
-            .transact_write_items()
-            .set_transact_items(Some(items))
-            .send()
-            .await
-        {
-            Ok(_) => Ok(None),
-            Err(e) => {
-                if let Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c)) =
-                    e.as_service_error()
-                {
-                    let reasons: Vec<String> = c
-                        .cancellation_reasons()
-                        .iter()
-                        .map(|r| r.code().unwrap_or("None").to_string())
-                        .collect();
-                    if reasons.iter().any(|r| r == "ConditionalCheckFailed") {
-                        return Ok(Some(reasons));
+        retrying(op, || async {
+            count(Request::DynamoDbWrite);
+            match self
+                .client
+                .transact_write_items()
+                .set_transact_items(Some(items.clone()))
+                .send()
+                .await
+            {
+                Ok(_) => Ok(None),
+                Err(e) => {
+                    if let Some(aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError::TransactionCanceledException(c)) =
+                        e.as_service_error()
+                    {
+                        let reasons: Vec<String> = c
+                            .cancellation_reasons()
+                            .iter()
+                            .map(|r| r.code().unwrap_or("None").to_string())
+                            .collect();
+                        if reasons.iter().any(|r| r == "ConditionalCheckFailed") {
+                            return Ok(Some(reasons));
+                        }
+                        let kind = reasons
+                            .iter()
+                            .map(|r| kind_of_code(r))
+                            .find(|k| k.is_transient())
+                            .unwrap_or(StoreErrorKind::Invalid);
+                        return Err(Error::Store(StoreError::with_source(
+                            kind,
+                            format!("DynamoDB {op}: transaction cancelled ({})", reasons.join(", ")),
+                            e,
+                        )));
                     }
+                    Err(store_err(op, e))
                 }
-                Err(store_err(op, e))
             }
-        }
+        })
+        .await
     }
 
     fn put(&self, item: Item, condition: Option<&str>) -> Result<TransactWriteItem> {
@@ -327,26 +482,101 @@ impl DynamoDbJobStore {
             .map_err(|e| Error::Internal(format!("DynamoDB put: {e}")))?;
         Ok(TransactWriteItem::builder().put(put).build())
     }
+
+    async fn delete(&self, op: &str, key: Item) -> Result<bool> {
+        let out = retrying(op, || async {
+            count(Request::DynamoDbWrite);
+            self.client
+                .delete_item()
+                .table_name(&self.table)
+                .set_key(Some(key.clone()))
+                .return_values(ReturnValue::AllOld)
+                .send()
+                .await
+                .map_err(|e| store_err(op, e))
+        })
+        .await?;
+        Ok(out.attributes.is_some_and(|a| !a.is_empty()))
+    }
+
+    /// Counts a committed task on its commit counter, once; returns whether the counter
+    /// is at 0.
+    async fn count_commit(&self, commit: &TaskCommit) -> Result<bool> {
+        let pk = job_pk(&commit.job_id);
+        let index = counter_of(commit.partition);
+        let counter_key = key(&pk, &counter_sk(commit.stage, index));
+        let mut expr = Expr::default()
+            .count_down(
+                "remaining",
+                n(counter_size(commit.stage_tasks, index)),
+                n(1),
+            )
+            .set("last_commit_ms", n(commit.now_ms))
+            .set("job_id", s(&commit.job_id))
+            .set("stage", n(commit.stage))
+            .set("counter", n(index))
+            .set("expires_at", n(commit.expires_at))
+            .add(
+                "done",
+                AttributeValue::Ns(vec![commit.partition.to_string()]),
+            );
+        let done = expr.name("done");
+        let partition = expr.value(n(commit.partition));
+        let condition =
+            format!("attribute_not_exists({done}) OR NOT contains({done}, {partition})");
+        let out = retrying("UpdateItem (count commit)", || async {
+            count(Request::DynamoDbWrite);
+            let result = self
+                .client
+                .update_item()
+                .table_name(&self.table)
+                .set_key(Some(counter_key.clone()))
+                .update_expression(expr.update_expression())
+                .condition_expression(condition.clone())
+                .set_expression_attribute_names(Some(expr.names.clone()))
+                .set_expression_attribute_values(Some(expr.values.clone()))
+                .return_values(ReturnValue::UpdatedNew)
+                .send()
+                .await;
+            match result {
+                Ok(out) => Ok(Some(out)),
+                Err(e) if condition_failed(&e) => Ok(None),
+                Err(e) => Err(store_err("UpdateItem (count commit)", e)),
+            }
+        })
+        .await?;
+        let remaining = match out.and_then(|o| o.attributes) {
+            Some(attributes) => match attributes.get("remaining") {
+                Some(AttributeValue::N(v)) => v.parse::<i64>().unwrap_or(1),
+                _ => 1,
+            },
+            // Counted before (a retry of this commit): read where the counter stands.
+            None => self
+                .get::<CommitCounter>(&pk, &counter_sk(commit.stage, index))
+                .await?
+                .map_or(1, |c| i64::from(c.remaining)),
+        };
+        Ok(remaining <= 0)
+    }
 }
 
 #[async_trait]
 impl JobStore for DynamoDbJobStore {
-    async fn create_job(
-        &self,
-        job: &JobRecord,
-        stages: &[StageRecord],
-        tasks: &[TaskRecord],
-    ) -> Result<()> {
+    async fn create_job(&self, new: &NewJob) -> Result<()> {
+        let job = &new.job;
         let pk = job_pk(&job.job_id);
-        let mut items = Vec::with_capacity(stages.len() + tasks.len());
-        for stage in stages {
+        let mut items = Vec::with_capacity(new.stages.len() + new.plans.len() + new.tasks.len());
+        for stage in &new.stages {
             items.push(to_item(&pk, &stage_sk(stage.stage), stage)?);
         }
-        for task in tasks {
+        for plan in &new.plans {
+            items.push(to_item(&plan_pk(&job.job_id), &stage_sk(plan.stage), plan)?);
+        }
+        for task in &new.tasks {
             items.push(to_item(&pk, &task_sk(task.stage, task.partition), task)?);
         }
-        // Stages and tasks first: the job item, written last and only if absent, makes
-        // the job exist; a crash before it leaves items that only the TTL will notice.
+        // Stages, plans and tasks first: the job item, written last and only if absent,
+        // makes the job exist; a crash before it leaves items that only the TTL notices.
         self.batch_put(items).await?;
         let mut writes = vec![self.put(
             to_item(&pk, SK_META, job)?,
@@ -380,7 +610,8 @@ impl JobStore for DynamoDbJobStore {
         let mut job = None;
         let mut stages = Vec::new();
         let mut tasks = Vec::new();
-        for item in self.query(&job_pk(job_id), "").await? {
+        let mut counters = Vec::new();
+        for item in self.query(&job_pk(job_id), "", None, None).await? {
             match item.get("sk") {
                 Some(AttributeValue::S(sk)) if sk == SK_META => job = Some(from_item(item)?),
                 Some(AttributeValue::S(sk)) if sk.starts_with("STAGE#") => {
@@ -389,14 +620,26 @@ impl JobStore for DynamoDbJobStore {
                 Some(AttributeValue::S(sk)) if sk.starts_with("TASK#") => {
                     tasks.push(from_item(item)?)
                 }
+                Some(AttributeValue::S(sk)) if sk.starts_with("COUNT#") => {
+                    counters.push(from_item(item)?)
+                }
                 _ => {}
             }
         }
-        Ok(job.map(|job| JobSnapshot { job, stages, tasks }))
+        Ok(job.map(|job| JobSnapshot {
+            job,
+            stages,
+            tasks,
+            counters,
+        }))
     }
 
     async fn get_stage(&self, job_id: &str, stage: u32) -> Result<Option<StageRecord>> {
         self.get(&job_pk(job_id), &stage_sk(stage)).await
+    }
+
+    async fn get_plan(&self, job_id: &str, stage: u32) -> Result<Option<PlanRecord>> {
+        self.get(&plan_pk(job_id), &stage_sk(stage)).await
     }
 
     async fn get_task(
@@ -409,7 +652,15 @@ impl JobStore for DynamoDbJobStore {
     }
 
     async fn list_tasks(&self, job_id: &str, stage: u32) -> Result<Vec<TaskRecord>> {
-        self.query(&job_pk(job_id), &task_sk_prefix(stage))
+        self.query(&job_pk(job_id), &task_sk_prefix(stage), None, None)
+            .await?
+            .into_iter()
+            .map(from_item)
+            .collect()
+    }
+
+    async fn list_counters(&self, job_id: &str, stage: u32) -> Result<Vec<CommitCounter>> {
+        self.query(&job_pk(job_id), &counter_sk_prefix(stage), None, None)
             .await?
             .into_iter()
             .map(from_item)
@@ -430,6 +681,19 @@ impl JobStore for DynamoDbJobStore {
         .await
     }
 
+    async fn confirm_stage(&self, job_id: &str, stage: u32, now_ms: u64) -> Result<bool> {
+        let mut expr = Expr::default().set("confirmed_ms", n(now_ms));
+        let dispatched = expr.eq("state", state_value(StageState::Dispatched));
+        let unconfirmed = expr.absent("confirmed_ms");
+        self.update(
+            "UpdateItem (confirm stage)",
+            key(&job_pk(job_id), &stage_sk(stage)),
+            expr,
+            format!("{dispatched} AND {unconfirmed}"),
+        )
+        .await
+    }
+
     async fn start_attempt(
         &self,
         job_id: &str,
@@ -439,23 +703,19 @@ impl JobStore for DynamoDbJobStore {
         now_ms: u64,
         expires_at: u64,
     ) -> Result<bool> {
-        let mut expr = Expr::default()
+        let mut expr = task_identity(Expr::default(), job_id, stage, partition, expires_at, &[])
             .set("state", state_value(TaskState::Running))
             .set("attempt", n(attempt))
             .set("dispatched_ms", n(now_ms))
-            .set("job_id", s(job_id))
-            .set("stage", n(stage))
-            .set("partition", n(partition))
-            .set("expires_at", n(expires_at))
-            .set_if_absent("failures", n(0))
-            .set_if_absent("retryable", AttributeValue::Bool(false));
-        let not_succeeded = expr.ne("state", state_value(TaskState::Succeeded));
+            .remove("confirmed_ms")
+            .remove("retry_at_ms");
+        let failed = expr.eq("state", state_value(TaskState::Failed));
         let previous = expr.eq("attempt", n(attempt.saturating_sub(1)));
         let condition = if attempt == 2 {
             // Attempt 1 left no item unless it failed.
-            format!("attribute_not_exists(pk) OR ({not_succeeded} AND {previous})")
+            format!("attribute_not_exists(pk) OR ({failed} AND {previous})")
         } else {
-            format!("{not_succeeded} AND {previous}")
+            format!("{failed} AND {previous}")
         };
         self.update(
             "UpdateItem (start attempt)",
@@ -466,84 +726,173 @@ impl JobStore for DynamoDbJobStore {
         .await
     }
 
+    async fn confirm_attempt(
+        &self,
+        job_id: &str,
+        stage: u32,
+        partition: u32,
+        attempt: u32,
+        now_ms: u64,
+    ) -> Result<bool> {
+        let mut expr = Expr::default().set("confirmed_ms", n(now_ms));
+        let running = expr.eq("state", state_value(TaskState::Running));
+        let this_attempt = expr.eq("attempt", n(attempt));
+        self.update(
+            "UpdateItem (confirm attempt)",
+            key(&job_pk(job_id), &task_sk(stage, partition)),
+            expr,
+            format!("{running} AND {this_attempt}"),
+        )
+        .await
+    }
+
+    async fn defer_task(&self, d: &TaskDeferral) -> Result<bool> {
+        let mut expr = task_identity(
+            Expr::default(),
+            &d.job_id,
+            d.stage,
+            d.partition,
+            d.expires_at,
+            &["throttles"],
+        )
+        .set("state", state_value(TaskState::Throttled))
+        .set("attempt", n(d.attempt))
+        .set("retry_at_ms", n(d.retry_at_ms))
+        .set("error", s(&d.error))
+        .add("throttles", n(1))
+        .remove("confirmed_ms");
+        let running = expr.eq("state", state_value(TaskState::Running));
+        let throttled = expr.eq("state", state_value(TaskState::Throttled));
+        let this_attempt = expr.eq("attempt", n(d.attempt));
+        let live = format!("({running} OR {throttled}) AND {this_attempt}");
+        let condition = if d.attempt == 1 {
+            format!("attribute_not_exists(pk) OR ({live})")
+        } else {
+            live
+        };
+        self.update(
+            "UpdateItem (defer task)",
+            key(&job_pk(&d.job_id), &task_sk(d.stage, d.partition)),
+            expr,
+            condition,
+        )
+        .await
+    }
+
+    async fn resend_task(&self, r: &TaskResend) -> Result<bool> {
+        let mut expr = task_identity(
+            Expr::default(),
+            &r.job_id,
+            r.stage,
+            r.partition,
+            r.expires_at,
+            &[],
+        )
+        .set("state", state_value(TaskState::Running))
+        .set("attempt", n(r.attempt))
+        .set("dispatched_ms", n(r.now_ms))
+        .remove("confirmed_ms")
+        .remove("retry_at_ms");
+        let this_attempt = expr.eq("attempt", n(r.attempt));
+        let throttled = expr.eq("state", state_value(TaskState::Throttled));
+        let no_retry_at = expr.absent("retry_at_ms");
+        let due = expr.cmp("retry_at_ms", "<=", n(r.now_ms));
+        let running = expr.eq("state", state_value(TaskState::Running));
+        let unconfirmed = expr.absent("confirmed_ms");
+        let no_dispatch = expr.absent("dispatched_ms");
+        let stale = expr.cmp("dispatched_ms", "<", n(r.stale_before_ms));
+        let resendable = format!(
+            "{this_attempt} AND (({throttled} AND ({no_retry_at} OR {due})) OR \
+             ({running} AND {unconfirmed} AND ({no_dispatch} OR {stale})))"
+        );
+        let condition = if r.attempt == 1 {
+            format!("attribute_not_exists(pk) OR ({resendable})")
+        } else {
+            resendable
+        };
+        self.update(
+            "UpdateItem (resend task)",
+            key(&job_pk(&r.job_id), &task_sk(r.stage, r.partition)),
+            expr,
+            condition,
+        )
+        .await
+    }
+
     async fn commit_task(&self, commit: &TaskCommit) -> Result<CommitOutcome> {
         let pk = job_pk(&commit.job_id);
         let output = serde_dynamo::to_attribute_value(&commit.output)
-            .map_err(|e| Error::Store(format!("cannot encode task output: {e}")))?;
-        let mut task = Expr::default()
-            .set("state", state_value(TaskState::Succeeded))
-            .set("output", output)
-            .set("job_id", s(&commit.job_id))
-            .set("stage", n(commit.stage))
-            .set("partition", n(commit.partition))
-            .set("expires_at", n(commit.expires_at))
-            .set_if_absent("attempt", n(commit.output.attempt))
-            .set_if_absent("failures", n(0))
-            .set_if_absent("retryable", AttributeValue::Bool(false));
+            .map_err(|e| encode_err("task output", e))?;
+        let mut task = task_identity(
+            Expr::default(),
+            &commit.job_id,
+            commit.stage,
+            commit.partition,
+            commit.expires_at,
+            &[],
+        )
+        .set("state", state_value(TaskState::Succeeded))
+        .set("output", output)
+        .set_if_absent("attempt", n(commit.output.attempt))
+        .remove("retry_at_ms");
         let not_succeeded = task.ne("state", state_value(TaskState::Succeeded));
-        let task = task.into_update(
-            &self.table,
-            key(&pk, &task_sk(commit.stage, commit.partition)),
-            format!("attribute_not_exists(pk) OR {not_succeeded}"),
-        )?;
-        let stage = Expr::default()
-            .add("remaining", n(-1))
-            .set("last_commit_ms", n(commit.now_ms))
-            .into_update(
-                &self.table,
-                key(&pk, &stage_sk(commit.stage)),
-                "attribute_exists(pk)".into(),
-            )?;
-        let writes = vec![
-            TransactWriteItem::builder().update(task).build(),
-            TransactWriteItem::builder().update(stage).build(),
-        ];
-        match self
-            .transact("TransactWriteItems (commit task)", writes)
-            .await?
-        {
-            None => {}
-            Some(reasons)
-                if reasons.first().map(String::as_str) == Some("ConditionalCheckFailed") =>
-            {
-                return Ok(CommitOutcome::AlreadySucceeded)
-            }
-            Some(_) => {
-                return Err(Error::NotFound(format!(
-                    "stage {} of job {}",
-                    commit.stage, commit.job_id
-                )))
+        let won = self
+            .update(
+                "UpdateItem (commit task)",
+                key(&pk, &task_sk(commit.stage, commit.partition)),
+                task,
+                format!("attribute_not_exists(pk) OR {not_succeeded}"),
+            )
+            .await?;
+        if !won {
+            // Either another attempt won, or an earlier try of this very commit did (its
+            // answer was lost): the committed object tells which.
+            let current: Option<TaskRecord> = self
+                .get(&pk, &task_sk(commit.stage, commit.partition))
+                .await?;
+            let ours = current
+                .and_then(|t| t.output)
+                .is_some_and(|o| o.object == commit.output.object);
+            if !ours {
+                return Ok(CommitOutcome::AlreadySucceeded);
             }
         }
-        // Transactions return no values: read the counter back, strongly consistent.
-        let stage: StageRecord =
-            self.get(&pk, &stage_sk(commit.stage))
-                .await?
-                .ok_or_else(|| {
-                    Error::NotFound(format!("stage {} of job {}", commit.stage, commit.job_id))
-                })?;
-        Ok(CommitOutcome::Committed {
-            remaining: stage.remaining,
-        })
+        let counter_done = match self.count_commit(commit).await {
+            Ok(done) => done,
+            Err(e) => {
+                // The commit stands; the counter only wakes the scheduler, and the sweep
+                // finds the stage complete from its task items.
+                warn!(error = %e, job = %commit.job_id, stage = commit.stage,
+                    "commit counted late: its counter update failed");
+                false
+            }
+        };
+        Ok(CommitOutcome::Committed { counter_done })
     }
 
     async fn fail_attempt(&self, failure: &TaskFailure) -> Result<bool> {
-        let mut expr = Expr::default()
-            .set("state", state_value(TaskState::Failed))
-            .set("attempt", n(failure.attempt))
-            .set("error", s(&failure.error))
-            .set("retryable", AttributeValue::Bool(failure.retryable))
-            .set("job_id", s(&failure.job_id))
-            .set("stage", n(failure.stage))
-            .set("partition", n(failure.partition))
-            .set("expires_at", n(failure.expires_at))
-            .add("failures", n(1));
+        let mut expr = task_identity(
+            Expr::default(),
+            &failure.job_id,
+            failure.stage,
+            failure.partition,
+            failure.expires_at,
+            &["failures", "retryable"],
+        )
+        .set("state", state_value(TaskState::Failed))
+        .set("attempt", n(failure.attempt))
+        .set("error", s(&failure.error))
+        .set("retryable", AttributeValue::Bool(failure.retryable))
+        .add("failures", n(1))
+        .remove("retry_at_ms");
         let running = expr.eq("state", state_value(TaskState::Running));
+        let throttled = expr.eq("state", state_value(TaskState::Throttled));
         let this_attempt = expr.eq("attempt", n(failure.attempt));
+        let live = format!("({running} OR {throttled}) AND {this_attempt}");
         let condition = if failure.attempt == 1 {
-            format!("attribute_not_exists(pk) OR ({running} AND {this_attempt})")
+            format!("attribute_not_exists(pk) OR ({live})")
         } else {
-            format!("{running} AND {this_attempt}")
+            live
         };
         self.update(
             "UpdateItem (fail attempt)",
@@ -567,7 +916,7 @@ impl JobStore for DynamoDbJobStore {
         let mut expr = Expr::default()
             .set("state", state_value(state))
             .set("finished_ms", n(now_ms));
-        expr = match error {
+        expr = match &error {
             Some(e) => expr.set("error", s(e)),
             None => expr.remove("error"),
         };
@@ -582,56 +931,93 @@ impl JobStore for DynamoDbJobStore {
             TransactWriteItem::builder().update(update).build(),
             TransactWriteItem::builder().delete(delete).build(),
         ];
-        Ok(self
+        if self
             .transact("TransactWriteItems (finish job)", writes)
             .await?
-            .is_none())
+            .is_none()
+        {
+            return Ok(true);
+        }
+        // An earlier try of this very transaction may have succeeded (its answer lost).
+        Ok(self
+            .get_job(job_id)
+            .await?
+            .is_some_and(|j| j.state == state && j.finished_ms == Some(now_ms) && j.error == error))
     }
 
-    async fn active_jobs(&self) -> Result<Vec<String>> {
+    async fn active_jobs(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>> {
         Ok(self
-            .query(ACTIVE_PK, "")
+            .query(ACTIVE_PK, "", after, Some(limit))
             .await?
             .into_iter()
             .filter_map(|item| match item.get("sk") {
                 Some(AttributeValue::S(id)) => Some(id.clone()),
                 _ => None,
             })
+            .take(limit)
             .collect())
     }
 
     async fn remove_active(&self, job_id: &str) -> Result<()> {
-        count(Request::DynamoDbWrite);
-        self.client
-            .delete_item()
-            .table_name(&self.table)
-            .set_key(Some(key(ACTIVE_PK, job_id)))
-            .send()
-            .await
-            .map_err(|e| store_err("DeleteItem", e))?;
+        self.delete("DeleteItem (active index)", key(ACTIVE_PK, job_id))
+            .await?;
+        Ok(())
+    }
+
+    async fn sweep_cursor(&self) -> Result<Option<String>> {
+        #[derive(serde::Deserialize)]
+        struct Cursor {
+            cursor: String,
+        }
+        Ok(self
+            .get::<Cursor>(SWEEP_PK, SWEEP_SK)
+            .await?
+            .map(|c| c.cursor))
+    }
+
+    async fn set_sweep_cursor(&self, cursor: Option<&str>) -> Result<()> {
+        let Some(cursor) = cursor else {
+            self.delete("DeleteItem (sweep cursor)", key(SWEEP_PK, SWEEP_SK))
+                .await?;
+            return Ok(());
+        };
+        let mut item = key(SWEEP_PK, SWEEP_SK);
+        item.insert("cursor".into(), s(cursor));
+        retrying("PutItem (sweep cursor)", || async {
+            count(Request::DynamoDbWrite);
+            self.client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(item.clone()))
+                .send()
+                .await
+                .map_err(|e| store_err("PutItem (sweep cursor)", e))
+        })
+        .await?;
         Ok(())
     }
 
     async fn put_table(&self, table: &TableRecord, replace: bool) -> Result<bool> {
-        count(Request::DynamoDbWrite);
-        let result = self
-            .client
-            .put_item()
-            .table_name(&self.table)
-            .set_item(Some(to_item(CATALOG_PK, &table_sk(&table.name), table)?))
-            .set_condition_expression((!replace).then(|| "attribute_not_exists(pk)".to_string()))
-            .send()
-            .await;
-        match result {
-            Ok(_) => Ok(true),
-            Err(e)
-                if e.as_service_error()
-                    .is_some_and(|e| e.is_conditional_check_failed_exception()) =>
-            {
-                Ok(false)
+        let item = to_item(CATALOG_PK, &table_sk(&table.name), table)?;
+        retrying("PutItem (table)", || async {
+            count(Request::DynamoDbWrite);
+            let result = self
+                .client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(item.clone()))
+                .set_condition_expression(
+                    (!replace).then(|| "attribute_not_exists(pk)".to_string()),
+                )
+                .send()
+                .await;
+            match result {
+                Ok(_) => Ok(true),
+                Err(e) if condition_failed(&e) => Ok(false),
+                Err(e) => Err(store_err("PutItem (table)", e)),
             }
-            Err(e) => Err(store_err("PutItem", e)),
-        }
+        })
+        .await
     }
 
     async fn get_table(&self, name: &str) -> Result<Option<TableRecord>> {
@@ -639,7 +1025,7 @@ impl JobStore for DynamoDbJobStore {
     }
 
     async fn list_tables(&self) -> Result<Vec<TableRecord>> {
-        self.query(CATALOG_PK, "TABLE#")
+        self.query(CATALOG_PK, "TABLE#", None, None)
             .await?
             .into_iter()
             .map(from_item)
@@ -647,18 +1033,37 @@ impl JobStore for DynamoDbJobStore {
     }
 
     async fn delete_table(&self, name: &str) -> Result<bool> {
-        count(Request::DynamoDbWrite);
-        let out = self
-            .client
-            .delete_item()
-            .table_name(&self.table)
-            .set_key(Some(key(CATALOG_PK, &table_sk(name))))
-            .return_values(ReturnValue::AllOld)
-            .send()
+        self.delete("DeleteItem (table)", key(CATALOG_PK, &table_sk(name)))
             .await
-            .map_err(|e| store_err("DeleteItem", e))?;
-        Ok(out.attributes.is_some_and(|a| !a.is_empty()))
     }
+}
+
+/// The attributes every task item carries, set by whichever transition writes it first:
+/// its key fields and TTL, and the counters the transition does not change itself
+/// (`keep` names those it does: an update may not name one attribute twice).
+fn task_identity(
+    expr: Expr,
+    job_id: &str,
+    stage: u32,
+    partition: u32,
+    expires_at: u64,
+    keep: &[&str],
+) -> Expr {
+    let mut expr = expr
+        .set("job_id", s(job_id))
+        .set("stage", n(stage))
+        .set("partition", n(partition))
+        .set("expires_at", n(expires_at));
+    for (field, zero) in [
+        ("failures", n(0)),
+        ("retryable", AttributeValue::Bool(false)),
+        ("throttles", n(0)),
+    ] {
+        if !keep.contains(&field) {
+            expr = expr.set_if_absent(field, zero);
+        }
+    }
+    expr
 }
 
 #[cfg(test)]
@@ -674,6 +1079,9 @@ mod tests {
             state: TaskState::Succeeded,
             attempt: 2,
             dispatched_ms: Some(5),
+            confirmed_ms: Some(6),
+            retry_at_ms: None,
+            throttles: 2,
             output: Some(TaskOutput {
                 attempt: 2,
                 object: "p/jobs/j/stage-3/task-7/attempt-2-x.arrows".into(),
@@ -699,22 +1107,101 @@ mod tests {
         assert_eq!(back, task);
         let stage_state = state_value(StageState::Pending);
         assert_eq!(stage_state, s("PENDING"));
+        // A counter as the store writes it: `done` is a number set.
+        let mut item = key(&job_pk("j"), &counter_sk(1, 0));
+        item.insert("job_id".into(), s("j"));
+        item.insert("stage".into(), n(1));
+        item.insert("counter".into(), n(0));
+        item.insert("remaining".into(), n(0));
+        item.insert(
+            "done".into(),
+            AttributeValue::Ns(vec!["3".into(), "1".into()]),
+        );
+        item.insert("last_commit_ms".into(), n(5));
+        item.insert("expires_at".into(), n(9));
+        let counter: CommitCounter = from_item(item).unwrap();
+        assert_eq!(counter.remaining, 0);
+        let mut done = counter.done.clone();
+        done.sort();
+        assert_eq!(done, vec![1, 3]);
+    }
+
+    #[test]
+    fn error_codes_are_classified() {
+        for (code, kind) in [
+            (
+                "ProvisionedThroughputExceededException",
+                StoreErrorKind::Throttled,
+            ),
+            ("ThrottlingException", StoreErrorKind::Throttled),
+            ("RequestLimitExceeded", StoreErrorKind::Throttled),
+            ("ThrottlingError", StoreErrorKind::Throttled),
+            ("TransactionConflictException", StoreErrorKind::Conflict),
+            ("TransactionConflict", StoreErrorKind::Conflict),
+            ("InternalServerError", StoreErrorKind::Unavailable),
+            ("ValidationException", StoreErrorKind::Invalid),
+            ("SerializationException", StoreErrorKind::Invalid),
+            ("ResourceNotFoundException", StoreErrorKind::Invalid),
+            ("AccessDeniedException", StoreErrorKind::AccessDenied),
+            ("UnrecognizedClientException", StoreErrorKind::AccessDenied),
+        ] {
+            assert_eq!(kind_of_code(code), kind, "{code}");
+        }
+    }
+
+    #[tokio::test]
+    async fn only_transient_failures_are_retried() {
+        let tries = std::sync::atomic::AtomicU32::new(0);
+        let result: Result<()> = retrying("x", || async {
+            tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Err(Error::store(StoreErrorKind::AccessDenied, "no"))
+        })
+        .await;
+        assert!(result.is_err());
+        assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), 1);
+        let tries = std::sync::atomic::AtomicU32::new(0);
+        let result: Result<u32> = retrying("x", || async {
+            match tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst) {
+                0 => Err(Error::store(StoreErrorKind::Conflict, "busy")),
+                1 => Err(Error::store(StoreErrorKind::Throttled, "slow down")),
+                2 => Err(Error::store(StoreErrorKind::Unavailable, "500")),
+                n => Ok(n),
+            }
+        })
+        .await;
+        assert_eq!(result.unwrap(), 3, "three transient failures, then success");
+        let tries = std::sync::atomic::AtomicU32::new(0);
+        let result: Result<()> = retrying("x", || async {
+            tries.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            Err(Error::store(StoreErrorKind::Throttled, "always"))
+        })
+        .await;
+        assert!(result.is_err());
+        assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), STORE_TRIES);
     }
 
     #[test]
     fn expressions_bind_every_name_and_value() {
         let mut e = Expr::default()
             .set("state", s("X"))
-            .add("remaining", n(-1))
+            .count_down("remaining", n(32), n(1))
+            .add("done", AttributeValue::Ns(vec!["4".into()]))
             .remove("error");
         let cond = e.eq("state", s("Y"));
         assert_eq!(
             e.update_expression(),
-            "SET #state = :v0 ADD #remaining :v1 REMOVE #error"
+            "SET #state = :v0, #remaining = if_not_exists(#remaining, :v1) - :v2 \
+             ADD #done :v3 REMOVE #error"
         );
-        assert_eq!(cond, "#state = :v2");
-        assert_eq!(e.values.len(), 3);
-        assert_eq!(e.names.len(), 3);
+        assert_eq!(cond, "#state = :v4");
+        assert_eq!(e.values.len(), 5);
+        assert_eq!(e.names.len(), 4);
+        let identity = task_identity(Expr::default(), "j", 1, 2, 3, &["failures"]);
+        let text = identity.update_expression();
+        assert!(
+            !text.contains("#failures") && text.contains("#throttles"),
+            "{text}"
+        );
     }
 }
 
@@ -725,12 +1212,22 @@ mod tests {
 pub fn actions_of(operation: &str) -> &'static [&'static str] {
     match operation {
         "create_job" => &["dynamodb:BatchWriteItem", "dynamodb:PutItem"],
-        "get_job" | "get_stage" | "get_task" | "get_table" => &["dynamodb:GetItem"],
-        "load_job" | "list_tasks" | "active_jobs" | "list_tables" => &["dynamodb:Query"],
-        "claim_stage" | "start_attempt" | "fail_attempt" => &["dynamodb:UpdateItem"],
+        "get_job" | "get_stage" | "get_plan" | "get_task" | "get_table" | "sweep_cursor" => {
+            &["dynamodb:GetItem"]
+        }
+        "load_job" | "list_tasks" | "list_counters" | "active_jobs" | "list_tables" => {
+            &["dynamodb:Query"]
+        }
+        "claim_stage" | "confirm_stage" | "start_attempt" | "confirm_attempt" | "defer_task"
+        | "resend_task" | "fail_attempt" => &["dynamodb:UpdateItem"],
         "commit_task" => &["dynamodb:UpdateItem", "dynamodb:GetItem"],
-        "finish_job" => &["dynamodb:UpdateItem", "dynamodb:DeleteItem"],
+        "finish_job" => &[
+            "dynamodb:UpdateItem",
+            "dynamodb:DeleteItem",
+            "dynamodb:GetItem",
+        ],
         "remove_active" | "delete_table" => &["dynamodb:DeleteItem"],
+        "set_sweep_cursor" => &["dynamodb:PutItem", "dynamodb:DeleteItem"],
         "put_table" => &["dynamodb:PutItem"],
         other => panic!("unknown job store operation {other}"),
     }
@@ -748,15 +1245,23 @@ mod contract_tests {
         "get_job",
         "load_job",
         "get_stage",
+        "get_plan",
         "get_task",
         "list_tasks",
+        "list_counters",
         "claim_stage",
+        "confirm_stage",
         "start_attempt",
+        "confirm_attempt",
+        "defer_task",
+        "resend_task",
         "commit_task",
         "fail_attempt",
         "finish_job",
         "active_jobs",
         "remove_active",
+        "sweep_cursor",
+        "set_sweep_cursor",
         "put_table",
         "get_table",
         "list_tables",

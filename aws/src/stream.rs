@@ -34,6 +34,8 @@ pub fn decode(event: &Event) -> Vec<Decoded> {
             serde_dynamo::from_item(image.clone()).map(ChangeRecord::Stage)
         } else if sk.starts_with("TASK#") {
             serde_dynamo::from_item(image.clone()).map(ChangeRecord::Task)
+        } else if sk.starts_with("COUNT#") {
+            serde_dynamo::from_item(image.clone()).map(ChangeRecord::Counter)
         } else {
             continue;
         };
@@ -93,22 +95,31 @@ mod tests {
     }
 
     #[test]
-    fn stage_and_task_images_decode_and_others_are_skipped() {
+    fn counter_stage_and_task_images_decode_and_others_are_skipped() {
         let e = event(serde_json::json!([
-            {"pk": {"S": "JOB#j"}, "sk": {"S": "STAGE#00001"}, "job_id": {"S": "j"}, "stage": {"N": "1"},
-             "state": {"S": "DISPATCHED"}, "tasks": {"N": "4"}, "remaining": {"N": "0"},
-             "output_partitions": {"N": "1"}, "inputs": {"L": []}, "summary": {"S": "x"},
-             "expires_at": {"N": "9"}},
+            {"pk": {"S": "JOB#j"}, "sk": {"S": "COUNT#00001#00000"}, "job_id": {"S": "j"}, "stage": {"N": "1"},
+             "counter": {"N": "0"}, "remaining": {"N": "0"}, "done": {"NS": ["0", "1", "2", "3"]},
+             "last_commit_ms": {"N": "5"}, "expires_at": {"N": "9"}},
             {"pk": {"S": "JOB#j"}, "sk": {"S": "TASK#00001#000002"}, "job_id": {"S": "j"}, "stage": {"N": "1"},
              "partition": {"N": "2"}, "state": {"S": "FAILED"}, "attempt": {"N": "1"}, "error": {"S": "boom"},
              "retryable": {"BOOL": true}, "failures": {"N": "1"}, "expires_at": {"N": "9"}},
             {"pk": {"S": "CATALOG"}, "sk": {"S": "TABLE#t"}},
+            {"pk": {"S": "JOB#j"}, "sk": {"S": "STAGE#00001"}, "job_id": {"S": "j"}, "stage": {"N": "1"},
+             "state": {"S": "DISPATCHED"}, "tasks": {"N": "4"},
+             "output_partitions": {"N": "1"}, "inputs": {"L": []}, "summary": {"S": "x"},
+             "expires_at": {"N": "9"}},
             {"pk": {"S": "JOB#j"}, "sk": {"S": "STAGE#00002"}, "garbage": {"S": "x"}}
         ]));
         let decoded = decode(&e);
-        assert_eq!(decoded.len(), 2, "{decoded:?}");
-        assert!(decoded.iter().all(|d| d.change.wakes_scheduler()));
+        assert_eq!(decoded.len(), 3, "{decoded:?}");
+        let wakes: Vec<bool> = decoded.iter().map(|d| d.change.wakes_scheduler()).collect();
+        assert_eq!(
+            wakes,
+            vec![true, true, false],
+            "counter at 0 and failed task wake; a stage does not"
+        );
         assert_eq!(decoded[0].sequence, "100");
+        assert!(matches!(&decoded[0].change, ChangeRecord::Counter(c) if c.done.len() == 4));
         assert!(
             matches!(&decoded[1].change, ChangeRecord::Task(t) if t.error.as_deref() == Some("boom"))
         );

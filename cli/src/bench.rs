@@ -72,8 +72,12 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
     let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
     let engine = Embedded::start(EmbeddedOptions {
         data_dir: Some(scratch.path().to_path_buf()),
-        config: options.config.clone(),
+        config: options
+            .config
+            .clone()
+            .with_data_location(dir.display().to_string()),
         slots: options.slots,
+        ..EmbeddedOptions::default()
     })
     .await
     .map_err(|e| e.to_string())?;

@@ -38,13 +38,21 @@ pub enum ClientError {
 
 /// A lambdafusion endpoint. Requests to an AWS endpoint (API Gateway or a Lambda
 /// function URL) are signed with SigV4 using the standard AWS credential chain, as the
-/// IAM authorization of a default deployment requires.
+/// IAM authorization of a default deployment requires; so are requests to any endpoint
+/// when `LAMBDAFUSION_SIGV4_SERVICE` names the service to sign for (`lambda` for the
+/// local stack's IAM-authorized function URL). [`Client::with_token`] adds a bearer token
+/// (`lambdafusion serve --token`).
 #[derive(Debug, Clone)]
 pub struct Client {
     endpoint: String,
     http: reqwest::Client,
     signer: std::sync::Arc<tokio::sync::OnceCell<Option<RequestSigner>>>,
+    token: Option<String>,
 }
+
+/// Environment variable naming the SigV4 service to sign every request for, whatever the
+/// endpoint's host (`lambda`, `execute-api`).
+pub const ENV_SIGV4_SERVICE: &str = "LAMBDAFUSION_SIGV4_SERVICE";
 
 #[derive(Debug, Deserialize)]
 struct Submission {
@@ -71,7 +79,14 @@ impl Client {
                 .build()
                 .expect("HTTP client"),
             signer: Default::default(),
+            token: None,
         }
+    }
+
+    /// The same client sending `Authorization: Bearer <token>` (when `Some`).
+    pub fn with_token(mut self, token: Option<String>) -> Self {
+        self.token = token.filter(|t| !t.is_empty());
+        self
     }
 
     /// Sends a request, signed when the endpoint is an AWS one.
@@ -93,11 +108,23 @@ impl Client {
         let signer = self
             .signer
             .get_or_try_init(|| async {
-                match signing::service_for(&host) {
-                    Some(service) => RequestSigner::from_env(service, signing::region_of(&host))
-                        .await
-                        .map(Some),
-                    None => Ok(None),
+                let forced = std::env::var(ENV_SIGV4_SERVICE)
+                    .ok()
+                    .filter(|s| !s.is_empty());
+                match (forced.as_deref(), signing::service_for(&host)) {
+                    (Some("lambda"), _) => RequestSigner::from_env("lambda", None).await.map(Some),
+                    (Some("execute-api"), _) => {
+                        RequestSigner::from_env("execute-api", None).await.map(Some)
+                    }
+                    (Some(other), _) => Err(signing::SigningError::new(format!(
+                        "{ENV_SIGV4_SERVICE}={other}: expected lambda or execute-api"
+                    ))),
+                    (None, Some(service)) => {
+                        RequestSigner::from_env(service, signing::region_of(&host))
+                            .await
+                            .map(Some)
+                    }
+                    (None, None) => Ok(None),
                 }
             })
             .await
@@ -115,6 +142,9 @@ impl Client {
                 .map_err(|e| ClientError::Protocol(e.to_string()))?;
             headers.extend(signed);
             headers.retain(|(k, _)| k != "host");
+        }
+        if let Some(token) = &self.token {
+            headers.push(("authorization".into(), format!("Bearer {token}")));
         }
         let mut request = self.http.request(method, &url);
         for (k, v) in headers {
@@ -147,7 +177,20 @@ impl Client {
 
     /// Submits `sql`; returns the query id.
     pub async fn submit(&self, sql: &str) -> Result<String, ClientError> {
-        let body = serde_json::to_vec(&serde_json::json!({ "sql": sql })).expect("JSON");
+        self.submit_with(sql, None).await
+    }
+
+    /// Submits `sql` with an optional time limit in seconds; returns the query id.
+    pub async fn submit_with(
+        &self,
+        sql: &str,
+        max_seconds: Option<f64>,
+    ) -> Result<String, ClientError> {
+        let mut request = serde_json::json!({ "sql": sql });
+        if let Some(limit) = max_seconds {
+            request["max_seconds"] = serde_json::json!(limit);
+        }
+        let body = serde_json::to_vec(&request).expect("JSON");
         let response = self
             .send(reqwest::Method::POST, "/v1/queries", Some(body))
             .await?;
@@ -253,7 +296,17 @@ impl Client {
         sql: &str,
         progress: &mut dyn FnMut(&JobStatus),
     ) -> Result<(JobStatus, SchemaRef, Vec<RecordBatch>), ClientError> {
-        let id = self.submit(sql).await?;
+        self.run_with(sql, None, progress).await
+    }
+
+    /// [`Client::run`] with an optional time limit in seconds.
+    pub async fn run_with(
+        &self,
+        sql: &str,
+        max_seconds: Option<f64>,
+        progress: &mut dyn FnMut(&JobStatus),
+    ) -> Result<(JobStatus, SchemaRef, Vec<RecordBatch>), ClientError> {
+        let id = self.submit_with(sql, max_seconds).await?;
         let status = loop {
             let status = self.status(&id, Duration::from_secs(2)).await?;
             progress(&status);

@@ -60,19 +60,59 @@ struct EngineArgs {
     /// Most tasks in one stage.
     #[arg(long, default_value_t = 64)]
     max_tasks_per_stage: usize,
+    /// A directory tables may be read from, besides the current directory and the data
+    /// directory's generated TPC-H (repeatable; `..` and symlinks are resolved first).
+    #[arg(
+        long = "allow-path",
+        value_name = "DIR",
+        env = "LAMBDAFUSION_ALLOW_PATHS",
+        value_delimiter = ','
+    )]
+    allow_paths: Vec<PathBuf>,
+    /// Task invocations that may wait for a slot; past half of it new queries get 503.
+    #[arg(long)]
+    max_queued_tasks: Option<usize>,
+    /// Memory all slots may use together, in MiB (each task gets an equal share and
+    /// spills to the data directory past it); default: half of this machine's memory.
+    #[arg(long)]
+    memory_limit_mb: Option<usize>,
+    /// Longest a query may run, in seconds.
+    #[arg(long, default_value_t = 3600)]
+    max_query_seconds: u64,
 }
 
 impl EngineArgs {
-    fn options(&self) -> EmbeddedOptions {
+    fn options(&self) -> Result<EmbeddedOptions, String> {
         let defaults = EmbeddedOptions::default();
-        EmbeddedOptions {
-            data_dir: Some(self.data_dir.clone()),
-            config: EngineConfig::default()
-                .with_bytes_per_task(self.bytes_per_task)
-                .with_max_tasks_per_stage(self.max_tasks_per_stage),
-            slots: self.slots.unwrap_or(defaults.slots),
+        let mut config = EngineConfig::default()
+            .with_bytes_per_task(self.bytes_per_task)
+            .with_max_tasks_per_stage(self.max_tasks_per_stage)
+            .with_max_query_time(Duration::from_secs(self.max_query_seconds.max(1)));
+        let cwd = std::env::current_dir().map_err(|e| format!("no current directory: {e}"))?;
+        config.access.location_setting = "--allow-path DIR (or LAMBDAFUSION_ALLOW_PATHS)".into();
+        config = config
+            .with_data_location(cwd.display().to_string())
+            .with_data_location(absolute(&self.data_dir.join("tpch"))?.display().to_string());
+        for dir in &self.allow_paths {
+            let resolved = std::fs::canonicalize(dir)
+                .map_err(|e| format!("--allow-path {}: {e}", dir.display()))?;
+            config = config.with_data_location(resolved.display().to_string());
         }
+        let slots = self.slots.unwrap_or(defaults.slots);
+        Ok(EmbeddedOptions {
+            data_dir: Some(self.data_dir.clone()),
+            config,
+            slots,
+            max_queued_tasks: self.max_queued_tasks.unwrap_or(slots * 256),
+            memory_limit: self.memory_limit_mb.map(|mb| mb * 1024 * 1024),
+            ..defaults
+        })
     }
+}
+
+/// `path` made absolute against the current directory (without requiring it to exist).
+fn absolute(path: &std::path::Path) -> Result<PathBuf, String> {
+    std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))
 }
 
 #[derive(Args)]
@@ -97,9 +137,13 @@ struct DemoArgs {
 
 #[derive(Args)]
 struct ServeArgs {
-    /// Address to listen on.
+    /// Address to listen on. Anything but a loopback address needs --token.
     #[arg(long, default_value = "127.0.0.1:8080")]
     bind: SocketAddr,
+    /// Bearer token every request must carry (`Authorization: Bearer <token>`); required
+    /// to listen beyond loopback.
+    #[arg(long, env = "LAMBDAFUSION_TOKEN", hide_env_values = true)]
+    token: Option<String>,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -111,6 +155,12 @@ struct QueryArgs {
     /// Send it to this endpoint (`lambdafusion serve`, the local stack, a deployment).
     #[arg(long, env = "LAMBDAFUSION_ENDPOINT")]
     endpoint: Option<String>,
+    /// Bearer token for an endpoint served with `lambdafusion serve --token`.
+    #[arg(long, env = "LAMBDAFUSION_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// A time limit for this query, in seconds (at most the engine's).
+    #[arg(long)]
+    max_seconds: Option<f64>,
     /// Output: a table, CSV or JSON lines.
     #[arg(long, value_enum, default_value = "table")]
     format: OutputFormat,
@@ -274,7 +324,9 @@ async fn demo(args: DemoArgs) -> Result<(), String> {
     let data = std::fs::canonicalize(&data).map_err(|e| e.to_string())?;
     let engine = Embedded::start(EmbeddedOptions {
         data_dir: Some(args.data_dir.join("engine")),
-        config: EngineConfig::default().with_bytes_per_task(args.bytes_per_task),
+        config: EngineConfig::default()
+            .with_bytes_per_task(args.bytes_per_task)
+            .with_data_location(data.display().to_string()),
         ..EmbeddedOptions::default()
     })
     .await
@@ -362,19 +414,33 @@ async fn run_embedded(
 }
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
-    let engine = Embedded::start(args.engine.options())
-        .await
-        .map_err(|e| e.to_string())?;
+    let token = args.token.filter(|t| !t.trim().is_empty());
+    if !args.bind.ip().is_loopback() && token.is_none() {
+        return Err(format!(
+            "refusing to serve on {}, beyond this machine, without a token: anyone who can \
+             reach it could read the allowed directories and every query. Start with \
+             --token <secret> (or LAMBDAFUSION_TOKEN), or bind to 127.0.0.1",
+            args.bind
+        ));
+    }
+    let options = args.engine.options()?;
+    let allowed = options.config.access.data_locations.join(", ");
+    let engine = Embedded::start(options).await.map_err(|e| e.to_string())?;
     let listener = tokio::net::TcpListener::bind(args.bind)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
     eprintln!(
-        "lambdafusion serving on http://{} (data in {}); try:\n  lambdafusion query --endpoint http://{} \"SELECT 1\"",
+        "lambdafusion serving on http://{} (data in {}; tables readable from {allowed}{}); try:\n  lambdafusion query --endpoint http://{} \"SELECT 1\"",
         args.bind,
         args.engine.data_dir.display(),
+        if token.is_some() { "; bearer token required" } else { "" },
         args.bind
     );
-    axum::serve(listener, engine.router())
+    let router = match token {
+        Some(token) => lambdafusion::api::with_bearer_token(engine.router(), token),
+        None => engine.router(),
+    };
+    axum::serve(listener, router)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })
@@ -385,19 +451,25 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
 async fn query(args: QueryArgs) -> Result<(), String> {
     let (status, schema, batches) = match &args.endpoint {
         Some(endpoint) => {
-            let client = client::Client::new(endpoint);
+            let client = client::Client::new(endpoint).with_token(args.token.clone());
             let bar = display::task_progress();
             let result = client
-                .run(&args.sql, &mut |s| display::update_progress(&bar, s))
+                .run_with(&args.sql, args.max_seconds, &mut |s| {
+                    display::update_progress(&bar, s)
+                })
                 .await
                 .map_err(|e| e.to_string());
             bar.finish_and_clear();
             result?
         }
         None => {
-            let engine = Embedded::start(args.engine.options())
-                .await
-                .map_err(|e| e.to_string())?;
+            let mut options = args.engine.options()?;
+            if let Some(limit) = args.max_seconds {
+                options.config = options
+                    .config
+                    .with_max_query_time(Duration::from_secs_f64(limit.max(0.001)));
+            }
+            let engine = Embedded::start(options).await.map_err(|e| e.to_string())?;
             run_embedded(&engine, &args.sql).await?
         }
     };

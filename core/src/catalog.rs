@@ -13,10 +13,11 @@ use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::{CreateExternalTable, DdlStatement, LogicalPlan};
 
+use crate::access::AccessPolicy;
 use crate::plan::{decode_schema, encode_schema};
 use crate::state::{JobStore, TableRecord};
 use crate::time::now_ms;
-use crate::{Error, Result};
+use crate::{Error, Result, Services};
 
 /// Schema provider over a snapshot of the catalog (one store query per session).
 #[derive(Debug)]
@@ -24,18 +25,28 @@ pub struct CatalogSchema {
     tables: BTreeMap<String, TableRecord>,
     /// Used only to create table providers (file format factories, object stores).
     state: SessionState,
+    /// Checked again at every query: a table created under an older policy is refused.
+    access: AccessPolicy,
 }
 
 impl CatalogSchema {
     /// Loads the catalog from `store`.
-    pub async fn load(store: &dyn JobStore, state: SessionState) -> Result<Self> {
+    pub async fn load(
+        store: &dyn JobStore,
+        state: SessionState,
+        access: AccessPolicy,
+    ) -> Result<Self> {
         let tables = store
             .list_tables()
             .await?
             .into_iter()
             .map(|t| (t.name.clone(), t))
             .collect();
-        Ok(Self { tables, state })
+        Ok(Self {
+            tables,
+            state,
+            access,
+        })
     }
 }
 
@@ -47,7 +58,14 @@ impl SchemaProvider for CatalogSchema {
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
         match self.tables.get(name) {
-            Some(record) => Ok(Some(table_provider(&self.state, record).await?)),
+            Some(record) => {
+                for location in &record.locations {
+                    self.access.check_location(location).map_err(|e| {
+                        DataFusionError::Plan(format!("table {name} cannot be read: {e}"))
+                    })?;
+                }
+                Ok(Some(table_provider(&self.state, record).await?))
+            }
             None => Ok(None),
         }
     }
@@ -57,8 +75,8 @@ impl SchemaProvider for CatalogSchema {
     }
 }
 
-/// Installs the catalog of `store` as the default schema of `state`.
-pub async fn install(state: &SessionState, store: &dyn JobStore) -> Result<()> {
+/// Installs the catalog of the services' store as the default schema of `state`.
+pub async fn install(state: &SessionState, services: &Services) -> Result<()> {
     // A separate state: resolving tables through the catalog being installed would
     // make the catalog's own DDL planning look itself up.
     let own = SessionStateBuilder::new()
@@ -66,7 +84,8 @@ pub async fn install(state: &SessionState, store: &dyn JobStore) -> Result<()> {
         .with_runtime_env(state.runtime_env().clone())
         .with_default_features()
         .build();
-    let schema = CatalogSchema::load(store, own).await?;
+    let schema =
+        CatalogSchema::load(services.store.as_ref(), own, services.config.access.clone()).await?;
     let options = &state.config().options().catalog;
     let catalog = state
         .catalog_list()
@@ -123,12 +142,13 @@ fn table_name(name: &TableReference) -> Result<String> {
     }
 }
 
-/// Creates (or replaces) a catalog table: resolves its locations and schema now and
-/// stores them. Returns the stored record, or `None` when `IF NOT EXISTS` found one.
+/// Creates (or replaces) a catalog table: checks its locations against the access
+/// policy, resolves its schema now and stores both. Returns the stored record, or `None`
+/// when `IF NOT EXISTS` found one. Nothing is stored when a check fails.
 pub async fn create_table(
     state: &SessionState,
     store: &dyn JobStore,
-    config: &crate::EngineConfig,
+    access: &AccessPolicy,
     cmd: &CreateExternalTable,
     sql: &str,
 ) -> Result<Option<TableRecord>> {
@@ -153,12 +173,8 @@ pub async fn create_table(
         .iter()
         .map(|l| Ok(ListingTableUrl::parse(l)?.as_str().to_string()))
         .collect::<DfResult<Vec<_>>>()?;
-    if let Some(denied) = locations.iter().find(|l| !config.allows_location(l)) {
-        return Err(Error::InvalidInput(format!(
-            "{denied} is outside the data locations this deployment may read ({}); \
-             add its bucket to the deployment's data buckets",
-            config.allowed_locations.join(", ")
-        )));
+    for location in &locations {
+        access.check_location(location)?;
     }
     let cmd = CreateExternalTable {
         locations: locations.clone(),

@@ -36,10 +36,27 @@ pub struct EngineConfig {
     /// most 6 MB); larger results answer 413 and are downloaded through presigned URLs
     /// (`GET /v1/queries/{id}/result/objects`). `None`: no limit (streamed).
     pub max_response_bytes: Option<usize>,
-    /// Location prefixes tables may be created on (`s3://bucket`); empty allows any.
-    /// A deployment lists the buckets its functions are allowed to read.
-    pub allowed_locations: Vec<String>,
+    /// Where tables may live, and who may read what (see [`crate::access`]).
+    pub access: crate::access::AccessPolicy,
+    /// A claimed stage (or a retried attempt) whose invocations were not all confirmed
+    /// within this time lost its dispatcher: its tasks are sent again.
+    pub dispatch_deadline: Duration,
+    /// Longest a query may run; a request may ask for less (`max_seconds`), never more.
+    pub max_query_time: Duration,
+    /// Longest SQL text accepted (the job record holds it; a DynamoDB item holds 400 KB).
+    pub max_sql_bytes: usize,
+    /// Time one sweep may spend; it continues where it stopped at the next run.
+    pub sweep_budget: Duration,
+    /// Memory each task may use before spilling (its own DataFusion memory pool);
+    /// `None`: unbounded.
+    pub task_memory_limit: Option<usize>,
 }
+
+/// Back-off of a throttled task invocation: `THROTTLE_BACKOFF_BASE * 2^throttles`, at most
+/// [`THROTTLE_BACKOFF_CAP`].
+pub const THROTTLE_BACKOFF_BASE: Duration = Duration::from_secs(1);
+/// Longest back-off of a throttled task invocation.
+pub const THROTTLE_BACKOFF_CAP: Duration = Duration::from_secs(60);
 
 impl Default for EngineConfig {
     fn default() -> Self {
@@ -55,8 +72,13 @@ impl Default for EngineConfig {
             max_request_bytes: 1024 * 1024,
             batch_size: 8192,
             cancel_check_interval: Duration::from_secs(1),
-            allowed_locations: Vec::new(),
             max_response_bytes: None,
+            access: crate::access::AccessPolicy::default(),
+            dispatch_deadline: Duration::from_secs(30),
+            max_query_time: Duration::from_secs(3600),
+            max_sql_bytes: 256 * 1024,
+            sweep_budget: Duration::from_secs(20),
+            task_memory_limit: None,
         }
     }
 }
@@ -104,13 +126,23 @@ impl EngineConfig {
         self
     }
 
-    /// Whether a table may live at `location` (see [`EngineConfig::allowed_locations`]).
-    pub fn allows_location(&self, location: &str) -> bool {
-        self.allowed_locations.is_empty()
-            || self.allowed_locations.iter().any(|prefix| {
-                let prefix = prefix.trim_end_matches('/');
-                location == prefix || location.starts_with(&format!("{prefix}/"))
-            })
+    /// Adds a location tables may be read from (see [`crate::access::AccessPolicy`]).
+    pub fn with_data_location(mut self, location: impl Into<String>) -> Self {
+        self.access.data_locations.push(location.into());
+        self
+    }
+
+    /// Sets [`EngineConfig::max_query_time`].
+    pub fn with_max_query_time(mut self, limit: Duration) -> Self {
+        self.max_query_time = limit;
+        self
+    }
+
+    /// The back-off before a task throttled `throttles` times is sent again.
+    pub fn throttle_backoff(throttles: u32) -> Duration {
+        THROTTLE_BACKOFF_BASE
+            .saturating_mul(1u32 << throttles.min(16))
+            .min(THROTTLE_BACKOFF_CAP)
     }
 
     /// Number of tasks for `bytes` of input: `ceil(bytes / bytes_per_task)` within
@@ -138,13 +170,9 @@ mod tests {
     }
 
     #[test]
-    fn allowed_locations_match_whole_bucket_names() {
-        let mut c = EngineConfig::default();
-        assert!(c.allows_location("s3://anything/x"));
-        c.allowed_locations = vec!["s3://data".into(), "s3://lake/".into()];
-        assert!(c.allows_location("s3://data/t/"));
-        assert!(c.allows_location("s3://lake/a/b.parquet"));
-        assert!(!c.allows_location("s3://data-private/t/"));
-        assert!(!c.allows_location("s3://other/t/"));
+    fn throttle_backoff_doubles_up_to_a_cap() {
+        assert_eq!(EngineConfig::throttle_backoff(0), Duration::from_secs(1));
+        assert_eq!(EngineConfig::throttle_backoff(3), Duration::from_secs(8));
+        assert_eq!(EngineConfig::throttle_backoff(40), THROTTLE_BACKOFF_CAP);
     }
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::{RuntimeEnv, RuntimeEnvBuilder};
 use futures::future::BoxFuture;
@@ -18,9 +19,11 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use tracing::{info, warn};
 
+use crate::access::ConfinedFileSystem;
 use crate::dispatch::{LocalInvoker, LocalTarget, TaskSpec};
+use crate::error::StoreErrorKind;
 use crate::executor::Executor;
-use crate::scheduler::Scheduler;
+use crate::scheduler::{Scheduler, SubmitOptions};
 use crate::services::ShuffleLocation;
 use crate::state::{EmbeddedStore, JobState, JobStore};
 use crate::status::JobStatus;
@@ -32,20 +35,48 @@ use crate::{EngineConfig, Error, Result, Services};
 pub struct EmbeddedOptions {
     /// Directory for the job store and shuffle data; `None` keeps everything in memory.
     pub data_dir: Option<PathBuf>,
-    /// Engine settings.
+    /// Engine settings. Its access policy's data locations are the directories tables
+    /// may be read from (`--allow-path`); the engine adds its own files as reserved.
     pub config: EngineConfig,
     /// Concurrent tasks ("function slots").
     pub slots: usize,
+    /// Task invocations that may wait for a slot; past it dispatches are throttled, and
+    /// past half of it new queries get 503.
+    pub max_queued_tasks: usize,
+    /// Memory all slots may use together; each task gets an equal share as its own
+    /// memory pool and spills to the data directory past it. `None`: half of the
+    /// machine's memory.
+    pub memory_limit: Option<usize>,
+    /// How often the engine sweeps (re-sends throttled and lost tasks, enforces
+    /// deadlines) and expires old jobs.
+    pub sweep_interval: Duration,
 }
 
 impl Default for EmbeddedOptions {
     fn default() -> Self {
+        let slots = std::thread::available_parallelism().map_or(2, |n| n.get()) * 2;
         Self {
             data_dir: None,
             config: EngineConfig::default(),
-            slots: std::thread::available_parallelism().map_or(2, |n| n.get()) * 2,
+            slots,
+            max_queued_tasks: slots * 256,
+            memory_limit: None,
+            sweep_interval: Duration::from_secs(5),
         }
     }
+}
+
+/// Total memory of this machine, from `/proc/meminfo` (Linux); `None` elsewhere.
+pub fn machine_memory() -> Option<usize> {
+    let info = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kb: usize = info
+        .lines()
+        .find(|l| l.starts_with("MemTotal:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()?;
+    Some(kb * 1024)
 }
 
 /// A finished query: its status and its rows.
@@ -83,51 +114,76 @@ impl Drop for Embedded {
     }
 }
 
-/// How often the embedded engine sweeps, like the deployment's scheduled rule.
-const SWEEP_EVERY: Duration = Duration::from_secs(60);
-
 impl Embedded {
     /// Starts an engine. Jobs left running by an earlier process on the same data
     /// directory are failed: their tasks died with that process.
     pub async fn start(options: EmbeddedOptions) -> Result<Arc<Self>> {
+        let mut config = options.config.clone();
+        let memory = options
+            .memory_limit
+            .or_else(|| machine_memory().map(|m| m / 2));
+        if config.task_memory_limit.is_none() {
+            config.task_memory_limit = memory.map(|m| m / options.slots.max(1));
+        }
         let (store, shuffle, runtime) = match &options.data_dir {
             Some(dir) => {
                 std::fs::create_dir_all(dir.join("shuffle")).map_err(|e| {
-                    Error::Store(format!(
-                        "cannot create data directory {}: {e}",
-                        dir.display()
-                    ))
+                    Error::store(
+                        StoreErrorKind::Invalid,
+                        format!("cannot create data directory {}: {e}", dir.display()),
+                    )
                 })?;
-                let dir = std::fs::canonicalize(dir)
-                    .map_err(|e| Error::Store(format!("cannot resolve {}: {e}", dir.display())))?;
+                let dir = std::fs::canonicalize(dir).map_err(|e| {
+                    Error::store(
+                        StoreErrorKind::Invalid,
+                        format!("cannot resolve {}: {e}", dir.display()),
+                    )
+                })?;
                 let store = EmbeddedStore::open(&dir.join("state.redb"))?;
                 let prefix = Path::from_filesystem_path(dir.join("shuffle"))
-                    .map_err(|e| Error::Store(e.to_string()))?;
+                    .map_err(|e| Error::InvalidInput(e.to_string()))?;
                 let url = ObjectStoreUrl::parse("file://").map_err(Error::from)?;
-                let runtime = RuntimeEnvBuilder::new().build_arc()?;
-                runtime.register_object_store(url.as_ref(), Arc::new(LocalFileSystem::new()));
+                // Tables may be read from the allowed directories only; the engine
+                // itself writes its shuffle directory.
+                config.access.reserved_locations.extend([
+                    dir.join("shuffle").display().to_string(),
+                    dir.join("state.redb").display().to_string(),
+                    dir.join("spill").display().to_string(),
+                ]);
+                let mut roots = config.access.local_roots();
+                roots.push(dir.join("shuffle"));
+                let files = ConfinedFileSystem::new(Arc::new(LocalFileSystem::new()), roots);
+                let runtime = RuntimeEnvBuilder::new()
+                    .with_disk_manager_builder(
+                        DiskManagerBuilder::default()
+                            .with_mode(DiskManagerMode::Directories(vec![dir.join("spill")])),
+                    )
+                    .build_arc()?;
+                runtime.register_object_store(url.as_ref(), Arc::new(files));
                 (store, ShuffleLocation { url, prefix }, runtime)
             }
-            None => in_memory_parts()?,
+            None => in_memory_parts(&config)?,
         };
-        let invoker = Arc::new(LocalInvoker::new(options.slots));
+        let invoker = Arc::new(LocalInvoker::new(options.slots, options.max_queued_tasks));
         let services = Services {
             store: Arc::new(store.clone()),
             invoker: invoker.clone(),
             runtime,
             shuffle,
-            config: options.config.clone(),
+            config,
             presigner: None,
+            faults: Default::default(),
         };
         let stream = store
             .take_stream()
             .ok_or_else(|| Error::Internal("job store stream already taken".into()))?;
+        let every = options.sweep_interval;
         let engine = Arc::new_cyclic(|me: &Weak<Embedded>| {
             let target: Weak<dyn LocalTarget> = me.clone();
             invoker.bind(target);
             Embedded {
                 stream: tokio::spawn(drive_stream(services.clone(), stream)),
-                sweep: tokio::spawn(sweep_periodically(services.clone(), store.clone())),
+                sweep: tokio::spawn(sweep_periodically(services.clone(), store.clone(), every)),
                 executor: Arc::new(Executor::new(services.clone())),
                 services,
                 store,
@@ -139,7 +195,7 @@ impl Embedded {
 
     /// Fails jobs a previous process left running.
     async fn recover(&self) -> Result<()> {
-        for job_id in self.store.active_jobs().await? {
+        for job_id in self.store.active_jobs(None, usize::MAX).await? {
             let failed = self
                 .store
                 .finish_job(
@@ -154,7 +210,7 @@ impl Embedded {
                 .await;
             match failed {
                 Ok(true) => info!(job = %job_id, "failed a job interrupted by a restart"),
-                Ok(false) | Err(Error::NotFound(_)) => self.store.remove_active(&job_id).await?,
+                Ok(false) => self.store.remove_active(&job_id).await?,
                 Err(e) => return Err(e),
             }
         }
@@ -183,7 +239,11 @@ impl Embedded {
 
     /// Submits `sql` and returns the job id without waiting.
     pub async fn submit(&self, sql: &str) -> Result<String> {
-        Ok(self.scheduler().submit(sql).await?.job_id)
+        Ok(self
+            .scheduler()
+            .submit(sql, &SubmitOptions::default())
+            .await?
+            .job_id)
     }
 
     /// Waits up to `timeout` for a job to end and returns its status.
@@ -220,11 +280,20 @@ impl Embedded {
     }
 }
 
-fn in_memory_parts() -> Result<(EmbeddedStore, ShuffleLocation, Arc<RuntimeEnv>)> {
+fn in_memory_parts(
+    config: &EngineConfig,
+) -> Result<(EmbeddedStore, ShuffleLocation, Arc<RuntimeEnv>)> {
     let store = EmbeddedStore::in_memory()?;
     let url = ObjectStoreUrl::parse("memory://").map_err(Error::from)?;
     let runtime = RuntimeEnvBuilder::new().build_arc()?;
     runtime.register_object_store(url.as_ref(), Arc::new(InMemory::new()));
+    // Local tables only from the allowed directories.
+    let files = ConfinedFileSystem::new(
+        Arc::new(LocalFileSystem::new()),
+        config.access.local_roots(),
+    );
+    let file_url = ObjectStoreUrl::parse("file://").map_err(Error::from)?;
+    runtime.register_object_store(file_url.as_ref(), Arc::new(files));
     let prefix = Path::from("lambdafusion");
     Ok((store, ShuffleLocation { url, prefix }, runtime))
 }
@@ -236,7 +305,7 @@ pub fn in_memory_services(
     invoker: Arc<dyn crate::dispatch::Invoker>,
     config: EngineConfig,
 ) -> Result<(Services, EmbeddedStore)> {
-    let (store, shuffle, runtime) = in_memory_parts()?;
+    let (store, shuffle, runtime) = in_memory_parts(&config)?;
     let services = Services {
         store: Arc::new(store.clone()),
         invoker,
@@ -244,6 +313,7 @@ pub fn in_memory_services(
         shuffle,
         config,
         presigner: None,
+        faults: Default::default(),
     };
     Ok((services, store))
 }
@@ -265,11 +335,11 @@ async fn drive_stream(
     }
 }
 
-/// The embedded "scheduled rule": a sweep every [`SWEEP_EVERY`], re-driving jobs whose
-/// wake-ups were lost and retrying tasks past their deadline; and the embedded TTL:
-/// finished jobs past `job_ttl` lose their records and result objects.
-async fn sweep_periodically(services: Services, store: EmbeddedStore) {
-    let mut every = tokio::time::interval(SWEEP_EVERY);
+/// The embedded "scheduled rule": a sweep every `every`, re-driving jobs whose wake-ups
+/// were lost, re-sending throttled tasks and retrying tasks past their deadline; and the
+/// embedded TTL: finished jobs past `job_ttl` lose their records and result objects.
+async fn sweep_periodically(services: Services, store: EmbeddedStore, every: Duration) {
+    let mut every = tokio::time::interval(every);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;
@@ -287,7 +357,7 @@ pub async fn expire(services: &Services, store: &EmbeddedStore) -> Result<usize>
     let expired = store.expire_jobs(now_ms() / 1000).await?;
     let objects = services.shuffle_store()?;
     for job in &expired {
-        crate::shuffle::delete_job_objects(objects.as_ref(), &services.shuffle.prefix, job, None)
+        crate::shuffle::delete_job_objects(objects.as_ref(), &services.shuffle.prefix, job, &[])
             .await;
     }
     if !expired.is_empty() {

@@ -1,10 +1,15 @@
 //! The crate's error type: each variant says whose fault it is, so the API can map it to
 //! one status code and the executor can tell a retryable failure from a final one.
 
+use std::time::Duration;
+
 use datafusion::error::DataFusionError;
 
 /// Result with the crate's [`Error`].
 pub type Result<T, E = Error> = std::result::Result<T, E>;
+
+/// A boxed error kept as the source of ours.
+pub type Source = Box<dyn std::error::Error + Send + Sync>;
 
 /// Everything that can go wrong in lambdafusion.
 #[derive(Debug, thiserror::Error)]
@@ -12,6 +17,20 @@ pub enum Error {
     /// The request itself is wrong: bad SQL, an unknown table, a malformed body or event.
     #[error("{0}")]
     InvalidInput(String),
+    /// The request is larger than a limit allows (413).
+    #[error("{0}")]
+    TooLarge(String),
+    /// The caller may not do this (403); the message names the setting that would allow it.
+    #[error("{0}")]
+    Forbidden(String),
+    /// The service is saturated; try again after the given time (503 with `Retry-After`).
+    #[error("{message}")]
+    Overloaded {
+        /// What is full.
+        message: String,
+        /// When to try again.
+        retry_after: Duration,
+    },
     /// Planning or executing the query failed in DataFusion.
     #[error(transparent)]
     DataFusion(#[from] DataFusionError),
@@ -21,15 +40,21 @@ pub enum Error {
     /// A conditional write lost: someone else already made this transition.
     #[error("conflict: {0}")]
     Conflict(String),
-    /// The job store failed (I/O, serialization, the backing database).
-    #[error("job store: {0}")]
-    Store(String),
+    /// The job store failed; [`StoreError::kind`] says whether trying again may help.
+    #[error(transparent)]
+    Store(#[from] StoreError),
     /// Object storage failed.
     #[error("object store: {0}")]
     ObjectStore(#[from] object_store::Error),
     /// Invoking a function (task dispatch or scheduler wake-up) failed.
-    #[error("invoke: {0}")]
-    Invoke(String),
+    #[error("invoke: {message}")]
+    Invoke {
+        /// What failed.
+        message: String,
+        /// Throttled (429) or a transient service failure: the invocation may be sent
+        /// again later without anything having run.
+        retryable: bool,
+    },
     /// The job was cancelled while this work ran.
     #[error("job {0} was cancelled")]
     Cancelled(String),
@@ -38,11 +63,103 @@ pub enum Error {
     Internal(String),
 }
 
+/// What kind of job store failure happened: decides whether it is retried.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StoreErrorKind {
+    /// The store throttled the request (DynamoDB `ProvisionedThroughputExceeded`,
+    /// `ThrottlingException`, `RequestLimitExceeded`): retry with backoff.
+    Throttled,
+    /// The request collided with a concurrent one on the same item (DynamoDB
+    /// `TransactionConflict`): retry with backoff.
+    Conflict,
+    /// The store or the network failed transiently (5xx, timeouts, connection errors):
+    /// retry with backoff.
+    Unavailable,
+    /// The request is invalid (validation, serialization, item too large, missing
+    /// table): retrying cannot help.
+    Invalid,
+    /// The caller is not allowed (access denied, bad credentials): retrying cannot help.
+    AccessDenied,
+    /// A stored record does not decode: retrying cannot help.
+    Corrupt,
+}
+
+impl StoreErrorKind {
+    /// Whether the same request may succeed if sent again.
+    pub fn is_transient(self) -> bool {
+        matches!(
+            self,
+            StoreErrorKind::Throttled | StoreErrorKind::Conflict | StoreErrorKind::Unavailable
+        )
+    }
+}
+
+/// A job store failure: what was being done, its kind, and the underlying error.
+#[derive(Debug, thiserror::Error)]
+#[error("job store: {message}")]
+pub struct StoreError {
+    /// Whether it is worth retrying.
+    pub kind: StoreErrorKind,
+    /// The operation and what went wrong, for people.
+    pub message: String,
+    /// The error of the backing database, if any.
+    #[source]
+    pub source: Option<Source>,
+}
+
+impl StoreError {
+    /// A store error without an underlying error.
+    pub fn new(kind: StoreErrorKind, message: impl Into<String>) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: None,
+        }
+    }
+
+    /// A store error caused by `source`.
+    pub fn with_source(
+        kind: StoreErrorKind,
+        message: impl Into<String>,
+        source: impl Into<Source>,
+    ) -> Self {
+        Self {
+            kind,
+            message: message.into(),
+            source: Some(source.into()),
+        }
+    }
+}
+
 impl Error {
+    /// A job store error of `kind` (see [`StoreError`]).
+    pub fn store(kind: StoreErrorKind, message: impl Into<String>) -> Self {
+        Error::Store(StoreError::new(kind, message))
+    }
+
+    /// An invocation that was refused for good (bad payload, unknown function).
+    pub fn invoke(message: impl Into<String>) -> Self {
+        Error::Invoke {
+            message: message.into(),
+            retryable: false,
+        }
+    }
+
+    /// An invocation that was throttled or hit a transient failure; nothing ran.
+    pub fn invoke_throttled(message: impl Into<String>) -> Self {
+        Error::Invoke {
+            message: message.into(),
+            retryable: true,
+        }
+    }
+
     /// True when the caller (not the system) is at fault: maps to a 4xx response.
     pub fn is_user_error(&self) -> bool {
         match self {
-            Error::InvalidInput(_) | Error::NotFound(_) => true,
+            Error::InvalidInput(_)
+            | Error::NotFound(_)
+            | Error::TooLarge(_)
+            | Error::Forbidden(_) => true,
             Error::DataFusion(e) => is_user_datafusion_error(e),
             Error::ObjectStore(object_store::Error::NotFound { .. }) => true,
             _ => false,
@@ -50,10 +167,13 @@ impl Error {
     }
 
     /// True when running the same task again may succeed (I/O, throttling, lost workers);
-    /// false for deterministic failures such as a division by zero in the query.
+    /// false for deterministic failures such as a division by zero in the query, an
+    /// invalid store request or denied access.
     pub fn is_retryable(&self) -> bool {
         match self {
-            Error::Store(_) | Error::ObjectStore(_) | Error::Invoke(_) => true,
+            Error::Store(e) => e.kind.is_transient(),
+            Error::ObjectStore(e) => is_retryable_object_store_error(e),
+            Error::Invoke { retryable, .. } => *retryable,
             Error::DataFusion(e) => is_retryable_datafusion_error(e),
             _ => false,
         }
@@ -72,14 +192,31 @@ fn is_user_datafusion_error(e: &DataFusionError) -> bool {
     }
 }
 
+/// Object storage failures worth another attempt: everything but the request's own
+/// mistakes (a missing object is a committed output gone: a new attempt of the producer
+/// cannot bring it back either, but the job's retry of this task may see the TTL'd
+/// state; it stays retryable so that a transiently listed-but-missing object is retried).
+fn is_retryable_object_store_error(e: &object_store::Error) -> bool {
+    !matches!(
+        e,
+        object_store::Error::InvalidPath { .. }
+            | object_store::Error::NotSupported { .. }
+            | object_store::Error::NotImplemented { .. }
+            | object_store::Error::PermissionDenied { .. }
+            | object_store::Error::Unauthenticated { .. }
+            | object_store::Error::UnknownConfigurationKey { .. }
+    )
+}
+
 fn is_retryable_datafusion_error(e: &DataFusionError) -> bool {
-    matches!(
-        e.find_root(),
-        DataFusionError::ObjectStore(_)
-            | DataFusionError::IoError(_)
-            | DataFusionError::ResourcesExhausted(_)
-    ) || matches!(e.find_root(), DataFusionError::External(inner)
-        if inner.downcast_ref::<Error>().is_some_and(Error::is_retryable))
+    match e.find_root() {
+        DataFusionError::ObjectStore(e) => is_retryable_object_store_error(e),
+        DataFusionError::IoError(_) | DataFusionError::ResourcesExhausted(_) => true,
+        DataFusionError::External(inner) => inner
+            .downcast_ref::<Error>()
+            .is_some_and(Error::is_retryable),
+        _ => false,
+    }
 }
 
 impl From<Error> for DataFusionError {
@@ -94,12 +231,47 @@ impl From<Error> for DataFusionError {
 
 impl From<serde_json::Error> for Error {
     fn from(e: serde_json::Error) -> Self {
-        Error::Store(format!("record encoding: {e}"))
+        Error::Store(StoreError::with_source(
+            StoreErrorKind::Corrupt,
+            format!("record encoding: {e}"),
+            e,
+        ))
     }
 }
 
 impl From<datafusion::arrow::error::ArrowError> for Error {
     fn from(e: datafusion::arrow::error::ArrowError) -> Self {
         Error::DataFusion(DataFusionError::ArrowError(Box::new(e), None))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn store_errors_are_retried_only_when_transient() {
+        for (kind, retry) in [
+            (StoreErrorKind::Throttled, true),
+            (StoreErrorKind::Conflict, true),
+            (StoreErrorKind::Unavailable, true),
+            (StoreErrorKind::Invalid, false),
+            (StoreErrorKind::AccessDenied, false),
+            (StoreErrorKind::Corrupt, false),
+        ] {
+            assert_eq!(Error::store(kind, "x").is_retryable(), retry, "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn classes_survive_a_trip_through_datafusion() {
+        let throttled: DataFusionError =
+            Error::store(StoreErrorKind::Throttled, "slow down").into();
+        assert!(Error::DataFusion(throttled).is_retryable());
+        let denied: DataFusionError = Error::store(StoreErrorKind::AccessDenied, "no").into();
+        assert!(!Error::DataFusion(denied).is_retryable());
+        assert!(Error::invoke_throttled("429").is_retryable());
+        assert!(!Error::invoke("no such function").is_retryable());
+        assert!(Error::TooLarge("big".into()).is_user_error());
     }
 }

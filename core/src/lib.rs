@@ -10,6 +10,7 @@
 //! `lambdafusion-aws` and plug into the same seams. [`embedded::Embedded`] wires the
 //! in-process implementations together for `lambdafusion serve` and the tests.
 
+pub mod access;
 pub mod api;
 pub mod catalog;
 pub mod config;
@@ -17,6 +18,7 @@ pub mod dispatch;
 pub mod embedded;
 pub mod error;
 pub mod executor;
+pub mod faults;
 pub mod plan;
 pub mod results;
 pub mod scheduler;

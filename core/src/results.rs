@@ -10,20 +10,25 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
 use futures::{StreamExt, TryStreamExt};
 
+use crate::access::Caller;
 use crate::plan::decode_schema;
 use crate::shuffle::{ReadMode, ShuffleInputs, ShuffleReaderExec};
 use crate::state::{JobState, TaskOutput, TaskState};
 use crate::{Error, Result, Services};
 
-/// The finished job's record and its final stage's committed outputs, in partition order.
+/// The finished job's record and its final stage's committed outputs, in partition order,
+/// for a caller who may see the job. A result whose outputs are not all committed is
+/// refused rather than served short.
 async fn final_outputs(
     services: &Services,
     job_id: &str,
+    caller: &Caller,
 ) -> Result<(crate::state::JobRecord, Vec<TaskOutput>)> {
     let store = &services.store;
     let job = store
         .get_job(job_id)
         .await?
+        .filter(|j| services.config.access.can_read(caller, &j.owner))
         .ok_or_else(|| Error::NotFound(format!("query {job_id}")))?;
     match job.state {
         JobState::Succeeded => {}
@@ -40,22 +45,39 @@ async fn final_outputs(
             )))
         }
     }
-    let outputs: Vec<TaskOutput> = store
-        .list_tasks(job_id, job.final_stage())
+    let stage = job.final_stage();
+    let expected = store
+        .get_stage(job_id, stage)
         .await?
-        .into_iter()
+        .map_or(0, |s| s.tasks as usize);
+    let tasks = store.list_tasks(job_id, stage).await?;
+    let outputs: Vec<TaskOutput> = tasks
+        .iter()
         .filter(|t| t.state == TaskState::Succeeded)
-        .filter_map(|t| t.output)
+        .filter_map(|t| t.output.clone())
         .collect();
+    let partitions: Vec<u32> = tasks
+        .iter()
+        .filter(|t| t.state == TaskState::Succeeded && t.output.is_some())
+        .map(|t| t.partition)
+        .collect();
+    if outputs.len() != expected || partitions.iter().enumerate().any(|(i, p)| *p != i as u32) {
+        return Err(Error::Internal(format!(
+            "the result of query {job_id} is incomplete: {} of {expected} task outputs of \
+             its final stage are committed",
+            outputs.len()
+        )));
+    }
     Ok((job, outputs))
 }
 
-/// Opens the result of job `job_id`: its schema and a stream of its batches.
+/// Opens the result of job `job_id` for `caller`: its schema and a stream of its batches.
 pub async fn open(
     services: &Services,
     job_id: &str,
+    caller: &Caller,
 ) -> Result<(SchemaRef, SendableRecordBatchStream)> {
-    let (job, outputs) = final_outputs(services, job_id).await?;
+    let (job, outputs) = final_outputs(services, job_id, caller).await?;
     let schema = decode_schema(&job.result_schema)?;
     let stage = job.final_stage();
     let producers = outputs.len();
@@ -87,12 +109,12 @@ pub async fn open(
     ))
 }
 
-/// Collects the whole result of a finished job.
+/// Collects the whole result of a finished job (as the embedded engine's own caller).
 pub async fn collect(
     services: &Services,
     job_id: &str,
 ) -> Result<(SchemaRef, Vec<datafusion::arrow::array::RecordBatch>)> {
-    let (schema, stream) = open(services, job_id).await?;
+    let (schema, stream) = open(services, job_id, &Caller::local()).await?;
     let batches = stream.try_collect().await?;
     Ok((schema, batches))
 }
@@ -122,10 +144,12 @@ pub struct ResultObjects {
     pub pieces: Vec<ResultPiece>,
 }
 
-/// Presigned URLs for every non-empty slice of the result of `job_id`.
+/// Presigned URLs for every non-empty slice of the result of `job_id`, for `caller`,
+/// valid for `expires` (already clamped by the access policy).
 pub async fn objects(
     services: &Services,
     job_id: &str,
+    caller: &Caller,
     expires: std::time::Duration,
 ) -> Result<ResultObjects> {
     let presigner = services.presigner.as_ref().ok_or_else(|| {
@@ -133,7 +157,7 @@ pub async fn objects(
             "this server cannot presign downloads; read the rows from /v1/queries/{job_id}/result"
         ))
     })?;
-    let (_, outputs) = final_outputs(services, job_id).await?;
+    let (_, outputs) = final_outputs(services, job_id, caller).await?;
     let mut pieces = Vec::new();
     for output in &outputs {
         let path = object_store::path::Path::from(output.object.as_str());
@@ -141,7 +165,7 @@ pub async fn objects(
             .signed_url(http::Method::GET, &path, expires)
             .await?;
         for slice in 0..output.ends.len() {
-            let range = output.slice(slice);
+            let range = output.slice(slice)?;
             if !range.is_empty() {
                 pieces.push(ResultPiece {
                     url: url.to_string(),

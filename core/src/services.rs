@@ -39,6 +39,8 @@ pub struct Services {
     /// Presigns URLs to the shuffle store, so clients can download large results from
     /// object storage directly (S3); `None` where there is nothing to presign (embedded).
     pub presigner: Option<Arc<dyn object_store::signer::Signer>>,
+    /// The seeded fault plan of this process (empty unless testing the failure model).
+    pub faults: crate::faults::Faults,
 }
 
 impl std::fmt::Debug for Services {
@@ -61,6 +63,16 @@ impl Services {
     /// `target_partitions` partitions.
     pub fn session_state(&self, target_partitions: usize) -> SessionState {
         crate::plan::session_state(self.runtime.clone(), &self.config, target_partitions)
+    }
+
+    /// The object store URL of the shuffle location as a table location would name it
+    /// (`s3://bucket/prefix`, `file:///dir`), for the access policy's reserved list.
+    pub fn shuffle_location(&self) -> String {
+        format!(
+            "{}/{}",
+            self.shuffle.url.as_str().trim_end_matches('/'),
+            self.shuffle.prefix
+        )
     }
 
     /// TTL for records written now (seconds since epoch).

@@ -114,7 +114,7 @@ fn handoff(
                 .stages
                 .iter()
                 .find(|s| s.stage == i.stage)
-                .and_then(|s| s.last_commit_ms)
+                .and_then(|s| snapshot.last_commit_ms(s))
         })
         .collect::<Option<Vec<u64>>>()?
         .into_iter()
@@ -145,8 +145,11 @@ pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
         gb_seconds += task_ms as f64 / 1000.0 * ASSUMED_EXECUTOR_MB / 1024.0;
         invocations += objects + failed as u64;
         puts += objects;
-        writes += objects * 4 + 1;
-        let state = if s.is_complete() {
+        // Per task: its commit and its counter update (1 WCU each); per stage: claim and
+        // confirmation.
+        writes += objects * 2 + 2;
+        let complete = snapshot.stage_complete(s);
+        let state = if complete {
             "complete"
         } else if s.dispatched_ms.is_some() {
             "running"
@@ -163,14 +166,14 @@ pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
                 .map(|i| format!("{} from stage {}", crate::plan::edge_name(i.kind), i.stage))
                 .collect(),
             tasks: s.tasks,
-            tasks_done: s.tasks - s.remaining,
+            tasks_done: snapshot.succeeded(s.stage).min(s.tasks),
             failed_attempts: failed,
             rows,
             bytes,
             objects,
             task_ms,
-            elapsed_ms: match (s.is_complete(), s.dispatched_ms, s.last_commit_ms) {
-                (true, Some(d), Some(c)) => Some(c.saturating_sub(d)),
+            elapsed_ms: match (s.dispatched_ms, snapshot.last_commit_ms(s)) {
+                (Some(d), Some(c)) => Some(c.saturating_sub(d)),
                 _ => None,
             },
             handoff_ms: handoff(snapshot, s, first_start),

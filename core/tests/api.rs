@@ -18,10 +18,14 @@ async fn engine() -> (Arc<Embedded>, tempfile::TempDir) {
     common::write_tables(dir.path()).await;
     let engine = Embedded::start(EmbeddedOptions {
         data_dir: None,
-        config: EngineConfig::default()
-            .with_bytes_per_task(1)
-            .with_max_tasks_per_stage(3),
+        config: common::allow(
+            EngineConfig::default()
+                .with_bytes_per_task(1)
+                .with_max_tasks_per_stage(3),
+            dir.path(),
+        ),
         slots: 4,
+        ..EmbeddedOptions::default()
     })
     .await
     .unwrap();

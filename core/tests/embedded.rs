@@ -11,15 +11,16 @@ use common::{reference, write_tables};
 use lambdafusion::embedded::{Embedded, EmbeddedOptions};
 use lambdafusion::EngineConfig;
 
-async fn engine(config: EngineConfig) -> Arc<Embedded> {
+async fn engine(config: EngineConfig, dir: &Path) -> Arc<Embedded> {
     let _ = tracing_subscriber::fmt()
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .with_test_writer()
         .try_init();
     Embedded::start(EmbeddedOptions {
         data_dir: None,
-        config,
+        config: common::allow(config, dir),
         slots: 4,
+        ..EmbeddedOptions::default()
     })
     .await
     .unwrap()
@@ -57,6 +58,7 @@ async fn queries_match_datafusion_across_many_tasks() {
         EngineConfig::default()
             .with_bytes_per_task(1)
             .with_max_tasks_per_stage(6),
+        dir.path(),
     )
     .await;
     register(&engine, dir.path()).await;
@@ -81,7 +83,7 @@ async fn queries_match_datafusion_across_many_tasks() {
 async fn small_input_runs_as_one_task() {
     let dir = tempfile::tempdir().unwrap();
     write_tables(dir.path()).await;
-    let engine = engine(EngineConfig::default()).await;
+    let engine = engine(EngineConfig::default(), dir.path()).await;
     register(&engine, dir.path()).await;
     let out = engine.sql(QUERIES[1].0).await.unwrap();
     assert_eq!(out.status.tasks, 1, "{:?}", out.status.stages);
@@ -100,21 +102,20 @@ async fn stage_plans_too_large_for_an_item_go_to_object_storage() {
             .with_bytes_per_task(1)
             .with_max_tasks_per_stage(3)
             .with_inline_plan_limit(0),
+        dir.path(),
     )
     .await;
     register(&engine, dir.path()).await;
     let out = engine.sql(QUERIES[2].0).await.unwrap();
     let expected = reference(dir.path(), QUERIES[2].0).await;
     lambdafusion::verify::compare(&expected, &out.batches, true).unwrap();
-    let snapshot = engine
-        .services()
-        .store
-        .load_job(&out.status.id)
-        .await
-        .unwrap()
-        .unwrap();
-    assert!(snapshot
-        .stages
-        .iter()
-        .all(|s| s.plan.is_none() && s.plan_object.is_some()));
+    let store = &engine.services().store;
+    for stage in 0..out.status.stages.len() as u32 {
+        let plan = store
+            .get_plan(&out.status.id, stage)
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(plan.plan.is_none() && plan.object.is_some(), "{plan:?}");
+    }
 }

@@ -9,10 +9,11 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use async_trait::async_trait;
+use lambdafusion::access::Caller;
 use lambdafusion::dispatch::{Invoker, TaskSpec};
 use lambdafusion::embedded::in_memory_services;
 use lambdafusion::executor::{Executor, TaskReport};
-use lambdafusion::scheduler::Scheduler;
+use lambdafusion::scheduler::{Scheduler, SubmitOptions};
 use lambdafusion::state::{ChangeRecord, EmbeddedStore, JobState, JobStore, TaskState};
 use lambdafusion::{EngineConfig, Services};
 use tokio::sync::mpsc::UnboundedReceiver;
@@ -56,11 +57,14 @@ impl Harness {
         let dir = tempfile::tempdir().unwrap();
         common::write_tables(dir.path()).await;
         let invoker = Arc::new(RecordingInvoker::default());
-        let (services, store) =
-            in_memory_services(invoker.clone(), config.with_fast_path(false)).unwrap();
+        let config = common::allow(config.with_fast_path(false), dir.path());
+        let (services, store) = in_memory_services(invoker.clone(), config).unwrap();
         let stream = store.take_stream().unwrap();
         for sql in common::create_statements(dir.path()) {
-            Scheduler::new(services.clone()).submit(&sql).await.unwrap();
+            Scheduler::new(services.clone())
+                .submit(&sql, &SubmitOptions::default())
+                .await
+                .unwrap();
         }
         Self {
             services,
@@ -73,6 +77,14 @@ impl Harness {
 
     fn scheduler(&self) -> Scheduler {
         Scheduler::new(self.services.clone())
+    }
+
+    async fn submit(&self, sql: &str) -> String {
+        self.scheduler()
+            .submit(sql, &SubmitOptions::default())
+            .await
+            .unwrap()
+            .job_id
     }
 
     fn executor(&self) -> Executor {
@@ -129,7 +141,7 @@ fn many_tasks() -> EngineConfig {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_fresh_scheduler_and_executor_per_event_complete_the_job() {
     let mut h = Harness::new(many_tasks()).await;
-    let job = h.scheduler().submit(JOIN).await.unwrap().job_id;
+    let job = h.submit(JOIN).await;
     let mut executed = 0;
     h.drive(&job, |executor, task| {
         executed += 1;
@@ -156,7 +168,7 @@ async fn a_fresh_scheduler_and_executor_per_event_complete_the_job() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_deliveries_commit_once() {
     let mut h = Harness::new(many_tasks()).await;
-    let job = h.scheduler().submit(JOIN).await.unwrap().job_id;
+    let job = h.submit(JOIN).await;
     let reports = Arc::new(Mutex::new(Vec::new()));
     let seen = reports.clone();
     let services = h.services.clone();
@@ -179,7 +191,7 @@ async fn duplicate_deliveries_commit_once() {
         assert_eq!(committed, 1, "{task}: {a:?} / {b:?}");
     }
     let snapshot = h.store.load_job(&job).await.unwrap().unwrap();
-    assert!(snapshot.stages.iter().all(|s| s.remaining == 0));
+    assert!(snapshot.stages.iter().all(|s| snapshot.stage_complete(s)));
     assert!(snapshot
         .tasks
         .iter()
@@ -201,7 +213,7 @@ async fn duplicate_deliveries_commit_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn racing_attempts_leave_one_winner() {
     let mut h = Harness::new(many_tasks()).await;
-    let job = h.scheduler().submit(JOIN).await.unwrap().job_id;
+    let job = h.submit(JOIN).await;
     let store = h.store.clone();
     let winners = Arc::new(Mutex::new(Vec::new()));
     let w = winners.clone();
@@ -256,7 +268,7 @@ async fn racing_attempts_leave_one_winner() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_lost_invocation_is_found_by_the_sweep_and_retried() {
     let mut h = Harness::new(many_tasks().with_task_timeout(Duration::ZERO)).await;
-    let job = h.scheduler().submit(JOIN).await.unwrap().job_id;
+    let job = h.submit(JOIN).await;
     let mut dropped = None;
     for _ in 0..200 {
         for task in h.invoker.take() {
@@ -294,7 +306,7 @@ async fn a_task_that_keeps_getting_lost_fails_the_job_with_its_error() {
             .with_max_attempts(2),
     )
     .await;
-    let job = h.scheduler().submit(JOIN).await.unwrap().job_id;
+    let job = h.submit(JOIN).await;
     for _ in 0..20 {
         for task in h.invoker.take() {
             if task.stage == 0 && task.partition == 0 {
@@ -318,14 +330,14 @@ async fn a_task_that_keeps_getting_lost_fails_the_job_with_its_error() {
         "{error}"
     );
     assert!(error.contains("no completion record"), "{error}");
-    assert!(h.store.active_jobs().await.unwrap().is_empty());
+    assert!(h.store.active_jobs(None, 100).await.unwrap().is_empty());
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_query_error_fails_the_job_at_once_with_datafusions_message() {
     let mut h = Harness::new(many_tasks()).await;
     let sql = "SELECT CAST(concat('x', s) AS INT) FROM facts";
-    let job = h.scheduler().submit(sql).await.unwrap().job_id;
+    let job = h.submit(sql).await;
     h.drive(&job, |executor, task| async move {
         executor.handle(&task).await.unwrap();
     })
@@ -343,11 +355,11 @@ async fn a_query_error_fails_the_job_at_once_with_datafusions_message() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_stops_dispatch_and_running_tasks() {
     let mut h = Harness::new(many_tasks()).await;
-    let job = h.scheduler().submit(JOIN).await.unwrap().job_id;
+    let job = h.submit(JOIN).await;
     let first = h.invoker.take();
     assert!(!first.is_empty());
     assert_eq!(
-        h.scheduler().cancel(&job).await.unwrap(),
+        h.scheduler().cancel(&job, &Caller::local()).await.unwrap(),
         JobState::Cancelled
     );
     for task in first {
@@ -362,7 +374,7 @@ async fn cancel_stops_dispatch_and_running_tasks() {
     assert_eq!(h.state(&job).await, JobState::Cancelled);
     // Cancelling again is harmless.
     assert_eq!(
-        h.scheduler().cancel(&job).await.unwrap(),
+        h.scheduler().cancel(&job, &Caller::local()).await.unwrap(),
         JobState::Cancelled
     );
 }

@@ -6,23 +6,27 @@ mod common;
 use std::time::Duration;
 
 use lambdafusion::embedded::{Embedded, EmbeddedOptions};
-use lambdafusion::state::{JobKind, JobRecord, JobState};
+use lambdafusion::state::{JobKind, JobRecord, JobState, NewJob};
 use lambdafusion::EngineConfig;
 
-fn options(dir: &std::path::Path) -> EmbeddedOptions {
+fn options(dir: &std::path::Path, data: &std::path::Path) -> EmbeddedOptions {
     EmbeddedOptions {
         data_dir: Some(dir.to_path_buf()),
-        config: EngineConfig::default()
-            .with_bytes_per_task(1)
-            .with_max_tasks_per_stage(3),
+        config: common::allow(
+            EngineConfig::default()
+                .with_bytes_per_task(1)
+                .with_max_tasks_per_stage(3),
+            data,
+        ),
         slots: 4,
+        ..EmbeddedOptions::default()
     }
 }
 
 /// Starts an engine on `dir`, waiting for the previous one to let go of the store.
-async fn start(dir: &std::path::Path) -> std::sync::Arc<Embedded> {
+async fn start(dir: &std::path::Path, data: &std::path::Path) -> std::sync::Arc<Embedded> {
     for _ in 0..100 {
-        match Embedded::start(options(dir)).await {
+        match Embedded::start(options(dir, data)).await {
             Ok(engine) => return engine,
             Err(e) if e.to_string().contains("already open") => {
                 tokio::time::sleep(Duration::from_millis(20)).await
@@ -40,7 +44,7 @@ async fn catalog_and_results_survive_a_restart() {
     common::write_tables(data.path()).await;
     let sql = "SELECT k, sum(v) AS total FROM facts GROUP BY k";
 
-    let engine = start(state.path()).await;
+    let engine = start(state.path(), data.path()).await;
     for create in common::create_statements(data.path()) {
         engine.sql(&create).await.unwrap();
     }
@@ -54,7 +58,9 @@ async fn catalog_and_results_survive_a_restart() {
         state: JobState::Running,
         stage_count: 1,
         result_schema: vec![],
+        owner: "local".into(),
         created_ms: 0,
+        deadline_ms: None,
         finished_ms: None,
         error: None,
         expires_at: u64::MAX,
@@ -62,12 +68,17 @@ async fn catalog_and_results_survive_a_restart() {
     engine
         .services()
         .store
-        .create_job(&orphan, &[], &[])
+        .create_job(&NewJob {
+            job: orphan,
+            stages: vec![],
+            plans: vec![],
+            tasks: vec![],
+        })
         .await
         .unwrap();
     drop(engine);
 
-    let engine = start(state.path()).await;
+    let engine = start(state.path(), data.path()).await;
     let out = engine.sql("SHOW TABLES").await.unwrap();
     let listed = lambdafusion::verify::rows(&out.batches);
     for t in ["facts", "dims"] {
@@ -99,14 +110,14 @@ async fn catalog_and_results_survive_a_restart() {
     assert!(engine
         .services()
         .store
-        .active_jobs()
+        .active_jobs(None, 100)
         .await
         .unwrap()
         .is_empty());
     // Dropping a table is durable too.
     engine.sql("DROP TABLE dims").await.unwrap();
     drop(engine);
-    let engine = start(state.path()).await;
+    let engine = start(state.path(), data.path()).await;
     let tables = engine.services().store.list_tables().await.unwrap();
     assert_eq!(
         tables.iter().map(|t| t.name.as_str()).collect::<Vec<_>>(),
@@ -119,7 +130,7 @@ async fn finished_jobs_expire_with_their_objects() {
     let data = tempfile::tempdir().unwrap();
     let state = tempfile::tempdir().unwrap();
     common::write_tables(data.path()).await;
-    let mut options = options(state.path());
+    let mut options = options(state.path(), data.path());
     options.config = options.config.with_job_ttl(Duration::ZERO);
     let engine = Embedded::start(options).await.unwrap();
     for create in common::create_statements(data.path()) {

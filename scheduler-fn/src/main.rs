@@ -2,9 +2,12 @@
 //! the HTTP API (API Gateway HTTP API or function URL, through `lambda_http`), DynamoDB
 //! stream batches, the scheduled sweep, fast-path wake-ups and executor invocations that
 //! failed for good (on-failure destination). It decodes, calls `lambdafusion`'s
-//! scheduler, and encodes; unknown event shapes are logged and rejected.
+//! scheduler, and encodes; unknown event shapes are logged and rejected. HTTP requests
+//! act as the caller API Gateway or the function URL authenticated
+//! ([`lambdafusion_aws::events::caller_of`]).
 
 use lambda_http::request::LambdaRequest;
+use lambda_http::RequestExt;
 use lambda_runtime::{service_fn, Error, LambdaEvent};
 use lambdafusion::scheduler::Scheduler;
 use lambdafusion::Services;
@@ -19,7 +22,13 @@ fn main() -> Result<(), Error> {
     lambdafusion_aws::function::init_logging();
     lambdafusion::runtime()?.block_on(async {
         let services = lambdafusion_aws::services(Role::Scheduler).await?;
-        let router = lambdafusion::api::router(services.clone());
+        let router = lambdafusion::api::router(services.clone()).layer(axum::middleware::from_fn(
+            |mut request: axum::extract::Request, next: axum::middleware::Next| async move {
+                let caller = lambdafusion_aws::events::caller_of(request.request_context_ref());
+                request.extensions_mut().insert(caller);
+                next.run(request).await
+            },
+        ));
         lambda_runtime::run(service_fn(move |event: LambdaEvent<Value>| {
             let (services, router) = (services.clone(), router.clone());
             async move { handle(services, router, event).await }

@@ -14,9 +14,10 @@ use datafusion::dataframe::DataFrameWriteOptions;
 use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::SessionContext;
+use lambdafusion::access::Caller;
 use lambdafusion::dispatch::{Invoker, TaskSpec};
 use lambdafusion::executor::Executor;
-use lambdafusion::scheduler::Scheduler;
+use lambdafusion::scheduler::{Scheduler, SubmitOptions};
 use lambdafusion::services::ShuffleLocation;
 use lambdafusion::state::*;
 use lambdafusion::{EngineConfig, Result, Services};
@@ -44,14 +45,9 @@ impl Recording {
 
 #[async_trait]
 impl JobStore for Recording {
-    async fn create_job(
-        &self,
-        job: &JobRecord,
-        stages: &[StageRecord],
-        tasks: &[TaskRecord],
-    ) -> Result<()> {
+    async fn create_job(&self, new: &NewJob) -> Result<()> {
         self.note("create_job");
-        self.inner.create_job(job, stages, tasks).await
+        self.inner.create_job(new).await
     }
     async fn get_job(&self, job_id: &str) -> Result<Option<JobRecord>> {
         self.note("get_job");
@@ -64,6 +60,10 @@ impl JobStore for Recording {
     async fn get_stage(&self, job_id: &str, stage: u32) -> Result<Option<StageRecord>> {
         self.note("get_stage");
         self.inner.get_stage(job_id, stage).await
+    }
+    async fn get_plan(&self, job_id: &str, stage: u32) -> Result<Option<PlanRecord>> {
+        self.note("get_plan");
+        self.inner.get_plan(job_id, stage).await
     }
     async fn get_task(
         &self,
@@ -78,9 +78,17 @@ impl JobStore for Recording {
         self.note("list_tasks");
         self.inner.list_tasks(job_id, stage).await
     }
+    async fn list_counters(&self, job_id: &str, stage: u32) -> Result<Vec<CommitCounter>> {
+        self.note("list_counters");
+        self.inner.list_counters(job_id, stage).await
+    }
     async fn claim_stage(&self, job_id: &str, stage: u32, now_ms: u64) -> Result<bool> {
         self.note("claim_stage");
         self.inner.claim_stage(job_id, stage, now_ms).await
+    }
+    async fn confirm_stage(&self, job_id: &str, stage: u32, now_ms: u64) -> Result<bool> {
+        self.note("confirm_stage");
+        self.inner.confirm_stage(job_id, stage, now_ms).await
     }
     async fn start_attempt(
         &self,
@@ -95,6 +103,27 @@ impl JobStore for Recording {
         self.inner
             .start_attempt(job_id, stage, partition, attempt, now_ms, expires_at)
             .await
+    }
+    async fn confirm_attempt(
+        &self,
+        job_id: &str,
+        stage: u32,
+        partition: u32,
+        attempt: u32,
+        now_ms: u64,
+    ) -> Result<bool> {
+        self.note("confirm_attempt");
+        self.inner
+            .confirm_attempt(job_id, stage, partition, attempt, now_ms)
+            .await
+    }
+    async fn defer_task(&self, deferral: &TaskDeferral) -> Result<bool> {
+        self.note("defer_task");
+        self.inner.defer_task(deferral).await
+    }
+    async fn resend_task(&self, resend: &TaskResend) -> Result<bool> {
+        self.note("resend_task");
+        self.inner.resend_task(resend).await
     }
     async fn commit_task(&self, commit: &TaskCommit) -> Result<CommitOutcome> {
         self.note("commit_task");
@@ -114,13 +143,21 @@ impl JobStore for Recording {
         self.note("finish_job");
         self.inner.finish_job(job_id, state, error, now_ms).await
     }
-    async fn active_jobs(&self) -> Result<Vec<String>> {
+    async fn active_jobs(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>> {
         self.note("active_jobs");
-        self.inner.active_jobs().await
+        self.inner.active_jobs(after, limit).await
     }
     async fn remove_active(&self, job_id: &str) -> Result<()> {
         self.note("remove_active");
         self.inner.remove_active(job_id).await
+    }
+    async fn sweep_cursor(&self) -> Result<Option<String>> {
+        self.note("sweep_cursor");
+        self.inner.sweep_cursor().await
+    }
+    async fn set_sweep_cursor(&self, cursor: Option<&str>) -> Result<()> {
+        self.note("set_sweep_cursor");
+        self.inner.set_sweep_cursor(cursor).await
     }
     async fn put_table(&self, table: &TableRecord, replace: bool) -> Result<bool> {
         self.note("put_table");
@@ -222,6 +259,7 @@ fn function(
         },
         config: config.clone(),
         presigner: None,
+        faults: Default::default(),
     };
     Function {
         services,
@@ -286,7 +324,8 @@ async fn each_function_uses_exactly_the_permissions_it_is_granted() {
         .with_bytes_per_task(1)
         .with_max_tasks_per_stage(3)
         .with_task_timeout(Duration::ZERO)
-        .with_inline_plan_limit(0);
+        .with_inline_plan_limit(0)
+        .with_data_location("s3://data");
     let store = EmbeddedStore::in_memory().unwrap();
     let mut stream = store.take_stream().unwrap();
     let scheduler_fn = function(&store, shuffle.clone(), data.clone(), &config);
@@ -297,12 +336,21 @@ async fn each_function_uses_exactly_the_permissions_it_is_granted() {
     // Everything the scheduler function does: DDL, SHOW, a query, the stream, wake-ups,
     // the sweep finding a lost task, a cancel, a result read.
     scheduler()
-        .submit("CREATE EXTERNAL TABLE facts STORED AS PARQUET LOCATION 's3://data/facts/'")
+        .submit(
+            "CREATE EXTERNAL TABLE facts STORED AS PARQUET LOCATION 's3://data/facts/'",
+            &SubmitOptions::default(),
+        )
         .await
         .unwrap();
-    scheduler().submit("SHOW TABLES").await.unwrap();
+    scheduler()
+        .submit("SHOW TABLES", &SubmitOptions::default())
+        .await
+        .unwrap();
     let job = scheduler()
-        .submit("SELECT k, count(*), sum(v) FROM facts GROUP BY k ORDER BY k")
+        .submit(
+            "SELECT k, count(*), sum(v) FROM facts GROUP BY k ORDER BY k",
+            &SubmitOptions::default(),
+        )
         .await
         .unwrap()
         .job_id;
@@ -343,12 +391,15 @@ async fn each_function_uses_exactly_the_permissions_it_is_granted() {
         .await
         .unwrap();
     let doomed = scheduler()
-        .submit("SELECT * FROM facts")
+        .submit("SELECT * FROM facts", &SubmitOptions::default())
         .await
         .unwrap()
         .job_id;
-    scheduler().cancel(&doomed).await.unwrap();
-    scheduler().submit("DROP TABLE facts").await.unwrap();
+    scheduler().cancel(&doomed, &Caller::local()).await.unwrap();
+    scheduler()
+        .submit("DROP TABLE facts", &SubmitOptions::default())
+        .await
+        .unwrap();
 
     let scheduler_grants = granted(
         SCHEDULER_TABLE_ACTIONS,

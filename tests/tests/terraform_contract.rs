@@ -883,10 +883,10 @@ fn check_wiring(module: &Module, errors: &mut Vec<String>) {
                 .flat_map(|c| blocks(c.body(), "filter"))
                 .map(|f| rendered(f.body(), "pattern"))
                 .collect();
-            // The rule of `ChangeRecord::wakes_scheduler`: a stage item whose `remaining`
-            // reached 0, a task item turned FAILED; nothing else (job items never wake it).
+            // The rule of `ChangeRecord::wakes_scheduler`: a commit counter whose
+            // `remaining` reached 0, a task item turned FAILED; nothing else.
             let wanted = [
-                ["\"STAGE#\"", "remaining", "\"0\""],
+                ["\"COUNT#\"", "remaining", "\"0\""],
                 ["\"TASK#\"", "state", "\"FAILED\""],
             ];
             if patterns.len() != wanted.len() {

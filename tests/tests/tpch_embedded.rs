@@ -29,8 +29,10 @@ fn tpch_queries_match_datafusion() {
             data_dir: None,
             config: EngineConfig::default()
                 .with_bytes_per_task(64 * 1024)
-                .with_max_tasks_per_stage(4),
+                .with_max_tasks_per_stage(4)
+                .with_data_location(data.path().display().to_string()),
             slots: 8,
+            ..EmbeddedOptions::default()
         })
         .await
         .unwrap();

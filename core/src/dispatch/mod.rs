@@ -55,9 +55,24 @@ impl std::fmt::Display for TaskSpec {
     }
 }
 
+/// What an invoker knows of one task invocation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum InvocationState {
+    /// Nothing (Lambda does not tell): the task's deadline runs from its dispatch.
+    Unknown,
+    /// Accepted and waiting for a free function slot: not running, no deadline yet.
+    Queued,
+    /// Running since this time (ms since epoch): the deadline runs from here.
+    Running {
+        /// When it got its slot.
+        since_ms: u64,
+    },
+}
+
 /// Starts functions asynchronously. `Ok` means the invocation was accepted, not that it
 /// ran: like Lambda's `Event` invocations, it may run later, twice, or never (the sweep
-/// finds tasks that never report).
+/// finds tasks that never report). A refusal says whether it may be sent again later
+/// ([`crate::Error::is_retryable`]: throttled or transient) or never.
 #[async_trait]
 pub trait Invoker: Send + Sync + std::fmt::Debug {
     /// Invokes the executor for one task.
@@ -65,4 +80,15 @@ pub trait Invoker: Send + Sync + std::fmt::Debug {
 
     /// Invokes the scheduler for one job (the fast path after a stage completes).
     async fn wake_scheduler(&self, job_id: &str) -> Result<()>;
+
+    /// What is known of an invocation of `task` (default: nothing).
+    fn state(&self, _task: &TaskSpec) -> InvocationState {
+        InvocationState::Unknown
+    }
+
+    /// `Some(retry_after)` when so much work is queued that new queries should wait
+    /// (default: never).
+    fn saturated(&self) -> Option<std::time::Duration> {
+        None
+    }
 }

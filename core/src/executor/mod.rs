@@ -10,7 +10,10 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use datafusion::execution::memory_pool::FairSpillPool;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SessionState, TaskContext};
 use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::ExecutionPlan;
@@ -19,9 +22,12 @@ use object_store::ObjectStoreExt;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::dispatch::TaskSpec;
+use crate::faults::{job_key, FaultKind};
 use crate::plan;
 use crate::shuffle::{task_output_path, ShuffleInputs, ShuffleWriterExec};
-use crate::state::{CommitOutcome, JobState, StageRecord, TaskCommit, TaskOutput, TaskState};
+use crate::state::{
+    counters_of, CommitOutcome, JobRecord, JobState, StageRecord, TaskCommit, TaskOutput, TaskState,
+};
 use crate::time::now_ms;
 use crate::{Error, Result, Services};
 
@@ -29,10 +35,10 @@ use crate::{Error, Result, Services};
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[serde(rename_all = "snake_case")]
 pub enum TaskReport {
-    /// This attempt committed; the stage has `remaining` tasks left.
+    /// This attempt committed.
     Committed {
-        /// Tasks of the stage still running.
-        remaining: u32,
+        /// Whether its commit counter reached 0 (a share of the stage is done).
+        counter_done: bool,
         /// Rows written.
         rows: u64,
     },
@@ -85,7 +91,7 @@ impl Executor {
         async {
             match self.run(task).await {
                 Ok(report) => Ok(report),
-                Err(Error::Cancelled(_)) => Ok(TaskReport::Skipped("job cancelled".into())),
+                Err(Error::Cancelled(_)) => Ok(TaskReport::Skipped("job ended".into())),
                 Err(error) => {
                     let retryable = error.is_retryable();
                     warn!(%error, retryable, "task attempt failed");
@@ -103,16 +109,30 @@ impl Executor {
     /// Runs a task; errors are returned, not recorded. See [`Executor::handle`].
     pub async fn run(&self, task: &TaskSpec) -> Result<TaskReport> {
         let store = &self.services.store;
+        let faults = &self.services.faults;
         let started_ms = now_ms();
         let job = store
             .get_job(&task.job_id)
             .await?
             .ok_or_else(|| Error::InvalidInput(format!("task for unknown job {}", task.job_id)))?;
+        let key = format!(
+            "{}/{}/{}/{}",
+            job_key(&job.sql),
+            task.stage,
+            task.partition,
+            task.attempt
+        );
+        faults.crash_point(FaultKind::ExecutorCrashBeforeWork, &key)?;
         if job.state.is_terminal() {
             return Ok(TaskReport::Skipped(format!(
                 "job is {}",
                 job.state.as_str()
             )));
+        }
+        if job.is_overdue(started_ms) {
+            // The scheduler fails it (and cleans up); this task has nothing to add.
+            let _ = self.services.invoker.wake_scheduler(&job.job_id).await;
+            return Ok(TaskReport::Skipped("job is past its deadline".into()));
         }
         if let Some(t) = store
             .get_task(&task.job_id, task.stage, task.partition)
@@ -143,8 +163,8 @@ impl Executor {
         let writer = ShuffleWriterExec::from_plan(&plan)?;
         let context = self.task_context(&stage).await?;
 
-        let cancelled = Arc::new(AtomicBool::new(false));
-        let watcher = self.watch_cancellation(&task.job_id, cancelled.clone());
+        let ended = Arc::new(AtomicBool::new(false));
+        let watcher = self.watch_job(job.clone(), ended.clone());
         let execution = uuid::Uuid::new_v4().simple().to_string();
         let path = task_output_path(
             &self.services.shuffle.prefix,
@@ -155,23 +175,33 @@ impl Executor {
             &execution[..12],
         );
         let shuffle = self.services.shuffle_store()?;
+        let before_batch = |written: usize| -> Result<()> {
+            if ended.load(Ordering::Relaxed) {
+                return Err(Error::Cancelled(task.job_id.clone()));
+            }
+            if written == 1 {
+                faults.crash_point(FaultKind::ExecutorCrashMidWork, &key)?;
+            }
+            Ok(())
+        };
         let written = writer
             .write_partition(
                 task.partition as usize,
                 context,
                 shuffle.as_ref(),
                 &path,
-                &cancelled,
-                &task.job_id,
+                &before_batch,
             )
             .await;
         watcher.abort();
         let summary = written?;
+        faults.crash_point(FaultKind::ExecutorCrashAfterPut, &key)?;
         let finished_ms = now_ms();
         let commit = TaskCommit {
             job_id: task.job_id.clone(),
             stage: task.stage,
             partition: task.partition,
+            stage_tasks: stage.tasks,
             output: TaskOutput {
                 attempt: task.attempt,
                 object: path.to_string(),
@@ -185,24 +215,26 @@ impl Executor {
             expires_at: self.services.expires_at(),
         };
         match store.commit_task(&commit).await? {
-            CommitOutcome::Committed { remaining } => {
+            CommitOutcome::Committed { counter_done } => {
                 debug!(
                     rows = summary.rows,
                     bytes = summary.bytes,
-                    remaining,
+                    counter_done,
                     "task committed"
                 );
-                if remaining == 0 {
-                    info!(stage = task.stage, "stage complete");
-                    if self.services.config.fast_path {
-                        if let Err(e) = self.services.invoker.wake_scheduler(&task.job_id).await {
-                            // The stream trigger is the durable path; this was only a shortcut.
-                            warn!(error = %e, "fast-path wake-up failed");
-                        }
+                faults.crash_point(FaultKind::ExecutorCrashAfterCommit, &key)?;
+                if counter_done {
+                    self.wake_if_stage_done(task, &stage).await;
+                }
+                // A job that ended while this task ran (failed, cancelled) was cleaned up
+                // already; this object would outlive it.
+                if let Ok(Some(now)) = store.get_job(&task.job_id).await {
+                    if matches!(now.state, JobState::Failed | JobState::Cancelled) {
+                        let _ = shuffle.delete(&path).await;
                     }
                 }
                 Ok(TaskReport::Committed {
-                    remaining,
+                    counter_done,
                     rows: summary.rows,
                 })
             }
@@ -214,14 +246,55 @@ impl Executor {
         }
     }
 
+    /// The fast path: when every commit counter of the stage is at 0, wake the scheduler
+    /// now instead of waiting for the change stream (which stays the durable path).
+    async fn wake_if_stage_done(&self, task: &TaskSpec, stage: &StageRecord) {
+        if !self.services.config.fast_path {
+            return;
+        }
+        let done = match self
+            .services
+            .store
+            .list_counters(&task.job_id, task.stage)
+            .await
+        {
+            Ok(counters) => {
+                counters.len() as u32 == counters_of(stage.tasks)
+                    && counters.iter().all(|c| c.remaining == 0)
+            }
+            Err(e) => {
+                warn!(error = %e, "could not read the stage's commit counters");
+                false
+            }
+        };
+        if done {
+            info!(stage = task.stage, "stage complete");
+            if let Err(e) = self.services.invoker.wake_scheduler(&task.job_id).await {
+                // The stream trigger is the durable path; this was only a shortcut.
+                warn!(error = %e, "fast-path wake-up failed");
+            }
+        }
+    }
+
     /// The decoded stage plan, from the cache or the store.
     async fn stage_plan(&self, stage: &StageRecord) -> Result<Arc<dyn ExecutionPlan>> {
         let key = (stage.job_id.clone(), stage.stage);
         if let Some(plan) = self.plans.lock().ok().and_then(|p| p.get(&key).cloned()) {
             return Ok(plan);
         }
-        let bytes = match (&stage.plan, &stage.plan_object) {
-            (Some(bytes), _) => bytes.clone(),
+        let record = self
+            .services
+            .store
+            .get_plan(&stage.job_id, stage.stage)
+            .await?
+            .ok_or_else(|| {
+                Error::Internal(format!(
+                    "stage {} of job {} has no plan",
+                    stage.stage, stage.job_id
+                ))
+            })?;
+        let bytes = match (record.plan, &record.object) {
+            (Some(bytes), _) => bytes,
             (None, Some(object)) => self
                 .services
                 .shuffle_store()?
@@ -232,7 +305,7 @@ impl Executor {
                 .to_vec(),
             (None, None) => {
                 return Err(Error::Internal(format!(
-                    "stage {} of job {} has no plan",
+                    "the plan of stage {} of job {} is empty",
                     stage.stage, stage.job_id
                 )))
             }
@@ -269,27 +342,45 @@ impl Executor {
             fetch_concurrency: 8,
         };
         let config = self.state.config().clone().with_extension(Arc::new(inputs));
-        let ctx = TaskContext::from(&self.state).with_session_config(config);
+        let mut ctx = TaskContext::from(&self.state).with_session_config(config);
+        if let Some(limit) = self.services.config.task_memory_limit {
+            // Each task its own pool: one task's hash table cannot starve its neighbours,
+            // and past the limit operators spill (to the runtime's disk manager).
+            let runtime = RuntimeEnvBuilder::from_runtime_env(self.state.runtime_env())
+                .with_memory_pool(Arc::new(FairSpillPool::new(limit)))
+                .build_arc()?;
+            ctx = ctx.with_runtime(runtime);
+        }
         Ok(Arc::new(ctx))
     }
 
-    /// Polls the job state while the task runs and raises `cancelled` when it ends.
-    fn watch_cancellation(
-        &self,
-        job_id: &str,
-        cancelled: Arc<AtomicBool>,
-    ) -> tokio::task::JoinHandle<()> {
+    /// Polls the job while the task runs and raises `ended` when it is no longer
+    /// running — cancelled, failed, or past its deadline (then it wakes the scheduler,
+    /// which fails the job, so the job ends even if nothing else would wake it).
+    fn watch_job(&self, job: JobRecord, ended: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
         let store = self.services.store.clone();
+        let invoker = self.services.invoker.clone();
         let every = self.services.config.cancel_check_interval;
-        let job_id = job_id.to_string();
         tokio::spawn(async move {
             loop {
-                tokio::time::sleep(every).await;
-                if let Ok(Some(job)) = store.get_job(&job_id).await {
-                    if job.state != JobState::Running {
-                        cancelled.store(true, Ordering::Relaxed);
+                let sleep = match job.deadline_ms {
+                    Some(d) => every.min(Duration::from_millis(d.saturating_sub(now_ms()) + 1)),
+                    None => every,
+                };
+                tokio::time::sleep(sleep).await;
+                match store.get_job(&job.job_id).await {
+                    Ok(Some(current)) if current.is_overdue(now_ms()) => {
+                        ended.store(true, Ordering::Relaxed);
+                        if let Err(e) = invoker.wake_scheduler(&job.job_id).await {
+                            warn!(error = %e, "could not wake the scheduler for a job past its deadline");
+                        }
                         return;
                     }
+                    Ok(Some(current)) if current.state != JobState::Running => {
+                        ended.store(true, Ordering::Relaxed);
+                        return;
+                    }
+                    _ => {}
                 }
             }
         })

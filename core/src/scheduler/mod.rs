@@ -3,28 +3,41 @@
 //! memory between calls, so any number of scheduler invocations may run at once and any
 //! of them may die at any line: the next change record or sweep re-drives the job.
 //!
-//! - [`Scheduler::submit`]: plan the SQL, record job, stages; dispatch the leaf stages.
+//! - [`Scheduler::submit`]: plan the SQL, record job, stages and plans; dispatch the leaf
+//!   stages.
 //! - [`Scheduler::on_records`]: a batch of change records -> advance each job named.
-//! - [`Scheduler::sweep`]: find tasks past their deadline, fail those attempts (the
-//!   retry path then re-dispatches them).
+//! - [`Scheduler::advance`]: the one decision step (retries, re-sends, completion,
+//!   claims), idempotent.
+//! - [`Scheduler::sweep`]: the timer — find attempts past their deadline and fail them,
+//!   then advance every active job (which re-sends throttled and unconfirmed
+//!   dispatches and enforces deadlines); bounded in time, resumable.
+//!
+//! Dispatch is confirmed: a claimed stage records `confirmed_ms` once every invocation was
+//! accepted (or deferred after a throttle), a retried attempt records it on its task.
+//! Whatever a dead dispatcher left unconfirmed past `dispatch_deadline` is sent again —
+//! duplicates are harmless, the commit is conditional.
 
 mod statements;
 
 use std::collections::{BTreeSet, HashMap};
+use std::time::Instant;
 
 use datafusion::logical_expr::LogicalPlan;
 use futures::StreamExt;
 use object_store::ObjectStoreExt;
-use tracing::{debug, info, warn};
+use tracing::{debug, info, warn, Instrument};
 
-use crate::dispatch::TaskSpec;
+use crate::access::Caller;
+use crate::dispatch::{InvocationState, TaskSpec};
+use crate::faults::{job_key, FaultKind};
 use crate::plan::{self, StageGraph, StageSplitter};
 use crate::shuffle::stage_plan_path;
 use crate::state::{
-    ChangeRecord, JobKind, JobRecord, JobSnapshot, JobState, StageRecord, StageState, TaskState,
+    ChangeRecord, JobKind, JobRecord, JobSnapshot, JobState, NewJob, PlanRecord, StageRecord,
+    StageState, TaskDeferral, TaskResend, TaskState,
 };
 use crate::time::now_ms;
-use crate::{Error, Result, Services};
+use crate::{EngineConfig, Error, Result, Services};
 
 /// What a submission created.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -35,6 +48,15 @@ pub struct Submitted {
     pub state: JobState,
 }
 
+/// Who submits, and with which limits.
+#[derive(Debug, Clone, Default)]
+pub struct SubmitOptions {
+    /// The submitting caller: the job's owner.
+    pub caller: Caller,
+    /// A time limit for this query, at most the deployment's `max_query_time`.
+    pub max_seconds: Option<f64>,
+}
+
 /// What a sweep found and did.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct SweepReport {
@@ -42,7 +64,14 @@ pub struct SweepReport {
     pub jobs: usize,
     /// Attempts declared lost (past their deadline) and failed, to be retried.
     pub lost_attempts: usize,
+    /// Jobs the sweep could not handle, with why; the sweep went on with the others.
+    pub errors: Vec<(String, String)>,
+    /// The time budget ran out: the next sweep continues after the last job looked at.
+    pub incomplete: bool,
 }
+
+/// Active jobs read per page by the sweep.
+const SWEEP_PAGE: usize = 100;
 
 /// The scheduler. Cheap to create: make a fresh one per event if you like — it holds
 /// nothing but the shared [`Services`].
@@ -51,35 +80,86 @@ pub struct Scheduler {
     services: Services,
 }
 
+/// A task to invoke, with what the dispatcher knows of it.
+#[derive(Debug, Clone)]
+struct Send {
+    task: TaskSpec,
+    /// Throttled invocations so far (sizes the back-off of the next one).
+    throttles: u32,
+    /// Record the accepted invocation on the task item (retries and re-sends; a
+    /// stage's first dispatch is confirmed on the stage instead).
+    confirm: bool,
+}
+
 impl Scheduler {
     /// A scheduler over `services`.
     pub fn new(services: Services) -> Self {
         Self { services }
     }
 
+    fn config(&self) -> &EngineConfig {
+        &self.services.config
+    }
+
     /// Plans `sql` and starts it. Statements (DDL, `SHOW TABLES`, `EXPLAIN`, ...) are
     /// answered here and finish before this returns; queries are cut into stages,
     /// recorded and their first stages dispatched.
-    pub async fn submit(&self, sql: &str) -> Result<Submitted> {
+    pub async fn submit(&self, sql: &str, options: &SubmitOptions) -> Result<Submitted> {
         let sql = sql.trim();
         if sql.is_empty() {
             return Err(Error::InvalidInput("empty SQL statement".into()));
         }
+        if sql.len() > self.config().max_sql_bytes {
+            return Err(Error::TooLarge(format!(
+                "the SQL text is {} bytes; at most {} are accepted (a job record must fit \
+                 in one store item)",
+                sql.len(),
+                self.config().max_sql_bytes
+            )));
+        }
+        let time_limit = self.time_limit(options.max_seconds)?;
+        if let Some(retry_after) = self.services.invoker.saturated() {
+            return Err(Error::Overloaded {
+                message: "too many tasks are waiting for a function slot; try again shortly".into(),
+                retry_after,
+            });
+        }
         let job_id = uuid::Uuid::new_v4().simple().to_string();
         let span = tracing::info_span!("submit", job = %job_id);
-        let _enter = span.enter();
-        let state = self
-            .services
-            .session_state(self.services.config.max_tasks_per_stage);
-        crate::catalog::install(&state, self.services.store.as_ref()).await?;
-        let logical = state
-            .create_logical_plan(sql)
-            .await
-            .map_err(|e| Error::InvalidInput(e.strip_backtrace().to_string()))?;
-        if statements::is_statement(&logical) {
-            return statements::run(&self.services, &state, &job_id, sql, logical).await;
+        async {
+            let state = self
+                .services
+                .session_state(self.config().max_tasks_per_stage);
+            crate::catalog::install(&state, &self.services).await?;
+            let logical = state
+                .create_logical_plan(sql)
+                .await
+                .map_err(|e| Error::InvalidInput(e.strip_backtrace().to_string()))?;
+            if statements::is_statement(&logical) {
+                return statements::run(&self.services, &state, &job_id, sql, logical, options)
+                    .await;
+            }
+            self.start_query(&state, &job_id, sql, &logical, options, time_limit)
+                .await
         }
-        self.start_query(&state, &job_id, sql, &logical).await
+        .instrument(span)
+        .await
+    }
+
+    /// The time limit of a query: the request's (if any) within the deployment's.
+    fn time_limit(&self, asked: Option<f64>) -> Result<std::time::Duration> {
+        let max = self.config().max_query_time;
+        match asked {
+            None => Ok(max),
+            Some(s) if s.is_finite() && s > 0.0 && s <= max.as_secs_f64() => {
+                Ok(std::time::Duration::from_secs_f64(s))
+            }
+            Some(s) => Err(Error::InvalidInput(format!(
+                "max_seconds must be a number of seconds above 0 and at most {} (this \
+                 deployment's max_query_seconds), not {s}",
+                max.as_secs()
+            ))),
+        }
     }
 
     async fn start_query(
@@ -88,14 +168,21 @@ impl Scheduler {
         job_id: &str,
         sql: &str,
         logical: &LogicalPlan,
+        options: &SubmitOptions,
+        time_limit: std::time::Duration,
     ) -> Result<Submitted> {
-        let physical = plan::physical_plan(state, logical, &self.services.config)
+        let physical = plan::physical_plan(state, logical, self.config())
             .await
             .map_err(user_planning_error)?;
         let graph = StageSplitter::split(physical).map_err(user_planning_error)?;
-        let (job, stages) = self.records(job_id, sql, &graph).await?;
-        self.services.store.create_job(&job, &stages, &[]).await?;
-        info!(job = %job_id, stages = stages.len(), "job submitted");
+        let new = self
+            .records(job_id, sql, &graph, &options.caller, time_limit)
+            .await?;
+        self.services
+            .faults
+            .crash_point(FaultKind::SchedulerCrashMidSubmit, &job_key(sql))?;
+        self.services.store.create_job(&new).await?;
+        info!(job = %job_id, stages = new.stages.len(), "job submitted");
         self.advance(job_id).await?;
         let state = self
             .services
@@ -109,18 +196,21 @@ impl Scheduler {
         })
     }
 
-    /// The job and stage records of a stage graph; large stage plans go to object storage.
+    /// The records of a new job; stage plans too large for an item go to object storage.
     async fn records(
         &self,
         job_id: &str,
         sql: &str,
         graph: &StageGraph,
-    ) -> Result<(JobRecord, Vec<StageRecord>)> {
+        caller: &Caller,
+        time_limit: std::time::Duration,
+    ) -> Result<NewJob> {
         let expires_at = self.services.expires_at();
         let mut stages = Vec::with_capacity(graph.stages.len());
+        let mut plans = Vec::with_capacity(graph.stages.len());
         for s in &graph.stages {
             let bytes = plan::encode_plan(s.plan.clone()).map_err(user_planning_error)?;
-            let (inline, object) = if bytes.len() <= self.services.config.inline_plan_limit {
+            let (inline, object) = if bytes.len() <= self.config().inline_plan_limit {
                 (Some(bytes), None)
             } else {
                 let path = stage_plan_path(&self.services.shuffle.prefix, job_id, s.id);
@@ -130,23 +220,28 @@ impl Scheduler {
                     .await?;
                 (None, Some(path.to_string()))
             };
+            plans.push(PlanRecord {
+                job_id: job_id.to_string(),
+                stage: s.id,
+                plan: inline,
+                object,
+                expires_at,
+            });
             stages.push(StageRecord {
                 job_id: job_id.to_string(),
                 stage: s.id,
                 state: StageState::Pending,
                 tasks: s.tasks as u32,
-                remaining: s.tasks as u32,
                 output_partitions: s.output_partitions as u32,
                 inputs: s.inputs.clone(),
-                plan: inline,
-                plan_object: object,
                 summary: s.summary.clone(),
                 dispatched_ms: None,
-                last_commit_ms: None,
+                confirmed_ms: None,
                 expires_at,
             });
         }
         let result_schema = graph.final_stage().plan.schema();
+        let created_ms = now_ms();
         let job = JobRecord {
             job_id: job_id.to_string(),
             sql: sql.to_string(),
@@ -154,12 +249,19 @@ impl Scheduler {
             state: JobState::Running,
             stage_count: stages.len() as u32,
             result_schema: plan::encode_schema(&result_schema)?,
-            created_ms: now_ms(),
+            owner: caller.principal().to_string(),
+            created_ms,
+            deadline_ms: Some(created_ms + time_limit.as_millis() as u64),
             finished_ms: None,
             error: None,
             expires_at,
         };
-        Ok((job, stages))
+        Ok(NewJob {
+            job,
+            stages,
+            plans,
+            tasks: vec![],
+        })
     }
 
     /// Handles a batch of change records (the stream): advances every job that one of
@@ -205,17 +307,20 @@ impl Scheduler {
         self.advance(&task.job_id).await
     }
 
-    /// Cancels a job: it stops dispatching at once and its running tasks stop at their
-    /// next batch. Returns the job's state afterwards.
-    pub async fn cancel(&self, job_id: &str) -> Result<JobState> {
+    /// Cancels a job the caller may see: it stops dispatching at once and its running
+    /// tasks stop at their next batch. A job that already ended keeps its state and its
+    /// result. Returns the job's state afterwards.
+    pub async fn cancel(&self, job_id: &str, caller: &Caller) -> Result<JobState> {
         let store = &self.services.store;
-        let Some(job) = store.get_job(job_id).await? else {
-            return Err(Error::NotFound(format!("query {job_id}")));
-        };
+        let job = store
+            .get_job(job_id)
+            .await?
+            .filter(|j| self.config().access.can_read(caller, &j.owner))
+            .ok_or_else(|| Error::NotFound(format!("query {job_id}")))?;
         if job.state.is_terminal() {
             return Ok(job.state);
         }
-        store
+        let cancelled = store
             .finish_job(
                 job_id,
                 JobState::Cancelled,
@@ -223,173 +328,366 @@ impl Scheduler {
                 now_ms(),
             )
             .await?;
-        let state = store
+        if cancelled {
+            self.cleanup(job_id, &[]).await;
+            return Ok(JobState::Cancelled);
+        }
+        // It ended meanwhile (a success racing the cancel): leave it and its result be.
+        Ok(store
             .get_job(job_id)
             .await?
-            .map_or(JobState::Cancelled, |j| j.state);
-        self.cleanup(job_id, None).await;
-        Ok(state)
+            .map_or(JobState::Cancelled, |j| j.state))
     }
 
-    /// Looks at every active job for attempts past their deadline and fails them, then
-    /// advances the job (retrying them). Also repairs the active index.
+    /// Looks at active jobs, from where the last sweep stopped, for attempts past their
+    /// deadline (failing them, so they are retried) and advances each job (which re-sends
+    /// throttled and unconfirmed dispatches and enforces deadlines). One job's failure
+    /// does not stop the others; past `sweep_budget` the sweep saves where it stopped.
     pub async fn sweep(&self) -> Result<SweepReport> {
+        let started = Instant::now();
+        let store = &self.services.store;
         let mut report = SweepReport::default();
-        let now = now_ms();
-        let timeout = self.services.config.task_timeout.as_millis() as u64;
-        for job_id in self.services.store.active_jobs().await? {
-            report.jobs += 1;
-            let snapshot = match self.services.store.load_job(&job_id).await? {
-                Some(s) if !s.job.state.is_terminal() => s,
-                _ => {
-                    self.services.store.remove_active(&job_id).await?;
-                    continue;
-                }
-            };
-            for (task, dispatched) in in_flight(&snapshot) {
-                if now.saturating_sub(dispatched) <= timeout {
-                    continue;
-                }
-                let error = format!(
-                    "no completion record {}s after dispatch: the invocation was lost or crashed",
-                    timeout / 1000
-                );
-                let failure = task.failure(error, true, self.services.expires_at());
-                if self.services.store.fail_attempt(&failure).await? {
-                    warn!(%task, "attempt presumed lost");
-                    report.lost_attempts += 1;
-                }
+        let mut after = store.sweep_cursor().await?;
+        loop {
+            let page = store.active_jobs(after.as_deref(), SWEEP_PAGE).await?;
+            if page.is_empty() {
+                store.set_sweep_cursor(None).await?;
+                return Ok(report);
             }
-            if let Err(e) = self.advance(&job_id).await {
-                warn!(job = %job_id, error = %e, "sweep could not advance job");
+            for job_id in page {
+                if started.elapsed() >= self.config().sweep_budget {
+                    store.set_sweep_cursor(after.as_deref()).await?;
+                    report.incomplete = true;
+                    warn!(
+                        jobs = report.jobs,
+                        "sweep out of time; the next one continues"
+                    );
+                    return Ok(report);
+                }
+                report.jobs += 1;
+                match self.sweep_job(&job_id).await {
+                    Ok(lost) => report.lost_attempts += lost,
+                    Err(e) => {
+                        warn!(job = %job_id, error = %e, "sweep could not handle job");
+                        report.errors.push((job_id.clone(), e.to_string()));
+                    }
+                }
+                after = Some(job_id);
             }
         }
-        Ok(report)
     }
 
-    /// The one decision step, idempotent: retry or give up on failed tasks, finish the
-    /// job when every stage is complete, claim and dispatch the stages whose inputs are.
+    /// One job of the sweep: fail attempts past their deadline, then advance.
+    async fn sweep_job(&self, job_id: &str) -> Result<usize> {
+        let store = &self.services.store;
+        let snapshot = match store.load_job(job_id).await? {
+            Some(s) if !s.job.state.is_terminal() => s,
+            _ => {
+                store.remove_active(job_id).await?;
+                return Ok(0);
+            }
+        };
+        let now = now_ms();
+        let timeout = self.config().task_timeout.as_millis() as u64;
+        let mut lost = 0;
+        for (task, dispatched) in in_flight(&snapshot) {
+            let started = match self.services.invoker.state(&task) {
+                InvocationState::Queued => continue,
+                InvocationState::Running { since_ms } => since_ms,
+                InvocationState::Unknown => dispatched,
+            };
+            if now.saturating_sub(started) <= timeout {
+                continue;
+            }
+            let error = format!(
+                "no completion record {}s after the task started: the invocation was lost or crashed",
+                timeout / 1000
+            );
+            let failure = task.failure(error, true, self.services.expires_at());
+            if store.fail_attempt(&failure).await? {
+                warn!(%task, "attempt presumed lost");
+                lost += 1;
+            }
+        }
+        self.advance(job_id).await?;
+        Ok(lost)
+    }
+
+    /// The one decision step, idempotent: enforce the deadline, retry or give up on
+    /// failed tasks, send throttled and unconfirmed dispatches again, finish the job when
+    /// every stage is complete, claim and dispatch the stages whose inputs are.
     pub async fn advance(&self, job_id: &str) -> Result<()> {
         let store = &self.services.store;
         let Some(snapshot) = store.load_job(job_id).await? else {
             warn!(job = %job_id, "woken for a job that does not exist");
             return Ok(());
         };
-        if snapshot.job.state.is_terminal() {
+        let job = &snapshot.job;
+        if job.state.is_terminal() {
             return Ok(());
         }
         let now = now_ms();
-        let config = &self.services.config;
-        let mut retries = Vec::new();
-        for task in snapshot
-            .tasks
-            .iter()
-            .filter(|t| t.state == TaskState::Failed)
-        {
-            if task.retryable && task.attempt < config.max_attempts {
-                let next = task.attempt + 1;
-                if store
-                    .start_attempt(
-                        job_id,
+        if job.is_overdue(now) {
+            let error = job.deadline_message();
+            if store
+                .finish_job(job_id, JobState::Failed, Some(error.clone()), now)
+                .await?
+            {
+                info!(job = %job_id, %error, "job past its deadline");
+                self.cleanup(job_id, &[]).await;
+            }
+            return Ok(());
+        }
+        let config = self.config();
+        let expires_at = self.services.expires_at();
+        let stale_before = now.saturating_sub(config.dispatch_deadline.as_millis() as u64);
+        let mut sends = Vec::new();
+        for task in &snapshot.tasks {
+            let spec = |attempt| TaskSpec {
+                job_id: job_id.to_string(),
+                stage: task.stage,
+                partition: task.partition,
+                attempt,
+            };
+            match task.state {
+                TaskState::Failed if task.retryable && task.attempt < config.max_attempts => {
+                    let next = task.attempt + 1;
+                    if store
+                        .start_attempt(job_id, task.stage, task.partition, next, now, expires_at)
+                        .await?
+                    {
+                        sends.push(Send {
+                            task: spec(next),
+                            throttles: task.throttles,
+                            confirm: true,
+                        });
+                    }
+                }
+                TaskState::Failed => {
+                    let error = format!(
+                        "stage {} task {} failed after {} attempt{}: {}",
                         task.stage,
                         task.partition,
-                        next,
-                        now,
-                        self.services.expires_at(),
-                    )
-                    .await?
+                        task.attempt,
+                        if task.attempt == 1 { "" } else { "s" },
+                        task.error.as_deref().unwrap_or("unknown error")
+                    );
+                    if store
+                        .finish_job(job_id, JobState::Failed, Some(error.clone()), now)
+                        .await?
+                    {
+                        info!(job = %job_id, %error, "job failed");
+                        self.cleanup(job_id, &[]).await;
+                    }
+                    return Ok(());
+                }
+                // A throttled invocation whose back-off passed, or one its dispatcher
+                // never confirmed (it died): the same attempt again, none used up.
+                TaskState::Throttled | TaskState::Running
+                    if resend_due(task, now, stale_before)
+                        && self
+                            .resend(task.stage, task.partition, task.attempt, job_id, now)
+                            .await? =>
                 {
-                    retries.push(TaskSpec {
-                        job_id: job_id.to_string(),
-                        stage: task.stage,
-                        partition: task.partition,
-                        attempt: next,
+                    debug!(job = %job_id, stage = task.stage, task = task.partition,
+                        state = ?task.state, "sending an attempt again");
+                    sends.push(Send {
+                        task: spec(task.attempt),
+                        throttles: task.throttles,
+                        confirm: true,
                     });
                 }
-            } else {
-                let error = format!(
-                    "stage {} task {} failed after {} attempt{}: {}",
-                    task.stage,
-                    task.partition,
-                    task.attempt,
-                    if task.attempt == 1 { "" } else { "s" },
-                    task.error.as_deref().unwrap_or("unknown error")
-                );
-                if store
-                    .finish_job(job_id, JobState::Failed, Some(error.clone()), now)
-                    .await?
-                {
-                    info!(job = %job_id, %error, "job failed");
-                    self.cleanup(job_id, None).await;
-                }
-                return Ok(());
+                _ => {}
             }
         }
-        self.dispatch(retries).await;
+        self.dispatch(sends).await;
 
-        if snapshot.stages.iter().all(StageRecord::is_complete) {
+        let complete: BTreeSet<u32> = snapshot
+            .stages
+            .iter()
+            .filter(|s| snapshot.stage_complete(s))
+            .map(|s| s.stage)
+            .collect();
+        if complete.len() == snapshot.stages.len() {
             if store
                 .finish_job(job_id, JobState::Succeeded, None, now)
                 .await?
             {
-                info!(job = %job_id, ms = now.saturating_sub(snapshot.job.created_ms), "job succeeded");
-                self.cleanup(job_id, Some(snapshot.job.final_stage())).await;
+                info!(job = %job_id, ms = now.saturating_sub(job.created_ms), "job succeeded");
+                let keep: Vec<String> = snapshot
+                    .tasks_of(job.final_stage())
+                    .filter_map(|t| t.output.as_ref().map(|o| o.object.clone()))
+                    .collect();
+                self.cleanup(job_id, &keep).await;
             }
             return Ok(());
         }
-        let complete: BTreeSet<u32> = snapshot
-            .stages
-            .iter()
-            .filter(|s| s.is_complete())
-            .map(|s| s.stage)
-            .collect();
+        let key = job_key(&job.sql);
         for stage in &snapshot.stages {
-            let ready = stage.state == StageState::Pending
-                && stage.inputs.iter().all(|i| complete.contains(&i.stage));
-            if !ready || !store.claim_stage(job_id, stage.stage, now).await? {
+            if complete.contains(&stage.stage) {
                 continue;
             }
-            debug!(job = %job_id, stage = stage.stage, tasks = stage.tasks, "stage dispatched");
-            let tasks = (0..stage.tasks).map(|partition| TaskSpec {
-                job_id: job_id.to_string(),
-                stage: stage.stage,
-                partition,
-                attempt: 1,
-            });
-            self.dispatch(tasks.collect()).await;
+            let ready = stage.inputs.iter().all(|i| complete.contains(&i.stage));
+            match stage.state {
+                StageState::Pending if ready => {
+                    if !store.claim_stage(job_id, stage.stage, now).await? {
+                        continue;
+                    }
+                    let stage_key = format!("{key}/{}", stage.stage);
+                    self.services
+                        .faults
+                        .crash_point(FaultKind::SchedulerCrashAfterClaim, &stage_key)?;
+                    debug!(job = %job_id, stage = stage.stage, tasks = stage.tasks, "stage dispatched");
+                    let mut sends: Vec<Send> = (0..stage.tasks)
+                        .map(|partition| Send {
+                            task: TaskSpec {
+                                job_id: job_id.to_string(),
+                                stage: stage.stage,
+                                partition,
+                                attempt: 1,
+                            },
+                            throttles: 0,
+                            confirm: false,
+                        })
+                        .collect();
+                    let faults = &self.services.faults;
+                    if faults
+                        .plan
+                        .fires(FaultKind::SchedulerCrashMidDispatch, &stage_key)
+                    {
+                        let rest = sends.split_off(sends.len() / 2);
+                        self.dispatch(sends).await;
+                        faults.crash_point(FaultKind::SchedulerCrashMidDispatch, &stage_key)?;
+                        sends = rest;
+                    }
+                    self.dispatch(sends).await;
+                    store.confirm_stage(job_id, stage.stage, now_ms()).await?;
+                }
+                StageState::Dispatched
+                    if stage.confirmed_ms.is_none()
+                        && stage.dispatched_ms.is_some_and(|d| d < stale_before) =>
+                {
+                    // Its dispatcher died: send every task that has no item of its own.
+                    let mut sends = Vec::new();
+                    let items: BTreeSet<u32> = snapshot
+                        .tasks_of(stage.stage)
+                        .map(|t| t.partition)
+                        .collect();
+                    for partition in (0..stage.tasks).filter(|p| !items.contains(p)) {
+                        if self.resend(stage.stage, partition, 1, job_id, now).await? {
+                            sends.push(Send {
+                                task: TaskSpec {
+                                    job_id: job_id.to_string(),
+                                    stage: stage.stage,
+                                    partition,
+                                    attempt: 1,
+                                },
+                                throttles: 0,
+                                confirm: true,
+                            });
+                        }
+                    }
+                    warn!(job = %job_id, stage = stage.stage, tasks = sends.len(),
+                        "stage dispatch was never confirmed; re-sending its tasks");
+                    self.dispatch(sends).await;
+                    store.confirm_stage(job_id, stage.stage, now_ms()).await?;
+                }
+                _ => {}
+            }
         }
         Ok(())
     }
 
-    /// Invokes the executor for each task, `dispatch_concurrency` at a time. A refused
-    /// invocation becomes a failed (retryable) attempt, which re-drives the job.
-    async fn dispatch(&self, tasks: Vec<TaskSpec>) {
+    async fn resend(
+        &self,
+        stage: u32,
+        partition: u32,
+        attempt: u32,
+        job_id: &str,
+        now: u64,
+    ) -> Result<bool> {
+        let resend = TaskResend {
+            job_id: job_id.to_string(),
+            stage,
+            partition,
+            attempt,
+            stale_before_ms: now.saturating_sub(self.config().dispatch_deadline.as_millis() as u64),
+            now_ms: now,
+            expires_at: self.services.expires_at(),
+        };
+        self.services.store.resend_task(&resend).await
+    }
+
+    /// Invokes the executor for each task, `dispatch_concurrency` at a time, and records
+    /// what happened: an accepted retry or re-send is confirmed on its task; a throttled
+    /// invocation is deferred with back-off (no attempt used up); a refused one fails its
+    /// attempt for good, which fails the job with the reason.
+    async fn dispatch(&self, sends: Vec<Send>) {
+        if sends.is_empty() {
+            return;
+        }
         let invoker = self.services.invoker.clone();
-        let refused: Vec<(TaskSpec, Error)> = futures::stream::iter(tasks)
-            .map(|task| {
+        let results: Vec<(Send, Result<()>)> = futures::stream::iter(sends)
+            .map(|send| {
                 let invoker = invoker.clone();
-                async move { invoker.run_task(&task).await.err().map(|e| (task, e)) }
+                async move {
+                    let result = invoker.run_task(&send.task).await;
+                    (send, result)
+                }
             })
-            .buffer_unordered(self.services.config.dispatch_concurrency.max(1))
-            .filter_map(|r| async move { r })
+            .buffer_unordered(self.config().dispatch_concurrency.max(1))
             .collect()
             .await;
-        for (task, error) in refused {
-            warn!(%task, %error, "dispatch refused");
-            let failure = task.failure(
-                format!("dispatch failed: {error}"),
-                true,
-                self.services.expires_at(),
-            );
-            if let Err(e) = self.services.store.fail_attempt(&failure).await {
-                warn!(%task, error = %e, "could not record refused dispatch");
+        let store = &self.services.store;
+        for (send, result) in results {
+            let task = &send.task;
+            let recorded = match result {
+                Ok(()) if send.confirm => store
+                    .confirm_attempt(
+                        &task.job_id,
+                        task.stage,
+                        task.partition,
+                        task.attempt,
+                        now_ms(),
+                    )
+                    .await
+                    .map(|_| ()),
+                Ok(()) => Ok(()),
+                Err(error) if error.is_retryable() => {
+                    let backoff = EngineConfig::throttle_backoff(send.throttles);
+                    debug!(%task, %error, ?backoff, "dispatch throttled; deferring");
+                    store
+                        .defer_task(&TaskDeferral {
+                            job_id: task.job_id.clone(),
+                            stage: task.stage,
+                            partition: task.partition,
+                            attempt: task.attempt,
+                            retry_at_ms: now_ms() + backoff.as_millis() as u64,
+                            error: format!("dispatch throttled: {error}"),
+                            expires_at: self.services.expires_at(),
+                        })
+                        .await
+                        .map(|_| ())
+                }
+                Err(error) => {
+                    warn!(%task, %error, "dispatch refused");
+                    let failure = task.failure(
+                        format!("dispatch failed: {error}"),
+                        false,
+                        self.services.expires_at(),
+                    );
+                    store.fail_attempt(&failure).await.map(|_| ())
+                }
+            };
+            if let Err(e) = recorded {
+                warn!(%task, error = %e, "could not record the dispatch; the deadline re-sends it");
             }
         }
     }
 
-    /// Deletes a finished job's shuffle objects, keeping the stage `keep` (the result).
+    /// Deletes a finished job's objects except `keep` (its result's committed objects).
     /// Best effort: object storage lifecycle rules catch whatever is left.
-    async fn cleanup(&self, job_id: &str, keep: Option<u32>) {
+    async fn cleanup(&self, job_id: &str, keep: &[String]) {
         let Ok(store) = self.services.shuffle_store() else {
             return;
         };
@@ -401,6 +699,18 @@ impl Scheduler {
         )
         .await;
         debug!(job = %job_id, objects = deleted, "cleaned up shuffle data");
+    }
+}
+
+/// Whether a throttled or running task should be sent again now (see
+/// [`JobStore::resend_task`](crate::state::JobStore::resend_task)).
+fn resend_due(task: &crate::state::TaskRecord, now: u64, stale_before: u64) -> bool {
+    match task.state {
+        TaskState::Throttled => task.retry_at_ms.is_none_or(|at| at <= now),
+        TaskState::Running => {
+            task.confirmed_ms.is_none() && task.dispatched_ms.is_some_and(|d| d < stale_before)
+        }
+        TaskState::Succeeded | TaskState::Failed => false,
     }
 }
 
@@ -418,7 +728,7 @@ fn in_flight(snapshot: &JobSnapshot) -> Vec<(TaskSpec, u64)> {
         else {
             continue;
         };
-        if stage.is_complete() {
+        if snapshot.stage_complete(stage) {
             continue;
         }
         for partition in 0..stage.tasks {

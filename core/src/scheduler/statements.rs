@@ -14,12 +14,14 @@ use datafusion::physical_plan::displayable;
 use datafusion::prelude::SessionContext;
 use object_store::{ObjectStoreExt, PutPayload};
 
-use super::Submitted;
+use super::{SubmitOptions, Submitted};
+use crate::access::Caller;
 use crate::plan::{self, StageSplitter};
 use crate::shuffle::format::ObjectBuilder;
 use crate::shuffle::task_output_path;
 use crate::state::{
-    JobKind, JobRecord, JobState, StageRecord, StageState, TaskOutput, TaskRecord, TaskState,
+    JobKind, JobRecord, JobState, NewJob, StageRecord, StageState, TaskOutput, TaskRecord,
+    TaskState,
 };
 use crate::time::now_ms;
 use crate::{Error, Result, Services};
@@ -52,24 +54,22 @@ fn reads_information_schema(plan: &LogicalPlan) -> bool {
     found
 }
 
-/// Runs a statement and records it as a finished job.
+/// Runs a statement and records it as a finished job owned by the caller.
 pub(super) async fn run(
     services: &Services,
     state: &SessionState,
     job_id: &str,
     sql: &str,
     logical: LogicalPlan,
+    options: &SubmitOptions,
 ) -> Result<Submitted> {
+    let access = &services.config.access;
     let batches = match &logical {
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(cmd)) => {
-            let record = crate::catalog::create_table(
-                state,
-                services.store.as_ref(),
-                &services.config,
-                cmd,
-                sql,
-            )
-            .await?;
+            access.check_catalog_writer(&options.caller)?;
+            let record =
+                crate::catalog::create_table(state, services.store.as_ref(), access, cmd, sql)
+                    .await?;
             let message = match record {
                 Some(r) => format!(
                     "table {} created: {} columns, {} at {}",
@@ -83,6 +83,7 @@ pub(super) async fn run(
             message_batch(&message)?
         }
         LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => {
+            access.check_catalog_writer(&options.caller)?;
             let existed =
                 crate::catalog::drop_table(services.store.as_ref(), &drop.name, drop.if_exists)
                     .await?;
@@ -144,7 +145,7 @@ pub(super) async fn run(
         .first()
         .map(|b| b.schema())
         .unwrap_or_else(|| Arc::new(logical.schema().as_arrow().clone()));
-    record_result(services, job_id, sql, schema, &batches).await?;
+    record_result(services, job_id, sql, &options.caller, schema, &batches).await?;
     Ok(Submitted {
         job_id: job_id.to_string(),
         state: JobState::Succeeded,
@@ -179,6 +180,7 @@ async fn record_result(
     services: &Services,
     job_id: &str,
     sql: &str,
+    caller: &Caller,
     schema: SchemaRef,
     batches: &[RecordBatch],
 ) -> Result<()> {
@@ -204,7 +206,9 @@ async fn record_result(
         state: JobState::Succeeded,
         stage_count: 1,
         result_schema: plan::encode_schema(&schema)?,
+        owner: caller.principal().to_string(),
         created_ms: started,
+        deadline_ms: None,
         finished_ms: Some(now),
         error: None,
         expires_at,
@@ -214,36 +218,31 @@ async fn record_result(
         stage: 0,
         state: StageState::Dispatched,
         tasks: 1,
-        remaining: 0,
         output_partitions: 1,
         inputs: vec![],
-        plan: None,
-        plan_object: None,
         summary: "statement (answered by the scheduler)".into(),
         dispatched_ms: Some(started),
-        last_commit_ms: Some(now),
+        confirmed_ms: Some(started),
         expires_at,
     };
-    let task = TaskRecord {
-        job_id: job_id.to_string(),
-        stage: 0,
-        partition: 0,
-        state: TaskState::Succeeded,
+    let mut task = TaskRecord::new(job_id, 0, 0, TaskState::Succeeded, 1, expires_at);
+    task.dispatched_ms = Some(started);
+    task.output = Some(TaskOutput {
         attempt: 1,
-        dispatched_ms: Some(started),
-        output: Some(TaskOutput {
-            attempt: 1,
-            object: path.to_string(),
-            ends,
-            rows,
-            bytes,
-            started_ms: started,
-            finished_ms: now,
-        }),
-        error: None,
-        retryable: false,
-        failures: 0,
-        expires_at,
-    };
-    services.store.create_job(&job, &[stage], &[task]).await
+        object: path.to_string(),
+        ends,
+        rows,
+        bytes,
+        started_ms: started,
+        finished_ms: now,
+    });
+    services
+        .store
+        .create_job(&NewJob {
+            job,
+            stages: vec![stage],
+            plans: vec![],
+            tasks: vec![task],
+        })
+        .await
 }

@@ -61,22 +61,23 @@ pub fn stage_plan_path(prefix: &Path, job_id: &str, stage: u32) -> Path {
         .join(format!("stage-{stage}.plan").as_str())
 }
 
-/// Deletes the objects job `job_id` wrote, except those of stage `keep` (its result).
-/// Best effort: returns how many were deleted; lifecycle rules catch the rest.
+/// Deletes the objects job `job_id` wrote, except the objects in `keep` (a succeeded
+/// job's result: its final stage's committed outputs — losing attempts of that stage go
+/// too). Best effort: returns how many were deleted; lifecycle rules catch the rest.
 pub async fn delete_job_objects(
     store: &dyn ObjectStore,
     prefix: &Path,
     job_id: &str,
-    keep: Option<u32>,
+    keep: &[String],
 ) -> usize {
     use futures::StreamExt;
     let prefix = job_prefix(prefix, job_id);
-    let keep = keep.map(|s| prefix.clone().join(format!("stage-{s}").as_str()));
+    let keep: std::collections::HashSet<String> = keep.iter().cloned().collect();
     let objects = store
         .list(Some(&prefix))
         .filter_map(|m| async move { m.ok().map(|m| m.location) })
         .filter(move |path| {
-            let doomed = keep.as_ref().is_none_or(|k| !path.prefix_matches(k));
+            let doomed = !keep.contains(path.as_ref());
             async move { doomed }
         })
         .map(Ok)

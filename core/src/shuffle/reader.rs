@@ -29,7 +29,7 @@ use object_store::ObjectStoreExt;
 use super::format::decode_slice;
 use super::ShuffleInputs;
 use crate::state::{EdgeKind, TaskOutput};
-use crate::Error;
+use crate::{Error, Result};
 
 /// How a reader maps producer slices to its partitions.
 #[derive(Debug, Clone)]
@@ -112,26 +112,43 @@ impl ShuffleReaderExec {
         &self.mode
     }
 
-    /// The byte ranges partition `partition` reads, in order, empty slices left out.
+    /// The byte ranges partition `partition` reads, in order, empty slices left out; an
+    /// error when a producer's output has no such slice.
     pub fn ranges(
         &self,
         partition: usize,
         outputs: &[TaskOutput],
-    ) -> Vec<(Path, std::ops::Range<u64>)> {
-        let whole = |o: &TaskOutput| -> Vec<(Path, std::ops::Range<u64>)> {
+    ) -> Result<Vec<(Path, std::ops::Range<u64>)>> {
+        let whole = |o: &TaskOutput| -> Result<Vec<(Path, std::ops::Range<u64>)>> {
             (0..o.ends.len())
-                .map(|s| (Path::from(o.object.as_str()), o.slice(s)))
+                .map(|s| Ok((Path::from(o.object.as_str()), o.slice(s)?)))
                 .collect()
         };
         let ranges: Vec<_> = match &self.mode {
             ReadMode::Hash(_) => outputs
                 .iter()
-                .map(|o| (Path::from(o.object.as_str()), o.slice(partition)))
+                .map(|o| Ok((Path::from(o.object.as_str()), o.slice(partition)?)))
+                .collect::<Result<_>>()?,
+            ReadMode::Gather => match outputs.get(partition) {
+                Some(o) => whole(o)?,
+                None => {
+                    return Err(Error::Internal(format!(
+                        "gather partition {partition} of stage {} has no producer output \
+                         ({} outputs)",
+                        self.stage,
+                        outputs.len()
+                    )))
+                }
+            },
+            ReadMode::All => outputs
+                .iter()
+                .map(whole)
+                .collect::<Result<Vec<_>>>()?
+                .into_iter()
+                .flatten()
                 .collect(),
-            ReadMode::Gather => outputs.get(partition).map(whole).unwrap_or_default(),
-            ReadMode::All => outputs.iter().flat_map(whole).collect(),
         };
-        ranges.into_iter().filter(|(_, r)| !r.is_empty()).collect()
+        Ok(ranges.into_iter().filter(|(_, r)| !r.is_empty()).collect())
     }
 }
 
@@ -218,7 +235,7 @@ impl ExecutionPlan for ShuffleReaderExec {
             ))
             .into());
         }
-        let ranges = self.ranges(partition, outputs);
+        let ranges = self.ranges(partition, outputs)?;
         let store = inputs.store.clone();
         let schema = self.schema.clone();
         let batches = futures::stream::iter(ranges)

@@ -2,7 +2,6 @@
 //! input, splits the rows into the stage's output slices (hash partitioning, or a single
 //! slice for gather / broadcast / result stages) and uploads them as one object.
 
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -99,15 +98,15 @@ impl ShuffleWriterExec {
     }
 
     /// Runs input partition `partition` and writes its output to `path` in `store`.
-    /// Checks `cancelled` before every batch and gives up with [`Error::Cancelled`].
+    /// Calls `before_batch` with the number of batches written so far before each batch
+    /// (the executor checks cancellation there) and gives up with its error.
     pub async fn write_partition(
         &self,
         partition: usize,
         context: Arc<TaskContext>,
         store: &dyn ObjectStore,
         path: &Path,
-        cancelled: &AtomicBool,
-        job_id: &str,
+        before_batch: &(dyn Fn(usize) -> Result<()> + Sync),
     ) -> Result<WriteSummary> {
         let mut stream = self.input.execute(partition, context)?;
         let mut builder = ObjectBuilder::new(self.input.schema(), self.output_slices())?;
@@ -120,10 +119,10 @@ impl ShuffleWriterExec {
             )?),
             None => None,
         };
+        let mut written = 0;
         while let Some(batch) = stream.next().await {
-            if cancelled.load(Ordering::Relaxed) {
-                return Err(Error::Cancelled(job_id.to_string()));
-            }
+            before_batch(written)?;
+            written += 1;
             let batch = batch?;
             match &mut partitioner {
                 Some(partitioner) => partitioner.partition(batch, |slice, part| {

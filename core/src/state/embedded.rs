@@ -11,6 +11,7 @@ use serde::Serialize;
 use tokio::sync::mpsc;
 
 use super::*;
+use crate::error::StoreErrorKind;
 use crate::{Error, Result};
 
 const ITEMS: TableDefinition<&str, &[u8]> = TableDefinition::new("items");
@@ -29,8 +30,13 @@ fn prefix_range(pk: &str, sk_prefix: &str) -> (String, String) {
     (start, end)
 }
 
-fn store_err(e: impl std::fmt::Display) -> Error {
-    Error::Store(e.to_string())
+fn store_err(e: impl Into<crate::error::Source> + std::fmt::Display) -> Error {
+    let message = format!("embedded store: {e}");
+    Error::Store(crate::error::StoreError::with_source(
+        crate::error::StoreErrorKind::Unavailable,
+        message,
+        e,
+    ))
 }
 
 fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
@@ -103,11 +109,19 @@ impl EmbeddedStore {
     /// Opens (or creates) a store persisted in the file at `path`.
     pub fn open(path: &Path) -> Result<Self> {
         if let Some(dir) = path.parent() {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| Error::Store(format!("cannot create {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir).map_err(|e| {
+                Error::store(
+                    StoreErrorKind::Invalid,
+                    format!("cannot create {}: {e}", dir.display()),
+                )
+            })?;
         }
-        let db = Database::create(path)
-            .map_err(|e| Error::Store(format!("cannot open job store {}: {e}", path.display())))?;
+        let db = Database::create(path).map_err(|e| {
+            Error::store(
+                StoreErrorKind::Unavailable,
+                format!("cannot open job store {}: {e}", path.display()),
+            )
+        })?;
         Self::with_db(db)
     }
 
@@ -163,20 +177,42 @@ impl EmbeddedStore {
         let ids = expired.clone();
         self.write(false, move |t| {
             for id in &ids {
-                let (start, end) = prefix_range(&job_pk(id), "");
-                let keys: Vec<String> = t
-                    .range(start.as_str()..end.as_str())
-                    .map_err(store_err)?
-                    .map(|e| e.map(|(k, _)| k.value().to_string()).map_err(store_err))
-                    .collect::<Result<_>>()?;
-                for k in keys {
-                    t.remove(k.as_str()).map_err(store_err)?;
+                for pk in [job_pk(id), plan_pk(id)] {
+                    let (start, end) = prefix_range(&pk, "");
+                    let keys: Vec<String> = t
+                        .range(start.as_str()..end.as_str())
+                        .map_err(store_err)?
+                        .map(|e| e.map(|(k, _)| k.value().to_string()).map_err(store_err))
+                        .collect::<Result<_>>()?;
+                    for k in keys {
+                        t.remove(k.as_str()).map_err(store_err)?;
+                    }
                 }
             }
             Ok(((), vec![]))
         })
         .await?;
         Ok(expired)
+    }
+
+    /// Reads a task item, lets `f` decide its new value (`None`: the condition failed,
+    /// nothing changes) and writes it, in one transaction.
+    async fn update_task<F>(&self, job_id: &str, stage: u32, partition: u32, f: F) -> Result<bool>
+    where
+        F: FnOnce(Option<&TaskRecord>) -> Option<TaskRecord> + Send + 'static,
+    {
+        let k = key(&job_pk(job_id), &task_sk(stage, partition));
+        self.write(false, move |t| {
+            let current = get::<TaskRecord>(t, &k)?;
+            match f(current.as_ref()) {
+                Some(task) => {
+                    put(t, &k, &task)?;
+                    Ok((true, vec![ChangeRecord::Task(task)]))
+                }
+                None => Ok((false, vec![])),
+            }
+        })
+        .await
     }
 
     async fn read<T, F>(&self, f: F) -> Result<T>
@@ -230,14 +266,10 @@ impl EmbeddedStore {
 
 #[async_trait]
 impl JobStore for EmbeddedStore {
-    async fn create_job(
-        &self,
-        job: &JobRecord,
-        stages: &[StageRecord],
-        tasks: &[TaskRecord],
-    ) -> Result<()> {
-        let (job, stages, tasks) = (job.clone(), stages.to_vec(), tasks.to_vec());
+    async fn create_job(&self, new: &NewJob) -> Result<()> {
+        let new = new.clone();
         self.write(true, move |t| {
+            let job = &new.job;
             let pk = job_pk(&job.job_id);
             if t.get(key(&pk, SK_META).as_str())
                 .map_err(store_err)?
@@ -249,12 +281,15 @@ impl JobStore for EmbeddedStore {
                 )));
             }
             let mut changes = vec![ChangeRecord::Job(job.clone())];
-            put(t, &key(&pk, SK_META), &job)?;
-            for s in &stages {
+            put(t, &key(&pk, SK_META), job)?;
+            for s in &new.stages {
                 put(t, &key(&pk, &stage_sk(s.stage)), s)?;
                 changes.push(ChangeRecord::Stage(s.clone()));
             }
-            for task in &tasks {
+            for p in &new.plans {
+                put(t, &key(&plan_pk(&job.job_id), &stage_sk(p.stage)), p)?;
+            }
+            for task in &new.tasks {
                 put(t, &key(&pk, &task_sk(task.stage, task.partition)), task)?;
                 changes.push(ChangeRecord::Task(task.clone()));
             }
@@ -279,13 +314,24 @@ impl JobStore for EmbeddedStore {
             };
             let stages = scan(t, &pk, "STAGE#")?;
             let tasks = scan(t, &pk, "TASK#")?;
-            Ok(Some(JobSnapshot { job, stages, tasks }))
+            let counters = scan(t, &pk, "COUNT#")?;
+            Ok(Some(JobSnapshot {
+                job,
+                stages,
+                tasks,
+                counters,
+            }))
         })
         .await
     }
 
     async fn get_stage(&self, job_id: &str, stage: u32) -> Result<Option<StageRecord>> {
         let k = key(&job_pk(job_id), &stage_sk(stage));
+        self.read(move |t| get(t, &k)).await
+    }
+
+    async fn get_plan(&self, job_id: &str, stage: u32) -> Result<Option<PlanRecord>> {
+        let k = key(&plan_pk(job_id), &stage_sk(stage));
         self.read(move |t| get(t, &k)).await
     }
 
@@ -305,17 +351,39 @@ impl JobStore for EmbeddedStore {
             .await
     }
 
+    async fn list_counters(&self, job_id: &str, stage: u32) -> Result<Vec<CommitCounter>> {
+        let pk = job_pk(job_id);
+        self.read(move |t| scan(t, &pk, &counter_sk_prefix(stage)))
+            .await
+    }
+
     async fn claim_stage(&self, job_id: &str, stage: u32, now_ms: u64) -> Result<bool> {
         let k = key(&job_pk(job_id), &stage_sk(stage));
         self.write(false, move |t| {
             let Some(mut s) = get::<StageRecord>(t, &k)? else {
-                return Err(Error::NotFound(format!("stage {stage} of job")));
+                return Ok((false, vec![]));
             };
             if s.state != StageState::Pending {
                 return Ok((false, vec![]));
             }
             s.state = StageState::Dispatched;
             s.dispatched_ms = Some(now_ms);
+            put(t, &k, &s)?;
+            Ok((true, vec![ChangeRecord::Stage(s)]))
+        })
+        .await
+    }
+
+    async fn confirm_stage(&self, job_id: &str, stage: u32, now_ms: u64) -> Result<bool> {
+        let k = key(&job_pk(job_id), &stage_sk(stage));
+        self.write(false, move |t| {
+            let Some(mut s) = get::<StageRecord>(t, &k)? else {
+                return Ok((false, vec![]));
+            };
+            if s.state != StageState::Dispatched || s.confirmed_ms.is_some() {
+                return Ok((false, vec![]));
+            }
+            s.confirmed_ms = Some(now_ms);
             put(t, &k, &s)?;
             Ok((true, vec![ChangeRecord::Stage(s)]))
         })
@@ -331,37 +399,101 @@ impl JobStore for EmbeddedStore {
         now_ms: u64,
         expires_at: u64,
     ) -> Result<bool> {
-        let job_id = job_id.to_string();
-        let k = key(&job_pk(&job_id), &task_sk(stage, partition));
-        self.write(false, move |t| {
-            let current = get::<TaskRecord>(t, &k)?;
-            let allowed = match &current {
+        let owned = job_id.to_string();
+        self.update_task(job_id, stage, partition, move |current| {
+            let allowed = match current {
                 None => attempt == 2,
-                Some(task) => task.state != TaskState::Succeeded && task.attempt + 1 == attempt,
+                Some(task) => task.state == TaskState::Failed && task.attempt + 1 == attempt,
             };
             if !allowed {
-                return Ok((false, vec![]));
+                return None;
             }
-            let task = TaskRecord {
-                state: TaskState::Running,
-                attempt,
-                dispatched_ms: Some(now_ms),
-                ..current.unwrap_or(TaskRecord {
-                    job_id,
-                    stage,
-                    partition,
-                    state: TaskState::Running,
-                    attempt,
-                    dispatched_ms: None,
-                    output: None,
-                    error: None,
-                    retryable: false,
-                    failures: 0,
-                    expires_at,
-                })
+            let mut task = current.cloned().unwrap_or_else(|| {
+                TaskRecord::new(&owned, stage, partition, TaskState::Running, attempt, 0)
+            });
+            task.state = TaskState::Running;
+            task.attempt = attempt;
+            task.dispatched_ms = Some(now_ms);
+            task.confirmed_ms = None;
+            task.retry_at_ms = None;
+            task.expires_at = expires_at;
+            Some(task)
+        })
+        .await
+    }
+
+    async fn confirm_attempt(
+        &self,
+        job_id: &str,
+        stage: u32,
+        partition: u32,
+        attempt: u32,
+        now_ms: u64,
+    ) -> Result<bool> {
+        self.update_task(job_id, stage, partition, move |current| {
+            let task = current?;
+            if task.state != TaskState::Running || task.attempt != attempt {
+                return None;
+            }
+            let mut task = task.clone();
+            task.confirmed_ms = Some(now_ms);
+            Some(task)
+        })
+        .await
+    }
+
+    async fn defer_task(&self, deferral: &TaskDeferral) -> Result<bool> {
+        let d = deferral.clone();
+        self.update_task(&deferral.job_id, d.stage, d.partition, move |current| {
+            let mut task = match current {
+                None if d.attempt == 1 => TaskRecord::new(
+                    &d.job_id,
+                    d.stage,
+                    d.partition,
+                    TaskState::Throttled,
+                    1,
+                    d.expires_at,
+                ),
+                Some(t)
+                    if matches!(t.state, TaskState::Running | TaskState::Throttled)
+                        && t.attempt == d.attempt =>
+                {
+                    t.clone()
+                }
+                _ => return None,
             };
-            put(t, &k, &task)?;
-            Ok((true, vec![ChangeRecord::Task(task)]))
+            task.state = TaskState::Throttled;
+            task.retry_at_ms = Some(d.retry_at_ms);
+            task.confirmed_ms = None;
+            task.throttles += 1;
+            task.error = Some(d.error.clone());
+            task.expires_at = d.expires_at;
+            Some(task)
+        })
+        .await
+    }
+
+    async fn resend_task(&self, resend: &TaskResend) -> Result<bool> {
+        let r = resend.clone();
+        self.update_task(&resend.job_id, r.stage, r.partition, move |current| {
+            let mut task = match current {
+                None if r.attempt == 1 => TaskRecord::new(
+                    &r.job_id,
+                    r.stage,
+                    r.partition,
+                    TaskState::Running,
+                    1,
+                    r.expires_at,
+                ),
+                Some(t) if t.attempt == r.attempt && resendable(t, &r) => t.clone(),
+                _ => return None,
+            };
+            task.state = TaskState::Running;
+            task.dispatched_ms = Some(r.now_ms);
+            task.confirmed_ms = None;
+            task.retry_at_ms = None;
+            task.expires_at = r.expires_at;
+            Some(task)
         })
         .await
     }
@@ -371,48 +503,65 @@ impl JobStore for EmbeddedStore {
         let pk = job_pk(&c.job_id);
         self.write(false, move |t| {
             let task_key = key(&pk, &task_sk(c.stage, c.partition));
-            let stage_key = key(&pk, &stage_sk(c.stage));
             let current = get::<TaskRecord>(t, &task_key)?;
-            if current
-                .as_ref()
-                .is_some_and(|t| t.state == TaskState::Succeeded)
-            {
-                return Ok((CommitOutcome::AlreadySucceeded, vec![]));
+            if let Some(done) = current.as_ref().filter(|t| t.state == TaskState::Succeeded) {
+                // The same commit tried again counts as committed; another attempt's lost.
+                return Ok(
+                    if done.output.as_ref().map(|o| &o.object) == Some(&c.output.object) {
+                        let counter = get::<CommitCounter>(
+                            t,
+                            &key(&pk, &counter_sk(c.stage, counter_of(c.partition))),
+                        )?;
+                        (
+                            CommitOutcome::Committed {
+                                counter_done: counter.is_some_and(|k| k.remaining == 0),
+                            },
+                            vec![],
+                        )
+                    } else {
+                        (CommitOutcome::AlreadySucceeded, vec![])
+                    },
+                );
             }
-            let Some(mut stage) = get::<StageRecord>(t, &stage_key)? else {
-                return Err(Error::NotFound(format!(
-                    "stage {} of job {}",
-                    c.stage, c.job_id
-                )));
-            };
-            let task = match current {
-                Some(mut task) => {
-                    task.state = TaskState::Succeeded;
-                    task.output = Some(c.output.clone());
-                    task
-                }
-                None => TaskRecord {
-                    job_id: c.job_id.clone(),
-                    stage: c.stage,
-                    partition: c.partition,
-                    state: TaskState::Succeeded,
-                    attempt: c.output.attempt,
-                    dispatched_ms: None,
-                    output: Some(c.output.clone()),
-                    error: None,
-                    retryable: false,
-                    failures: 0,
-                    expires_at: c.expires_at,
-                },
-            };
-            stage.remaining = stage.remaining.saturating_sub(1);
-            stage.last_commit_ms = Some(c.now_ms);
+            let mut task = current.unwrap_or_else(|| {
+                TaskRecord::new(
+                    &c.job_id,
+                    c.stage,
+                    c.partition,
+                    TaskState::Succeeded,
+                    c.output.attempt,
+                    c.expires_at,
+                )
+            });
+            task.state = TaskState::Succeeded;
+            task.output = Some(c.output.clone());
+            task.expires_at = c.expires_at;
             put(t, &task_key, &task)?;
-            put(t, &stage_key, &stage)?;
-            let remaining = stage.remaining;
+            let mut changes = vec![ChangeRecord::Task(task)];
+
+            let index = counter_of(c.partition);
+            let counter_key = key(&pk, &counter_sk(c.stage, index));
+            let mut counter = get::<CommitCounter>(t, &counter_key)?.unwrap_or(CommitCounter {
+                job_id: c.job_id.clone(),
+                stage: c.stage,
+                counter: index,
+                remaining: counter_size(c.stage_tasks, index),
+                done: vec![],
+                last_commit_ms: 0,
+                expires_at: c.expires_at,
+            });
+            if !counter.done.contains(&c.partition) {
+                counter.done.push(c.partition);
+                counter.remaining = counter.remaining.saturating_sub(1);
+                counter.last_commit_ms = c.now_ms;
+                put(t, &counter_key, &counter)?;
+                changes.push(ChangeRecord::Counter(counter.clone()));
+            }
             Ok((
-                CommitOutcome::Committed { remaining },
-                vec![ChangeRecord::Task(task), ChangeRecord::Stage(stage)],
+                CommitOutcome::Committed {
+                    counter_done: counter.remaining == 0,
+                },
+                changes,
             ))
         })
         .await
@@ -420,32 +569,34 @@ impl JobStore for EmbeddedStore {
 
     async fn fail_attempt(&self, failure: &TaskFailure) -> Result<bool> {
         let f = failure.clone();
-        let k = key(&job_pk(&f.job_id), &task_sk(f.stage, f.partition));
-        self.write(false, move |t| {
-            let current = get::<TaskRecord>(t, &k)?;
-            let applies = match &current {
+        self.update_task(&failure.job_id, f.stage, f.partition, move |current| {
+            let applies = match current {
                 None => f.attempt == 1,
-                Some(task) => task.state == TaskState::Running && task.attempt == f.attempt,
+                Some(task) => {
+                    matches!(task.state, TaskState::Running | TaskState::Throttled)
+                        && task.attempt == f.attempt
+                }
             };
             if !applies {
-                return Ok((false, vec![]));
+                return None;
             }
-            let failures = current.as_ref().map_or(0, |t| t.failures) + 1;
-            let task = TaskRecord {
-                job_id: f.job_id.clone(),
-                stage: f.stage,
-                partition: f.partition,
-                state: TaskState::Failed,
-                attempt: f.attempt,
-                dispatched_ms: current.as_ref().and_then(|t| t.dispatched_ms),
-                output: None,
-                error: Some(f.error.clone()),
-                retryable: f.retryable,
-                failures,
-                expires_at: f.expires_at,
-            };
-            put(t, &k, &task)?;
-            Ok((true, vec![ChangeRecord::Task(task)]))
+            let mut task = current.cloned().unwrap_or_else(|| {
+                TaskRecord::new(
+                    &f.job_id,
+                    f.stage,
+                    f.partition,
+                    TaskState::Failed,
+                    f.attempt,
+                    f.expires_at,
+                )
+            });
+            task.state = TaskState::Failed;
+            task.error = Some(f.error.clone());
+            task.retryable = f.retryable;
+            task.failures += 1;
+            task.retry_at_ms = None;
+            task.expires_at = f.expires_at;
+            Some(task)
         })
         .await
     }
@@ -461,7 +612,7 @@ impl JobStore for EmbeddedStore {
         self.write(true, move |t| {
             let k = key(&job_pk(&job_id), SK_META);
             let Some(mut job) = get::<JobRecord>(t, &k)? else {
-                return Err(Error::NotFound(format!("job {job_id}")));
+                return Ok((false, vec![]));
             };
             if job.state != JobState::Running {
                 return Ok((false, vec![]));
@@ -477,14 +628,42 @@ impl JobStore for EmbeddedStore {
         .await
     }
 
-    async fn active_jobs(&self) -> Result<Vec<String>> {
-        self.read(|t| scan(t, ACTIVE_PK, "")).await
+    async fn active_jobs(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>> {
+        let after = after.map(str::to_string);
+        self.read(move |t| {
+            let ids: Vec<String> = scan(t, ACTIVE_PK, "")?;
+            Ok(ids
+                .into_iter()
+                .filter(|id| after.as_ref().is_none_or(|a| id > a))
+                .take(limit)
+                .collect())
+        })
+        .await
     }
 
     async fn remove_active(&self, job_id: &str) -> Result<()> {
         let k = key(ACTIVE_PK, job_id);
         self.write(true, move |t| {
             t.remove(k.as_str()).map_err(store_err)?;
+            Ok(((), vec![]))
+        })
+        .await
+    }
+
+    async fn sweep_cursor(&self) -> Result<Option<String>> {
+        self.read(|t| get(t, &key(SWEEP_PK, SWEEP_SK))).await
+    }
+
+    async fn set_sweep_cursor(&self, cursor: Option<&str>) -> Result<()> {
+        let cursor = cursor.map(str::to_string);
+        self.write(false, move |t| {
+            let k = key(SWEEP_PK, SWEEP_SK);
+            match &cursor {
+                Some(c) => put(t, &k, c)?,
+                None => {
+                    t.remove(k.as_str()).map_err(store_err)?;
+                }
+            }
             Ok(((), vec![]))
         })
         .await
@@ -519,5 +698,18 @@ impl JobStore for EmbeddedStore {
             Ok((existed, vec![]))
         })
         .await
+    }
+}
+
+/// Whether a task item may be sent again at the same attempt (see
+/// [`JobStore::resend_task`]): a throttled task whose back-off has passed, or a running one
+/// whose invocation was never confirmed and whose dispatch is stale.
+fn resendable(task: &TaskRecord, r: &TaskResend) -> bool {
+    match task.state {
+        TaskState::Throttled => task.retry_at_ms.is_none_or(|at| at <= r.now_ms),
+        TaskState::Running => {
+            task.confirmed_ms.is_none() && task.dispatched_ms.is_none_or(|d| d < r.stale_before_ms)
+        }
+        TaskState::Succeeded | TaskState::Failed => false,
     }
 }

@@ -6,7 +6,11 @@
 //! scheduler invocations, or two attempts of one task, can race without harm. The store
 //! also emits its changes, in order, like a DynamoDB stream: the scheduler is woken by
 //! them (see [`ChangeRecord::wakes_scheduler`]).
+//!
+//! Both implementations follow one specification, written once as the
+//! [`conformance`] suite that the tests run against each.
 
+pub mod conformance;
 mod embedded;
 mod records;
 
@@ -26,6 +30,8 @@ pub struct JobSnapshot {
     pub stages: Vec<StageRecord>,
     /// Its task items (only those written so far), ordered by stage and partition.
     pub tasks: Vec<TaskRecord>,
+    /// Its commit counters (only those written so far), ordered by stage and index.
+    pub counters: Vec<CommitCounter>,
 }
 
 impl JobSnapshot {
@@ -33,6 +39,42 @@ impl JobSnapshot {
     pub fn tasks_of(&self, stage: u32) -> impl Iterator<Item = &TaskRecord> {
         self.tasks.iter().filter(move |t| t.stage == stage)
     }
+
+    /// Committed tasks of one stage.
+    pub fn succeeded(&self, stage: u32) -> u32 {
+        self.tasks_of(stage)
+            .filter(|t| t.state == TaskState::Succeeded)
+            .count() as u32
+    }
+
+    /// Whether every task of `stage` committed — decided from the task items, the one
+    /// source of truth (commit counters only wake the scheduler).
+    pub fn stage_complete(&self, stage: &StageRecord) -> bool {
+        self.succeeded(stage.stage) >= stage.tasks
+    }
+
+    /// When the last task of `stage` finished writing, once the stage is complete.
+    pub fn last_commit_ms(&self, stage: &StageRecord) -> Option<u64> {
+        if !self.stage_complete(stage) {
+            return None;
+        }
+        self.tasks_of(stage.stage)
+            .filter_map(|t| t.output.as_ref().map(|o| o.finished_ms))
+            .max()
+    }
+}
+
+/// A new job: its item, its stages, their plans, and any initial task items.
+#[derive(Debug, Clone)]
+pub struct NewJob {
+    /// The job item.
+    pub job: JobRecord,
+    /// Its stages.
+    pub stages: Vec<StageRecord>,
+    /// One plan per stage of a query (none for a statement).
+    pub plans: Vec<PlanRecord>,
+    /// Task items written up front (a statement's one committed task).
+    pub tasks: Vec<TaskRecord>,
 }
 
 /// A task attempt's completion record.
@@ -44,6 +86,8 @@ pub struct TaskCommit {
     pub stage: u32,
     /// Partition.
     pub partition: u32,
+    /// Number of tasks of the stage (sizes the commit counter).
+    pub stage_tasks: u32,
     /// What the attempt wrote.
     pub output: TaskOutput,
     /// Commit time (ms since epoch).
@@ -55,10 +99,11 @@ pub struct TaskCommit {
 /// How a commit ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CommitOutcome {
-    /// This attempt won; the stage has `remaining` tasks left.
+    /// This attempt's output is the task's output (also when an earlier try of this very
+    /// commit had already succeeded: the check compares the committed object).
     Committed {
-        /// Tasks of the stage still to commit after this one.
-        remaining: u32,
+        /// Whether this commit brought its commit counter to 0.
+        counter_done: bool,
     },
     /// Another attempt (or a duplicate delivery) had already committed: nothing changed.
     AlreadySucceeded,
@@ -83,27 +128,67 @@ pub struct TaskFailure {
     pub expires_at: u64,
 }
 
+/// An invocation of a task attempt that was throttled: the attempt is kept and sent
+/// again at `retry_at_ms`.
+#[derive(Debug, Clone)]
+pub struct TaskDeferral {
+    /// Job id.
+    pub job_id: String,
+    /// Stage id.
+    pub stage: u32,
+    /// Partition.
+    pub partition: u32,
+    /// The attempt whose invocation was refused.
+    pub attempt: u32,
+    /// When to send it again (ms since epoch).
+    pub retry_at_ms: u64,
+    /// Why it was refused.
+    pub error: String,
+    /// TTL of the task item (seconds since epoch).
+    pub expires_at: u64,
+}
+
+/// A task attempt to send again (see [`JobStore::resend_task`]).
+#[derive(Debug, Clone)]
+pub struct TaskResend {
+    /// Job id.
+    pub job_id: String,
+    /// Stage id.
+    pub stage: u32,
+    /// Partition.
+    pub partition: u32,
+    /// The attempt to send again.
+    pub attempt: u32,
+    /// An unconfirmed running attempt dispatched before this time is re-sent.
+    pub stale_before_ms: u64,
+    /// Now (ms since epoch): the new dispatch time, and the bar for `retry_at_ms`.
+    pub now_ms: u64,
+    /// TTL of the task item (seconds since epoch).
+    pub expires_at: u64,
+}
+
 /// The job store. One in-process implementation ([`EmbeddedStore`]), one on DynamoDB
-/// (`lambdafusion-aws`).
+/// (`lambdafusion-aws`); [`conformance`] holds both to the same rules.
+///
+/// Transitions on missing items: a claim, confirmation, deferral, resumption or finish of
+/// an item that does not exist is `Ok(false)` — it did not happen — in both stores.
 #[async_trait]
 pub trait JobStore: Send + Sync + std::fmt::Debug {
-    /// Writes a new job with its stages and any initial task items, in one go, and adds
-    /// it to the active-job index when it is running. Fails with `Conflict` if it exists.
-    async fn create_job(
-        &self,
-        job: &JobRecord,
-        stages: &[StageRecord],
-        tasks: &[TaskRecord],
-    ) -> Result<()>;
+    /// Writes a new job with its stages, plans and any initial task items, and adds it
+    /// to the active-job index when it is running. Fails with `Conflict` if it exists.
+    async fn create_job(&self, new: &NewJob) -> Result<()>;
 
     /// Reads the job item.
     async fn get_job(&self, job_id: &str) -> Result<Option<JobRecord>>;
 
-    /// Reads the job with all its stages and task items (one query).
+    /// Reads the job with its stages, task items and commit counters (one query).
     async fn load_job(&self, job_id: &str) -> Result<Option<JobSnapshot>>;
 
     /// Reads one stage item.
     async fn get_stage(&self, job_id: &str, stage: u32) -> Result<Option<StageRecord>>;
+
+    /// Reads one stage's plan.
+    async fn get_plan(&self, job_id: &str, stage: u32) -> Result<Option<PlanRecord>>;
 
     /// Reads one task item.
     async fn get_task(
@@ -116,11 +201,19 @@ pub trait JobStore: Send + Sync + std::fmt::Debug {
     /// Reads the task items of one stage, ordered by partition.
     async fn list_tasks(&self, job_id: &str, stage: u32) -> Result<Vec<TaskRecord>>;
 
+    /// Reads the commit counters of one stage, ordered by index.
+    async fn list_counters(&self, job_id: &str, stage: u32) -> Result<Vec<CommitCounter>>;
+
     /// Claims a pending stage for dispatch: `PENDING -> DISPATCHED`. Only one caller wins.
     async fn claim_stage(&self, job_id: &str, stage: u32, now_ms: u64) -> Result<bool>;
 
+    /// Records that every task invocation of a claimed stage was accepted or deferred:
+    /// sets `confirmed_ms` on a dispatched, unconfirmed stage.
+    async fn confirm_stage(&self, job_id: &str, stage: u32, now_ms: u64) -> Result<bool>;
+
     /// Records that `attempt` (> 1) of a task is being dispatched, conditioned on the task
-    /// not having succeeded and its latest attempt being `attempt - 1`. Only one caller wins.
+    /// not having succeeded and its latest attempt being `attempt - 1` and failed (or, for
+    /// attempt 2, no item yet). Only one caller wins.
     async fn start_attempt(
         &self,
         job_id: &str,
@@ -131,17 +224,37 @@ pub trait JobStore: Send + Sync + std::fmt::Debug {
         expires_at: u64,
     ) -> Result<bool>;
 
-    /// Commits a task attempt: task -> succeeded with its output, and the stage's
-    /// `remaining` counter decremented, atomically, conditioned on the task not having
-    /// succeeded yet.
+    /// Records that the invocation of a running `attempt` was accepted (`confirmed_ms`).
+    async fn confirm_attempt(
+        &self,
+        job_id: &str,
+        stage: u32,
+        partition: u32,
+        attempt: u32,
+        now_ms: u64,
+    ) -> Result<bool>;
+
+    /// Records a throttled invocation: the task turns `THROTTLED` at the same attempt
+    /// (attempt 1 without an item, or a running or throttled item of that attempt).
+    async fn defer_task(&self, deferral: &TaskDeferral) -> Result<bool>;
+
+    /// Sends an attempt again without using up an attempt: a `THROTTLED(attempt)` task
+    /// whose `retry_at_ms` has passed, a `RUNNING(attempt)` task whose invocation was
+    /// never confirmed and was dispatched before `stale_before_ms` (its dispatcher died),
+    /// or, for attempt 1, a task with no item yet (its stage was never confirmed) becomes
+    /// `RUNNING(attempt)` dispatched at `now_ms`, unconfirmed. Only one caller wins.
+    async fn resend_task(&self, resend: &TaskResend) -> Result<bool>;
+
+    /// Commits a task attempt: task -> succeeded with its output, conditioned on the task
+    /// not having succeeded yet, then counts it on its commit counter (once).
     async fn commit_task(&self, commit: &TaskCommit) -> Result<CommitOutcome>;
 
     /// Records a failed attempt, conditioned on it being the task's latest attempt and the
-    /// task not having succeeded or failed already. Returns whether it was recorded.
+    /// task running (attempt 1: no item yet). Returns whether it was recorded.
     async fn fail_attempt(&self, failure: &TaskFailure) -> Result<bool>;
 
     /// Moves a running job to a terminal state and drops it from the active index.
-    /// Returns false when the job was not running any more.
+    /// Returns false when the job was not running any more (or does not exist).
     async fn finish_job(
         &self,
         job_id: &str,
@@ -150,11 +263,17 @@ pub trait JobStore: Send + Sync + std::fmt::Debug {
         now_ms: u64,
     ) -> Result<bool>;
 
-    /// Ids of the jobs in the active index (running jobs), for the sweep.
-    async fn active_jobs(&self) -> Result<Vec<String>>;
+    /// Ids of running jobs in the active index, in id order, after `after`, at most `limit`.
+    async fn active_jobs(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>>;
 
     /// Removes a job from the active index (repair of an index entry left behind).
     async fn remove_active(&self, job_id: &str) -> Result<()>;
+
+    /// Where the last sweep stopped (the last job id it finished), if it stopped early.
+    async fn sweep_cursor(&self) -> Result<Option<String>>;
+
+    /// Saves (or with `None` clears) the sweep cursor.
+    async fn set_sweep_cursor(&self, cursor: Option<&str>) -> Result<()>;
 
     /// Stores a catalog table; with `replace` false it only succeeds if the name is free.
     async fn put_table(&self, table: &TableRecord, replace: bool) -> Result<bool>;
@@ -192,6 +311,22 @@ pub fn task_sk(stage: u32, partition: u32) -> String {
     format!("TASK#{stage:05}#{partition:06}")
 }
 
+/// Sort key prefix of a stage's commit counters.
+pub fn counter_sk_prefix(stage: u32) -> String {
+    format!("COUNT#{stage:05}#")
+}
+
+/// Sort key of a commit counter.
+pub fn counter_sk(stage: u32, counter: u32) -> String {
+    format!("COUNT#{stage:05}#{counter:05}")
+}
+
+/// Partition key of a job's stage plans (apart from the job's own partition, so that
+/// loading a job never reads plans).
+pub fn plan_pk(job_id: &str) -> String {
+    format!("PLAN#{job_id}")
+}
+
 /// Partition key of the catalog.
 pub const CATALOG_PK: &str = "CATALOG";
 
@@ -202,3 +337,9 @@ pub fn table_sk(name: &str) -> String {
 
 /// Partition key of the active-job index.
 pub const ACTIVE_PK: &str = "ACTIVE";
+
+/// Partition key of the sweep's bookmark.
+pub const SWEEP_PK: &str = "SWEEP";
+
+/// Sort key of the sweep's bookmark.
+pub const SWEEP_SK: &str = "CURSOR";

@@ -1,6 +1,7 @@
 //! The records of the job store: one job item, one item per stage, one per task (written
-//! only when a task has something to say: a retry, a failure or its completion), and one
-//! per catalog table. Field names are the attribute names of the DynamoDB items.
+//! only when a task has something to say: a retry, a failure or its completion), commit
+//! counters, stage plans, and one item per catalog table. Field names are the attribute
+//! names of the DynamoDB items.
 
 use serde::{Deserialize, Serialize};
 
@@ -62,8 +63,15 @@ pub struct JobRecord {
     /// Schema of the result (see [`crate::plan::encode_schema`]).
     #[serde(with = "b64")]
     pub result_schema: Vec<u8>,
+    /// Who submitted it (an IAM principal ARN, a JWT subject, or `local`): only they (and
+    /// the deployment's admins) may read it, its result, or cancel it.
+    #[serde(default)]
+    pub owner: String,
     /// Submission time (ms since epoch).
     pub created_ms: u64,
+    /// The job fails if it has not finished by then (ms since epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
     /// When the job reached a terminal state.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub finished_ms: Option<u64>,
@@ -79,6 +87,23 @@ impl JobRecord {
     pub fn final_stage(&self) -> u32 {
         self.stage_count.saturating_sub(1)
     }
+
+    /// Whether the job is still running at `now_ms` past its deadline.
+    pub fn is_overdue(&self, now_ms: u64) -> bool {
+        self.state == JobState::Running && self.deadline_ms.is_some_and(|d| now_ms > d)
+    }
+
+    /// The message a job failed for its deadline carries.
+    pub fn deadline_message(&self) -> String {
+        let limit = self
+            .deadline_ms
+            .map_or(0, |d| d.saturating_sub(self.created_ms).div_ceil(1000));
+        format!(
+            "the query did not finish within its time limit of {limit} s \
+             (`max_seconds` in the request, at most the deployment's max_query_seconds); \
+             its running tasks stop at their next batch"
+        )
+    }
 }
 
 /// Whether a stage's tasks have been dispatched.
@@ -87,7 +112,7 @@ impl JobRecord {
 pub enum StageState {
     /// Waiting for its inputs.
     Pending,
-    /// Claimed by a scheduler invocation, which dispatched its tasks.
+    /// Claimed by a scheduler invocation, which dispatches its tasks.
     Dispatched,
 }
 
@@ -113,7 +138,9 @@ pub struct StageInput {
     pub kind: EdgeKind,
 }
 
-/// A stage item (`sk = STAGE#<n>`).
+/// A stage item (`sk = STAGE#<n>`): small and written only at creation, claim and
+/// dispatch confirmation — commits never touch it (they write their task item and a
+/// [`CommitCounter`]); the plan lives apart ([`PlanRecord`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StageRecord {
     /// Job id.
@@ -124,35 +151,88 @@ pub struct StageRecord {
     pub state: StageState,
     /// Number of tasks (= partitions the stage runs).
     pub tasks: u32,
-    /// Tasks not yet committed; `0` means the stage is complete.
-    pub remaining: u32,
     /// Output slices each task writes (hash shuffle width, or 1).
     pub output_partitions: u32,
     /// Stages this one reads.
     pub inputs: Vec<StageInput>,
-    /// The encoded stage plan, when small enough to live in the item.
-    #[serde(default, with = "b64_opt", skip_serializing_if = "Option::is_none")]
-    pub plan: Option<Vec<u8>>,
-    /// Object path of the encoded stage plan, when too large for the item.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub plan_object: Option<String>,
     /// One line saying what the stage does, for progress displays.
     pub summary: String,
-    /// When the stage was claimed and its tasks dispatched.
+    /// When the stage was claimed for dispatch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatched_ms: Option<u64>,
-    /// When the last task committed (set by each commit; final once `remaining == 0`).
+    /// When every task invocation of the claim was accepted (or deferred). A claimed stage
+    /// without it past the dispatch deadline lost its dispatcher: its tasks are re-sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub last_commit_ms: Option<u64>,
+    pub confirmed_ms: Option<u64>,
     /// Expiry (seconds since epoch) for the store's TTL.
     pub expires_at: u64,
 }
 
-impl StageRecord {
-    /// True once every task committed.
-    pub fn is_complete(&self) -> bool {
-        self.remaining == 0
-    }
+/// The encoded plan of one stage (`pk = PLAN#<job>`, `sk = STAGE#<n>`), written once with
+/// the job, read by executors (and cached per warm container). It lives outside the job's
+/// partition so that loading a job never reads plans.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PlanRecord {
+    /// Job id.
+    pub job_id: String,
+    /// Stage id.
+    pub stage: u32,
+    /// The encoded plan, when small enough to live in the item.
+    #[serde(default, with = "b64_opt", skip_serializing_if = "Option::is_none")]
+    pub plan: Option<Vec<u8>>,
+    /// Object path of the encoded plan, when too large for the item.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub object: Option<String>,
+    /// Expiry (seconds since epoch) for the store's TTL.
+    pub expires_at: u64,
+}
+
+/// Tasks one [`CommitCounter`] counts: wide stages spread their commits over several
+/// counter items so that no single item is written faster than DynamoDB allows
+/// (1,000 writes/s per item).
+pub const COUNTER_TASKS: u32 = 32;
+
+/// Number of commit counters of a stage of `tasks` tasks.
+pub fn counters_of(tasks: u32) -> u32 {
+    tasks.div_ceil(COUNTER_TASKS).max(1)
+}
+
+/// The counter that counts `partition`'s commit.
+pub fn counter_of(partition: u32) -> u32 {
+    partition / COUNTER_TASKS
+}
+
+/// How many tasks counter `counter` of a stage of `tasks` tasks counts.
+pub fn counter_size(tasks: u32, counter: u32) -> u32 {
+    tasks
+        .saturating_sub(counter * COUNTER_TASKS)
+        .min(COUNTER_TASKS)
+}
+
+/// A commit counter (`sk = COUNT#<stage>#<n>`): counts down the commits of up to
+/// [`COUNTER_TASKS`] tasks of a stage, once per task (the set of counted partitions makes
+/// a repeated update harmless). It is a *wake-up hint*: the counter reaching 0 is the
+/// change record that wakes the scheduler, but whether a stage is complete is decided from
+/// its task items alone ([`JobSnapshot::stage_complete`]), so a lost counter update only
+/// delays the job until the next sweep.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CommitCounter {
+    /// Job id.
+    pub job_id: String,
+    /// Stage id.
+    pub stage: u32,
+    /// Counter index within the stage.
+    pub counter: u32,
+    /// Commits still to count; 0 wakes the scheduler.
+    pub remaining: u32,
+    /// Partitions counted so far.
+    #[serde(default)]
+    pub done: Vec<u32>,
+    /// Time of the latest counted commit (ms since epoch).
+    #[serde(default)]
+    pub last_commit_ms: u64,
+    /// Expiry (seconds since epoch) for the store's TTL.
+    pub expires_at: u64,
 }
 
 /// State of a task item.
@@ -165,6 +245,9 @@ pub enum TaskState {
     Succeeded,
     /// The current attempt failed; the scheduler retries it or fails the job.
     Failed,
+    /// The invocation of the current attempt was throttled: nothing ran, no attempt was
+    /// used up; the scheduler sends it again after `retry_at_ms`.
+    Throttled,
 }
 
 /// What a committed attempt produced.
@@ -188,10 +271,24 @@ pub struct TaskOutput {
 }
 
 impl TaskOutput {
-    /// Byte range of output slice `slice` in the object.
-    pub fn slice(&self, slice: usize) -> std::ops::Range<u64> {
+    /// Byte range of output slice `slice` in the object; an error naming the slice when
+    /// the output has no such slice (a corrupt or mismatched completion record).
+    pub fn slice(&self, slice: usize) -> crate::Result<std::ops::Range<u64>> {
+        let end = *self.ends.get(slice).ok_or_else(|| {
+            crate::Error::Internal(format!(
+                "output slice {slice} requested from {}, which has {} slices",
+                self.object,
+                self.ends.len()
+            ))
+        })?;
         let start = if slice == 0 { 0 } else { self.ends[slice - 1] };
-        start..self.ends[slice]
+        if start > end {
+            return Err(crate::Error::Internal(format!(
+                "output slice {slice} of {} ends before it starts ({start}..{end})",
+                self.object
+            )));
+        }
+        Ok(start..end)
     }
 
     /// Byte range covering every slice.
@@ -214,9 +311,19 @@ pub struct TaskRecord {
     pub state: TaskState,
     /// Latest attempt dispatched (1-based).
     pub attempt: u32,
-    /// When the latest attempt was dispatched (retries only; attempt 1 uses the stage's).
+    /// When the latest attempt was (re-)dispatched (retries and re-sends only; attempt 1
+    /// uses its stage's).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatched_ms: Option<u64>,
+    /// When the invocation of a retried or re-sent attempt was accepted.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub confirmed_ms: Option<u64>,
+    /// A throttled task is sent again at this time (ms since epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub retry_at_ms: Option<u64>,
+    /// Throttled invocations so far (the back-off grows with it).
+    #[serde(default)]
+    pub throttles: u32,
     /// The winning attempt's output, once succeeded.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub output: Option<TaskOutput>,
@@ -231,6 +338,35 @@ pub struct TaskRecord {
     pub failures: u32,
     /// Expiry (seconds since epoch) for the store's TTL.
     pub expires_at: u64,
+}
+
+impl TaskRecord {
+    /// A fresh item for `attempt` of a task, in `state`, with nothing else recorded.
+    pub fn new(
+        job_id: &str,
+        stage: u32,
+        partition: u32,
+        state: TaskState,
+        attempt: u32,
+        expires_at: u64,
+    ) -> Self {
+        Self {
+            job_id: job_id.to_string(),
+            stage,
+            partition,
+            state,
+            attempt,
+            dispatched_ms: None,
+            confirmed_ms: None,
+            retry_at_ms: None,
+            throttles: 0,
+            output: None,
+            error: None,
+            retryable: false,
+            failures: 0,
+            expires_at,
+        }
+    }
 }
 
 /// A catalog table (`pk = CATALOG`, `sk = TABLE#<name>`).
@@ -261,6 +397,8 @@ pub enum ChangeRecord {
     Stage(StageRecord),
     /// A task item changed.
     Task(TaskRecord),
+    /// A commit counter changed.
+    Counter(CommitCounter),
 }
 
 impl ChangeRecord {
@@ -270,16 +408,18 @@ impl ChangeRecord {
             ChangeRecord::Job(j) => &j.job_id,
             ChangeRecord::Stage(s) => &s.job_id,
             ChangeRecord::Task(t) => &t.job_id,
+            ChangeRecord::Counter(c) => &c.job_id,
         }
     }
 
-    /// Whether this change should wake the scheduler: a stage that just completed or a
-    /// task that failed. The DynamoDB event-source filter in `infra/terraform` says the
-    /// same thing; everything else (commits of other tasks, dispatch writes) is noise.
+    /// Whether this change should wake the scheduler: a commit counter that reached 0
+    /// (a share of a stage's tasks committed) or a task that failed. The DynamoDB
+    /// event-source filter in `infra/terraform` says the same thing; everything else
+    /// (other commits, dispatch writes) is noise.
     pub fn wakes_scheduler(&self) -> bool {
         match self {
-            ChangeRecord::Job(_) => false,
-            ChangeRecord::Stage(s) => s.remaining == 0,
+            ChangeRecord::Job(_) | ChangeRecord::Stage(_) => false,
+            ChangeRecord::Counter(c) => c.remaining == 0,
             ChangeRecord::Task(t) => t.state == TaskState::Failed,
         }
     }

@@ -55,6 +55,11 @@ pub async fn reference(dir: &Path, sql: &str) -> Vec<datafusion::arrow::array::R
     ctx.sql(sql).await.unwrap().collect().await.unwrap()
 }
 
+/// `config` allowed to read tables under `dir`.
+pub fn allow(config: lambdafusion::EngineConfig, dir: &Path) -> lambdafusion::EngineConfig {
+    config.with_data_location(dir.display().to_string())
+}
+
 /// `CREATE EXTERNAL TABLE` statements for the tables under `dir`.
 pub fn create_statements(dir: &Path) -> Vec<String> {
     ["facts", "dims"]

@@ -24,16 +24,23 @@ locals {
       LAMBDAFUSION_PREFIX            = var.prefix
       LAMBDAFUSION_TASK_TIMEOUT_SECS = tostring(local.task_timeout_seconds)
       LAMBDAFUSION_JOB_TTL_DAYS      = tostring(coalesce(var.job_ttl_days, var.results_retention_days))
+      LAMBDAFUSION_MAX_PRESIGN_SECS  = tostring(var.max_presign_seconds)
+      LAMBDAFUSION_MAX_QUERY_SECONDS = tostring(var.max_query_seconds)
+      # A sweep stops in time to save its bookmark before the scheduler's timeout.
+      LAMBDAFUSION_SWEEP_BUDGET_SECS = tostring(max(2, var.scheduler_timeout_seconds - 10))
     },
     {
       for name, value in {
-        LAMBDAFUSION_BYTES_PER_TASK       = var.bytes_per_task
-        LAMBDAFUSION_MAX_TASKS_PER_STAGE  = var.max_tasks_per_stage
-        LAMBDAFUSION_MAX_ATTEMPTS         = var.max_attempts
-        LAMBDAFUSION_DISPATCH_CONCURRENCY = var.dispatch_concurrency
-        LAMBDAFUSION_FAST_PATH            = var.fast_path
-        LAMBDAFUSION_MAX_RESPONSE_BYTES   = var.max_response_bytes
-        LAMBDAFUSION_DATA_BUCKETS         = length(var.data_buckets) > 0 ? join(",", [for b in var.data_buckets : "s3://${b}"]) : null
+        LAMBDAFUSION_BYTES_PER_TASK         = var.bytes_per_task
+        LAMBDAFUSION_MAX_TASKS_PER_STAGE    = var.max_tasks_per_stage
+        LAMBDAFUSION_MAX_ATTEMPTS           = var.max_attempts
+        LAMBDAFUSION_DISPATCH_CONCURRENCY   = var.dispatch_concurrency
+        LAMBDAFUSION_FAST_PATH              = var.fast_path
+        LAMBDAFUSION_MAX_RESPONSE_BYTES     = var.max_response_bytes
+        LAMBDAFUSION_DATA_BUCKETS           = length(var.data_buckets) > 0 ? join(",", [for b in var.data_buckets : "s3://${b}"]) : null
+        LAMBDAFUSION_ADMIN_PRINCIPALS       = length(var.admin_principals) > 0 ? join(",", var.admin_principals) : null
+        LAMBDAFUSION_CATALOG_WRITERS        = var.catalog_writers == null ? null : join(",", var.catalog_writers)
+        LAMBDAFUSION_DISPATCH_DEADLINE_SECS = var.dispatch_deadline_seconds
       } : name => tostring(value) if value != null
     },
   )

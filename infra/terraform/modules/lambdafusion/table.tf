@@ -6,7 +6,7 @@ resource "aws_dynamodb_table" "jobs" {
   name         = "${var.name_prefix}-jobs"
   billing_mode = "PAY_PER_REQUEST" # nothing idles: on-demand bills per request
   hash_key     = "pk"              # JOB#<id> | TABLE#<name>
-  range_key    = "sk"              # META | STAGE#<n> | TASK#<stage>#<partition>
+  range_key    = "sk"              # META | STAGE#<n> | TASK#<stage>#<partition> | COUNT#<stage>#<n>
 
   attribute {
     name = "pk"
@@ -68,8 +68,9 @@ resource "aws_lambda_event_source_mapping" "stream" {
     }
   }
 
-  # Wake the scheduler per stage, not per task: only records whose new image is
-  #  - a stage item whose `remaining` counter reached 0 (its last task committed), or
+  # Wake the scheduler per share of a stage, not per task: only records whose new image is
+  #  - a commit counter whose `remaining` reached 0 (the last of its up to 32 tasks
+  #    committed), or
   #  - a task item that turned FAILED
   # (the same rule as ChangeRecord::wakes_scheduler in core/src/state/records.rs).
   # Cancellation sets the job to CANCELLED directly and needs no wake-up.
@@ -80,7 +81,7 @@ resource "aws_lambda_event_source_mapping" "stream" {
       pattern = jsonencode({
         dynamodb = {
           NewImage = {
-            sk        = { S = [{ prefix = "STAGE#" }] }
+            sk        = { S = [{ prefix = "COUNT#" }] }
             remaining = { N = ["0"] }
           }
         }

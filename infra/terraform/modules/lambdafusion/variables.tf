@@ -287,7 +287,7 @@ variable "force_destroy" {
 }
 
 variable "data_buckets" {
-  description = "Names (not ARNs, not s3:// URLs) of buckets holding table data the engine may read. Both functions get s3:GetObject on their objects, the scheduler also s3:ListBucket on the buckets (to list a table's files); nothing else."
+  description = "Names (not ARNs, not s3:// URLs) of buckets holding table data the engine may read (LAMBDAFUSION_DATA_BUCKETS). Both functions get s3:GetObject on their objects, the scheduler also s3:ListBucket on the buckets (to list a table's files); nothing else. Empty (the default) means no bucket is readable: every CREATE EXTERNAL TABLE answers 400 naming this setting. A function's local file system is never readable, and the deployment's own shuffle prefix is never a table location."
   type        = list(string)
   default     = []
 
@@ -401,6 +401,51 @@ variable "max_tasks_per_stage" {
   validation {
     condition     = var.max_tasks_per_stage == null ? true : var.max_tasks_per_stage >= 1
     error_message = "max_tasks_per_stage must be null or at least 1."
+  }
+}
+
+variable "admin_principals" {
+  description = "Principals (IAM ARNs as API Gateway or the function URL report them in userArn, or JWT subjects) that may read and cancel every caller's queries (LAMBDAFUSION_ADMIN_PRINCIPALS). Everyone else sees only the queries they submitted; another caller's query answers 404."
+  type        = list(string)
+  default     = []
+}
+
+variable "catalog_writers" {
+  description = "Principals that may CREATE and DROP tables (LAMBDAFUSION_CATALOG_WRITERS); others get 403. null (the default): every caller that passes the API's authorization may."
+  type        = list(string)
+  default     = null
+}
+
+variable "max_presign_seconds" {
+  description = "Longest lifetime of the presigned S3 URLs handed out for large results (LAMBDAFUSION_MAX_PRESIGN_SECS); a caller's ?expires= is clamped to it. Default 900 (15 min); at most 604800 (SigV4's limit)."
+  type        = number
+  default     = 900
+
+  validation {
+    condition     = var.max_presign_seconds >= 1 && var.max_presign_seconds <= 604800
+    error_message = "max_presign_seconds must be between 1 and 604800."
+  }
+}
+
+variable "max_query_seconds" {
+  description = "Longest a query may run (LAMBDAFUSION_MAX_QUERY_SECONDS); a request may ask for less with max_seconds. Past it the query fails with a message naming the limit, and its running tasks stop at their next batch."
+  type        = number
+  default     = 3600
+
+  validation {
+    condition     = var.max_query_seconds >= 1
+    error_message = "max_query_seconds must be at least 1."
+  }
+}
+
+variable "dispatch_deadline_seconds" {
+  description = "A stage claimed (or an attempt retried) whose task invocations were not all confirmed within this time lost its dispatcher; its tasks are sent again by the next sweep or wake-up (LAMBDAFUSION_DISPATCH_DEADLINE_SECS). null for the code's default, 30."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.dispatch_deadline_seconds == null ? true : var.dispatch_deadline_seconds >= 1
+    error_message = "dispatch_deadline_seconds must be null or at least 1."
   }
 }
 

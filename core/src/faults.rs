@@ -1,0 +1,87 @@
+//! Crash points: the places in the scheduler and the executor where a seeded fault plan
+//! (see `lambdafusion-faults`) may kill the process on purpose, to prove that the failure
+//! model holds when a function dies at that line.
+//!
+//! In a function (`scheduler-fn`, `executor-fn`) a crash is real: the process logs the
+//! fault to `LAMBDAFUSION_FAULT_LOG` and exits, and Lambda reports the invocation as
+//! failed. Embedded, an executor crash is a panic (the in-process invoker reports the task
+//! lost, as Lambda's on-failure destination does) and a scheduler crash abandons the
+//! current step with an error (the scheduler keeps nothing in memory, so that is what a
+//! dead scheduler leaves behind too).
+
+use std::sync::Arc;
+
+pub use lambdafusion_faults::{FaultKind, FaultPlan};
+
+use crate::{Error, Result};
+
+/// How an injected crash ends the work.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CrashMode {
+    /// Exit the process (functions).
+    Exit,
+    /// Panic (executor) or abandon the step (scheduler): the embedded engine and tests.
+    InProcess,
+}
+
+/// The fault plan of a process and how its crashes end.
+#[derive(Debug, Clone)]
+pub struct Faults {
+    /// The plan.
+    pub plan: Arc<FaultPlan>,
+    /// How a crash ends.
+    pub mode: CrashMode,
+}
+
+impl Default for Faults {
+    fn default() -> Self {
+        Self {
+            plan: Arc::new(FaultPlan::none()),
+            mode: CrashMode::InProcess,
+        }
+    }
+}
+
+impl Faults {
+    /// A plan whose crashes end the process.
+    pub fn exiting(plan: FaultPlan) -> Self {
+        Self {
+            plan: Arc::new(plan),
+            mode: CrashMode::Exit,
+        }
+    }
+
+    /// A plan whose crashes stay in the process (panics, abandoned steps).
+    pub fn in_process(plan: FaultPlan) -> Self {
+        Self {
+            plan: Arc::new(plan),
+            mode: CrashMode::InProcess,
+        }
+    }
+
+    /// The crash point `kind` for the event `key`: returns `Ok` when the plan does not
+    /// fire; otherwise records the fault and crashes (see the [module docs](self)).
+    pub fn crash_point(&self, kind: FaultKind, key: &str) -> Result<()> {
+        if !self.plan.fires(kind, key) {
+            return Ok(());
+        }
+        lambdafusion_faults::log_injected(kind, key);
+        tracing::warn!(fault = %kind, key, "injected crash");
+        match (self.mode, kind.class()) {
+            (CrashMode::Exit, _) => {
+                eprintln!("lambdafusion-fault: {kind} {key}: exiting");
+                std::process::exit(70)
+            }
+            (CrashMode::InProcess, "executor") => panic!("injected crash {kind} at {key}"),
+            (CrashMode::InProcess, _) => Err(Error::Internal(format!(
+                "injected crash {kind} at {key}: the step was abandoned"
+            ))),
+        }
+    }
+}
+
+/// The stable part of a fault key for a job: a hash of its SQL text (job ids are random,
+/// so they cannot key reproducible faults).
+pub fn job_key(sql: &str) -> String {
+    format!("{:016x}", lambdafusion_faults::stable_hash(sql))
+}

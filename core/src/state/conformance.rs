@@ -1,0 +1,635 @@
+//! The one specification of the job store's transition rules, as executable checks.
+//!
+//! The rules are implemented twice — Rust predicates in [`super::EmbeddedStore`],
+//! condition expressions in the DynamoDB store of `lambdafusion-aws` — and this suite holds
+//! both to the same answers: claims, confirmations, commits and their counters, duplicate
+//! and racing commits, failed, retried, throttled and re-sent attempts, job completion,
+//! the active index and sweep cursor, missing items, and the catalog.
+//!
+//! [`run_all`] runs every case against one store and returns the names of the cases it
+//! ran; a broken rule panics with a message naming the case and the rule. Every case
+//! uses its own job ids and table names, so one store (even a shared table) serves all.
+//! `core/tests/store_conformance.rs` runs it on the embedded store,
+//! `tests/tests/store_conformance.rs` on DynamoDB (moto, through the local stack's front).
+
+use futures::future::join_all;
+
+use super::*;
+use crate::Error;
+
+fn new_id(case: &str) -> String {
+    format!(
+        "{case}-{}",
+        &uuid::Uuid::new_v4().simple().to_string()[..12]
+    )
+}
+
+const TTL: u64 = 4_000_000_000;
+
+fn job(job_id: &str, stages: u32) -> JobRecord {
+    JobRecord {
+        job_id: job_id.to_string(),
+        sql: "SELECT 1".into(),
+        kind: JobKind::Query,
+        state: JobState::Running,
+        stage_count: stages,
+        result_schema: vec![1, 2, 3],
+        owner: "arn:aws:iam::000000000000:user/conformance".into(),
+        created_ms: 1_000,
+        deadline_ms: Some(9_000_000),
+        finished_ms: None,
+        error: None,
+        expires_at: TTL,
+    }
+}
+
+fn stage(job_id: &str, id: u32, tasks: u32) -> StageRecord {
+    StageRecord {
+        job_id: job_id.to_string(),
+        stage: id,
+        state: StageState::Pending,
+        tasks,
+        output_partitions: 4,
+        inputs: if id == 0 {
+            vec![]
+        } else {
+            vec![StageInput {
+                stage: id - 1,
+                kind: EdgeKind::Hash,
+            }]
+        },
+        summary: format!("stage {id}"),
+        dispatched_ms: None,
+        confirmed_ms: None,
+        expires_at: TTL,
+    }
+}
+
+fn plan(job_id: &str, id: u32) -> PlanRecord {
+    PlanRecord {
+        job_id: job_id.to_string(),
+        stage: id,
+        plan: id.is_multiple_of(2).then(|| vec![id as u8; 100]),
+        object: (!id.is_multiple_of(2)).then(|| format!("p/jobs/{job_id}/stage-{id}.plan")),
+        expires_at: TTL,
+    }
+}
+
+/// Creates a running job whose stages have the given task counts.
+async fn create(store: &dyn JobStore, case: &str, tasks: &[u32]) -> String {
+    let id = new_id(case);
+    let new = NewJob {
+        job: job(&id, tasks.len() as u32),
+        stages: tasks
+            .iter()
+            .enumerate()
+            .map(|(i, t)| stage(&id, i as u32, *t))
+            .collect(),
+        plans: (0..tasks.len() as u32).map(|i| plan(&id, i)).collect(),
+        tasks: vec![],
+    };
+    store.create_job(&new).await.expect("create_job");
+    id
+}
+
+fn commit(job_id: &str, stage: u32, partition: u32, stage_tasks: u32, tag: &str) -> TaskCommit {
+    TaskCommit {
+        job_id: job_id.to_string(),
+        stage,
+        partition,
+        stage_tasks,
+        output: TaskOutput {
+            attempt: 1,
+            object: format!("p/jobs/{job_id}/stage-{stage}/task-{partition}/{tag}.arrows"),
+            ends: vec![0, 10, 10, 25],
+            rows: 3,
+            bytes: 25,
+            started_ms: 10,
+            finished_ms: 20,
+        },
+        now_ms: 30,
+        expires_at: TTL,
+    }
+}
+
+fn failure(job_id: &str, partition: u32, attempt: u32, retryable: bool) -> TaskFailure {
+    TaskFailure {
+        job_id: job_id.to_string(),
+        stage: 0,
+        partition,
+        attempt,
+        error: format!("attempt {attempt} failed"),
+        retryable,
+        expires_at: TTL,
+    }
+}
+
+fn resend(job_id: &str, partition: u32, attempt: u32, stale_before: u64, now: u64) -> TaskResend {
+    TaskResend {
+        job_id: job_id.to_string(),
+        stage: 0,
+        partition,
+        attempt,
+        stale_before_ms: stale_before,
+        now_ms: now,
+        expires_at: TTL,
+    }
+}
+
+async fn task(store: &dyn JobStore, job_id: &str, partition: u32) -> TaskRecord {
+    store
+        .get_task(job_id, 0, partition)
+        .await
+        .expect("get_task")
+        .unwrap_or_else(|| panic!("task {partition} of {job_id} has no item"))
+}
+
+/// Runs every case against `store`; returns the names of the cases run.
+pub async fn run_all(store: &dyn JobStore) -> Vec<&'static str> {
+    jobs_are_created_once(store).await;
+    claims_and_confirmations_have_one_winner(store).await;
+    commits_count_each_task_once(store).await;
+    racing_attempts_commit_exactly_one(store).await;
+    failures_and_retries_follow_the_attempt_chain(store).await;
+    throttled_and_unconfirmed_attempts_are_resent(store).await;
+    finishing_is_final(store).await;
+    the_active_index_pages_in_id_order(store).await;
+    the_catalog_keeps_one_table_per_name(store).await;
+    vec![
+        "jobs_are_created_once",
+        "claims_and_confirmations_have_one_winner",
+        "commits_count_each_task_once",
+        "racing_attempts_commit_exactly_one",
+        "failures_and_retries_follow_the_attempt_chain",
+        "throttled_and_unconfirmed_attempts_are_resent",
+        "finishing_is_final",
+        "the_active_index_pages_in_id_order",
+        "the_catalog_keeps_one_table_per_name",
+    ]
+}
+
+/// A job is written whole, once; loading it returns its stages (not its plans); plans are
+/// read apart; missing items read as `None`.
+pub async fn jobs_are_created_once(store: &dyn JobStore) {
+    let id = create(store, "create", &[3, 2]).await;
+    let snapshot = store.load_job(&id).await.unwrap().expect("job exists");
+    assert_eq!(snapshot.job, job(&id, 2), "job item round-trips");
+    assert_eq!(snapshot.stages, vec![stage(&id, 0, 3), stage(&id, 1, 2)]);
+    assert!(snapshot.tasks.is_empty() && snapshot.counters.is_empty());
+    assert_eq!(store.get_plan(&id, 0).await.unwrap(), Some(plan(&id, 0)));
+    assert_eq!(store.get_plan(&id, 1).await.unwrap(), Some(plan(&id, 1)));
+    let again = NewJob {
+        job: job(&id, 2),
+        stages: vec![],
+        plans: vec![],
+        tasks: vec![],
+    };
+    assert!(
+        matches!(store.create_job(&again).await, Err(Error::Conflict(_))),
+        "creating an existing job is a conflict"
+    );
+    assert_eq!(
+        store.get_job(&id).await.unwrap().map(|j| j.state),
+        Some(JobState::Running)
+    );
+    let missing = new_id("missing");
+    assert!(store.get_job(&missing).await.unwrap().is_none());
+    assert!(store.load_job(&missing).await.unwrap().is_none());
+    assert!(store.get_stage(&id, 7).await.unwrap().is_none());
+    assert!(store.get_plan(&id, 7).await.unwrap().is_none());
+    assert!(store.get_task(&id, 0, 0).await.unwrap().is_none());
+    assert!(store.list_tasks(&id, 0).await.unwrap().is_empty());
+    assert!(store.list_counters(&id, 0).await.unwrap().is_empty());
+}
+
+/// A pending stage is claimed by exactly one of many racing callers; a claimed stage is
+/// confirmed once; missing stages are neither claimed nor confirmed.
+pub async fn claims_and_confirmations_have_one_winner(store: &dyn JobStore) {
+    let id = create(store, "claim", &[4, 1]).await;
+    assert!(
+        !store.confirm_stage(&id, 0, 5).await.unwrap(),
+        "pending: not confirmable"
+    );
+    let wins = join_all((0..8).map(|i| store.claim_stage(&id, 0, 100 + i)))
+        .await
+        .into_iter()
+        .map(|r| r.expect("claim_stage"))
+        .filter(|w| *w)
+        .count();
+    assert_eq!(wins, 1, "exactly one racing claim wins");
+    let s = store.get_stage(&id, 0).await.unwrap().unwrap();
+    assert_eq!(s.state, StageState::Dispatched);
+    assert!(s.dispatched_ms.is_some_and(|d| (100..108).contains(&d)));
+    assert!(
+        !store.claim_stage(&id, 0, 200).await.unwrap(),
+        "claimed once"
+    );
+    assert!(store.confirm_stage(&id, 0, 300).await.unwrap());
+    assert!(
+        !store.confirm_stage(&id, 0, 301).await.unwrap(),
+        "confirmed once"
+    );
+    let s = store.get_stage(&id, 0).await.unwrap().unwrap();
+    assert_eq!(s.confirmed_ms, Some(300));
+    assert!(
+        !store.claim_stage(&id, 9, 1).await.unwrap(),
+        "missing stage"
+    );
+    assert!(
+        !store.confirm_stage(&id, 9, 1).await.unwrap(),
+        "missing stage"
+    );
+    assert!(
+        !store.claim_stage(&new_id("none"), 0, 1).await.unwrap(),
+        "missing job"
+    );
+}
+
+/// Every task of a wide stage commits once and is counted once on its counter, even when
+/// the commits race and repeat; the counter reaching 0 is reported by exactly one commit.
+pub async fn commits_count_each_task_once(store: &dyn JobStore) {
+    let tasks = COUNTER_TASKS + 8;
+    let id = create(store, "commit", &[tasks]).await;
+    let outcomes = join_all((0..tasks).map(|p| {
+        let c = commit(&id, 0, p, tasks, "a");
+        async move { store.commit_task(&c).await }
+    }))
+    .await;
+    let mut done = 0;
+    for (p, outcome) in outcomes.into_iter().enumerate() {
+        match outcome.unwrap_or_else(|e| panic!("commit of task {p}: {e}")) {
+            CommitOutcome::Committed { counter_done } => done += usize::from(counter_done),
+            other => panic!("task {p}: {other:?}"),
+        }
+    }
+    assert_eq!(done, 2, "each of the 2 counters reports reaching 0 once");
+    let counters = store.list_counters(&id, 0).await.unwrap();
+    assert_eq!(counters.len(), 2);
+    for c in &counters {
+        assert_eq!(c.remaining, 0, "counter {} at 0", c.counter);
+        assert_eq!(c.done.len() as u32, counter_size(tasks, c.counter));
+    }
+    // The same commit again (a retry after a timeout) is still this attempt's commit;
+    // another attempt's commit loses; neither counts twice.
+    let again = store
+        .commit_task(&commit(&id, 0, 3, tasks, "a"))
+        .await
+        .unwrap();
+    assert_eq!(again, CommitOutcome::Committed { counter_done: true });
+    let other = store
+        .commit_task(&commit(&id, 0, 3, tasks, "b"))
+        .await
+        .unwrap();
+    assert_eq!(other, CommitOutcome::AlreadySucceeded);
+    let t = task(store, &id, 3).await;
+    assert_eq!(t.state, TaskState::Succeeded);
+    assert!(
+        t.output.unwrap().object.ends_with("/a.arrows"),
+        "the first object stays"
+    );
+    let counters = store.list_counters(&id, 0).await.unwrap();
+    assert!(counters.iter().all(|c| c.remaining == 0));
+    let snapshot = store.load_job(&id).await.unwrap().unwrap();
+    assert_eq!(snapshot.succeeded(0), tasks);
+    assert!(snapshot.stage_complete(&snapshot.stages[0]));
+    assert_eq!(snapshot.counters.len(), 2);
+}
+
+/// Attempts of one task racing to commit: exactly one wins and its object is recorded.
+pub async fn racing_attempts_commit_exactly_one(store: &dyn JobStore) {
+    let id = create(store, "race", &[2]).await;
+    let tags: Vec<String> = (0..6).map(|i| format!("attempt-{i}")).collect();
+    let outcomes: Vec<CommitOutcome> = join_all(tags.iter().map(|tag| {
+        let c = commit(&id, 0, 1, 2, tag);
+        async move { store.commit_task(&c).await.expect("commit_task") }
+    }))
+    .await;
+    let winners: Vec<&String> = tags
+        .iter()
+        .zip(&outcomes)
+        .filter(|(_, o)| matches!(o, CommitOutcome::Committed { .. }))
+        .map(|(t, _)| t)
+        .collect();
+    assert_eq!(winners.len(), 1, "one winner among {outcomes:?}");
+    let stored = task(store, &id, 1).await.output.unwrap().object;
+    assert!(
+        stored.ends_with(&format!("/{}.arrows", winners[0])),
+        "{stored}"
+    );
+    let counters = store.list_counters(&id, 0).await.unwrap();
+    assert_eq!(counters[0].remaining, 1, "one of two tasks counted, once");
+}
+
+/// Failures apply to the latest running attempt only; a retry starts only after the
+/// attempt before it failed; nothing moves a succeeded task.
+pub async fn failures_and_retries_follow_the_attempt_chain(store: &dyn JobStore) {
+    let id = create(store, "retry", &[3]).await;
+    assert!(
+        !store.fail_attempt(&failure(&id, 0, 2, true)).await.unwrap(),
+        "no attempt 2"
+    );
+    assert!(store.fail_attempt(&failure(&id, 0, 1, true)).await.unwrap());
+    assert!(
+        !store.fail_attempt(&failure(&id, 0, 1, true)).await.unwrap(),
+        "recorded once"
+    );
+    let t = task(store, &id, 0).await;
+    assert_eq!(
+        (t.state, t.attempt, t.failures, t.retryable),
+        (TaskState::Failed, 1, 1, true)
+    );
+    assert_eq!(t.error.as_deref(), Some("attempt 1 failed"));
+    assert!(
+        !store.start_attempt(&id, 0, 0, 3, 50, TTL).await.unwrap(),
+        "skips attempt 2"
+    );
+    let starts = join_all((0..4).map(|_| store.start_attempt(&id, 0, 0, 2, 50, TTL))).await;
+    assert_eq!(
+        starts.into_iter().filter(|r| *r.as_ref().unwrap()).count(),
+        1,
+        "one racing start wins"
+    );
+    let t = task(store, &id, 0).await;
+    assert_eq!((t.state, t.attempt), (TaskState::Running, 2));
+    assert_eq!((t.dispatched_ms, t.confirmed_ms), (Some(50), None));
+    assert!(
+        !store.confirm_attempt(&id, 0, 0, 1, 60).await.unwrap(),
+        "old attempt"
+    );
+    assert!(store.confirm_attempt(&id, 0, 0, 2, 60).await.unwrap());
+    assert_eq!(task(store, &id, 0).await.confirmed_ms, Some(60));
+    assert!(
+        !store.fail_attempt(&failure(&id, 0, 1, true)).await.unwrap(),
+        "stale attempt"
+    );
+    assert!(store
+        .fail_attempt(&failure(&id, 0, 2, false))
+        .await
+        .unwrap());
+    let t = task(store, &id, 0).await;
+    assert_eq!(
+        (t.state, t.attempt, t.failures, t.retryable),
+        (TaskState::Failed, 2, 2, false)
+    );
+    // Attempt 2 without an item: the first failure left none only if it never happened.
+    assert!(
+        store.start_attempt(&id, 0, 1, 2, 70, TTL).await.unwrap(),
+        "attempt 1 implied"
+    );
+    // A succeeded task does not move.
+    store
+        .commit_task(&commit(&id, 0, 2, 3, "ok"))
+        .await
+        .unwrap();
+    assert!(!store.fail_attempt(&failure(&id, 0, 2, true)).await.unwrap());
+    assert!(!store.fail_attempt(&failure(&id, 0, 1, true)).await.unwrap());
+    assert!(!store.start_attempt(&id, 0, 2, 2, 80, TTL).await.unwrap());
+    assert!(!store.confirm_attempt(&id, 0, 2, 1, 80).await.unwrap());
+    let throttled = TaskDeferral {
+        job_id: id.clone(),
+        stage: 0,
+        partition: 2,
+        attempt: 1,
+        retry_at_ms: 90,
+        error: "429".into(),
+        expires_at: TTL,
+    };
+    assert!(!store.defer_task(&throttled).await.unwrap());
+    assert!(!store
+        .resend_task(&resend(&id, 2, 1, u64::MAX, 100))
+        .await
+        .unwrap());
+    assert_eq!(task(store, &id, 2).await.state, TaskState::Succeeded);
+}
+
+/// A throttled invocation keeps its attempt and is sent again once its back-off passed; an
+/// unconfirmed invocation is sent again once it is stale; one re-sender wins.
+pub async fn throttled_and_unconfirmed_attempts_are_resent(store: &dyn JobStore) {
+    let id = create(store, "throttle", &[4]).await;
+    let deferral = |attempt: u32, retry_at_ms: u64| TaskDeferral {
+        job_id: id.clone(),
+        stage: 0,
+        partition: 0,
+        attempt,
+        retry_at_ms,
+        error: "TooManyRequestsException".into(),
+        expires_at: TTL,
+    };
+    assert!(
+        !store.defer_task(&deferral(2, 100)).await.unwrap(),
+        "no attempt 2 to defer"
+    );
+    assert!(store.defer_task(&deferral(1, 100)).await.unwrap());
+    assert!(
+        store.defer_task(&deferral(1, 200)).await.unwrap(),
+        "throttled again"
+    );
+    let t = task(store, &id, 0).await;
+    assert_eq!(
+        (t.state, t.attempt, t.throttles),
+        (TaskState::Throttled, 1, 2)
+    );
+    assert_eq!(
+        (t.retry_at_ms, t.failures),
+        (Some(200), 0),
+        "no attempt used up"
+    );
+    assert!(
+        !store.resend_task(&resend(&id, 0, 1, 0, 150)).await.unwrap(),
+        "too early"
+    );
+    assert!(
+        !store.resend_task(&resend(&id, 0, 2, 0, 250)).await.unwrap(),
+        "other attempt"
+    );
+    let wins = join_all((0..4).map(|_| async {
+        store
+            .resend_task(&resend(&id, 0, 1, 0, 250))
+            .await
+            .expect("resend_task")
+    }))
+    .await;
+    assert_eq!(wins.iter().filter(|w| **w).count(), 1, "one re-sender wins");
+    let t = task(store, &id, 0).await;
+    assert_eq!((t.state, t.attempt), (TaskState::Running, 1));
+    assert_eq!(
+        (t.dispatched_ms, t.confirmed_ms, t.retry_at_ms),
+        (Some(250), None, None)
+    );
+    assert!(
+        !store
+            .resend_task(&resend(&id, 0, 1, 250, 260))
+            .await
+            .unwrap(),
+        "not stale"
+    );
+    assert!(
+        store
+            .resend_task(&resend(&id, 0, 1, 251, 400))
+            .await
+            .unwrap(),
+        "stale"
+    );
+    assert!(store.confirm_attempt(&id, 0, 0, 1, 410).await.unwrap());
+    assert!(
+        !store
+            .resend_task(&resend(&id, 0, 1, u64::MAX, 500))
+            .await
+            .unwrap(),
+        "confirmed"
+    );
+    // Attempt 1 of a task without an item (its stage was never confirmed).
+    assert!(store.resend_task(&resend(&id, 1, 1, 0, 600)).await.unwrap());
+    assert!(
+        !store.resend_task(&resend(&id, 2, 2, 0, 600)).await.unwrap(),
+        "attempt 2 needs an item"
+    );
+    assert_eq!(task(store, &id, 1).await.dispatched_ms, Some(600));
+    // A running attempt whose re-send is throttled turns throttled again.
+    assert!(store.defer_task(&deferral(1, 700)).await.unwrap());
+    assert_eq!(task(store, &id, 0).await.state, TaskState::Throttled);
+    // A throttled task's failure (reported by an earlier delivery) is recorded.
+    let mut d = deferral(1, 700);
+    d.partition = 3;
+    assert!(store.defer_task(&d).await.unwrap());
+    assert!(store.fail_attempt(&failure(&id, 3, 1, true)).await.unwrap());
+    assert_eq!(task(store, &id, 3).await.state, TaskState::Failed);
+}
+
+/// A running job ends once: later finishes (a cancel racing a success) change nothing;
+/// the active index follows; a missing job is not finished.
+pub async fn finishing_is_final(store: &dyn JobStore) {
+    let id = create(store, "finish", &[1]).await;
+    let listed = |ids: Vec<String>| ids.contains(&id);
+    assert!(
+        listed(all_active(store).await),
+        "running jobs are in the active index"
+    );
+    assert!(store
+        .finish_job(&id, JobState::Succeeded, None, 500)
+        .await
+        .unwrap());
+    assert!(!store
+        .finish_job(
+            &id,
+            JobState::Cancelled,
+            Some("cancelled by request".into()),
+            600
+        )
+        .await
+        .unwrap());
+    let j = store.get_job(&id).await.unwrap().unwrap();
+    assert_eq!(
+        (j.state, j.finished_ms, j.error),
+        (JobState::Succeeded, Some(500), None)
+    );
+    assert!(
+        !listed(all_active(store).await),
+        "finished jobs leave the index"
+    );
+    let failed = create(store, "finish", &[1]).await;
+    let racing = join_all((0..4).map(|i| {
+        store.finish_job(
+            &failed,
+            JobState::Failed,
+            Some(format!("reason {i}")),
+            700 + i,
+        )
+    }))
+    .await;
+    assert_eq!(
+        racing.into_iter().filter(|r| *r.as_ref().unwrap()).count(),
+        1
+    );
+    let j = store.get_job(&failed).await.unwrap().unwrap();
+    assert_eq!(j.state, JobState::Failed);
+    assert!(j.error.is_some_and(|e| e.starts_with("reason ")));
+    assert!(!store
+        .finish_job(&new_id("none"), JobState::Failed, None, 1)
+        .await
+        .unwrap());
+}
+
+async fn all_active(store: &dyn JobStore) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut after: Option<String> = None;
+    loop {
+        let page = store
+            .active_jobs(after.as_deref(), 3)
+            .await
+            .expect("active_jobs");
+        if page.is_empty() {
+            return out;
+        }
+        after = page.last().cloned();
+        out.extend(page);
+    }
+}
+
+/// The active index pages in job-id order from a cursor; the sweep cursor round-trips.
+pub async fn the_active_index_pages_in_id_order(store: &dyn JobStore) {
+    let mut ids = Vec::new();
+    for _ in 0..5 {
+        ids.push(create(store, "active", &[1]).await);
+    }
+    ids.sort();
+    let all = all_active(store).await;
+    let mut sorted = all.clone();
+    sorted.sort();
+    assert_eq!(all, sorted, "pages come in id order");
+    let ours: Vec<&String> = all.iter().filter(|i| ids.contains(i)).collect();
+    assert_eq!(ours, ids.iter().collect::<Vec<_>>(), "each once");
+    let after_second = store.active_jobs(Some(&ids[1]), 1000).await.unwrap();
+    assert!(!after_second.contains(&ids[0]) && !after_second.contains(&ids[1]));
+    assert!(after_second.contains(&ids[2]) && after_second.contains(&ids[4]));
+    store.set_sweep_cursor(Some(&ids[2])).await.unwrap();
+    assert_eq!(store.sweep_cursor().await.unwrap(), Some(ids[2].clone()));
+    store.set_sweep_cursor(None).await.unwrap();
+    assert_eq!(store.sweep_cursor().await.unwrap(), None);
+    for id in &ids {
+        store
+            .finish_job(id, JobState::Cancelled, None, 1)
+            .await
+            .unwrap();
+    }
+}
+
+/// One table per name: create-if-absent loses to an existing table, replace wins, drop
+/// reports whether it existed; the list is ordered by name.
+pub async fn the_catalog_keeps_one_table_per_name(store: &dyn JobStore) {
+    let base = new_id("t").replace('-', "_");
+    let table = |name: &str, ddl: &str| TableRecord {
+        name: name.to_string(),
+        ddl: ddl.to_string(),
+        locations: vec![format!("s3://lake/{name}/")],
+        format: "PARQUET".into(),
+        schema: vec![9, 9],
+        created_ms: 1,
+    };
+    let (a, b) = (format!("{base}_a"), format!("{base}_b"));
+    assert!(store.put_table(&table(&b, "v1"), false).await.unwrap());
+    assert!(store.put_table(&table(&a, "v1"), false).await.unwrap());
+    assert!(
+        !store.put_table(&table(&a, "v2"), false).await.unwrap(),
+        "name taken"
+    );
+    assert_eq!(store.get_table(&a).await.unwrap().unwrap().ddl, "v1");
+    assert!(
+        store.put_table(&table(&a, "v3"), true).await.unwrap(),
+        "replace"
+    );
+    assert_eq!(store.get_table(&a).await.unwrap().unwrap(), table(&a, "v3"));
+    let names: Vec<String> = store
+        .list_tables()
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|t| t.name)
+        .filter(|n| n.starts_with(&base))
+        .collect();
+    assert_eq!(names, vec![a.clone(), b.clone()], "ordered by name");
+    assert!(store.delete_table(&a).await.unwrap());
+    assert!(!store.delete_table(&a).await.unwrap(), "already gone");
+    assert!(store.get_table(&a).await.unwrap().is_none());
+    assert!(store.delete_table(&b).await.unwrap());
+}
