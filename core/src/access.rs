@@ -74,7 +74,7 @@ impl Default for AccessPolicy {
         Self {
             data_locations: Vec::new(),
             reserved_locations: Vec::new(),
-            location_setting: "the data locations setting".into(),
+            location_setting: "--allow-path DIR (or LAMBDAFUSION_ALLOW_PATHS)".into(),
             admins: Vec::new(),
             catalog_writers: None,
             max_presign: Duration::from_secs(15 * 60),

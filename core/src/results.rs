@@ -152,12 +152,12 @@ pub async fn objects(
     caller: &Caller,
     expires: std::time::Duration,
 ) -> Result<ResultObjects> {
+    let (_, outputs) = final_outputs(services, job_id, caller).await?;
     let presigner = services.presigner.as_ref().ok_or_else(|| {
         Error::InvalidInput(format!(
             "this server cannot presign downloads; read the rows from /v1/queries/{job_id}/result"
         ))
     })?;
-    let (_, outputs) = final_outputs(services, job_id, caller).await?;
     let mut pieces = Vec::new();
     for output in &outputs {
         let path = object_store::path::Path::from(output.object.as_str());

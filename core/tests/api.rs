@@ -273,11 +273,66 @@ async fn bad_input_gets_a_clear_4xx() {
             "wait",
         ),
         (
+            get("/v1/queries/x?wait=NaN"),
+            StatusCode::BAD_REQUEST,
+            "wait must be a number of seconds from 0 to 20",
+        ),
+        (
+            get("/v1/queries/x?wait=-1"),
+            StatusCode::BAD_REQUEST,
+            "wait",
+        ),
+        (
+            get("/v1/queries/x?wait=inf"),
+            StatusCode::BAD_REQUEST,
+            "wait",
+        ),
+        (
+            get("/v1/queries/x?wait=1e309"),
+            StatusCode::BAD_REQUEST,
+            "wait",
+        ),
+        (
+            get("/v1/queries/x?wait=21"),
+            StatusCode::BAD_REQUEST,
+            "wait",
+        ),
+        (
+            post(format!(
+                r#"{{"sql": "SELECT '{}'"}}"#,
+                "x".repeat(300 * 1024)
+            )),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "SQL text",
+        ),
+        (
+            post(r#"{"sql": "SELECT 1", "max_seconds": 0}"#),
+            StatusCode::BAD_REQUEST,
+            "max_seconds",
+        ),
+        (
+            post(r#"{"sql": "SELECT 1", "max_seconds": 1e9}"#),
+            StatusCode::BAD_REQUEST,
+            "max_query_seconds",
+        ),
+        (
             get("/v2/anything"),
             StatusCode::NOT_FOUND,
             "no such endpoint",
         ),
     ];
+    let shuffle = engine.services().shuffle_store().unwrap();
+    let objects = |store: std::sync::Arc<dyn object_store::ObjectStore>| async move {
+        use futures::StreamExt;
+        store.list(None).count().await
+    };
+    let stored_before = objects(shuffle.clone()).await;
+    let active_before = engine
+        .services()
+        .store
+        .active_jobs(None, 100)
+        .await
+        .unwrap();
     for (request, expected, needle) in cases {
         let what = format!("{} {}", request.method(), request.uri());
         let (status, body) = call(&engine, request).await;
@@ -295,6 +350,21 @@ async fn bad_input_gets_a_clear_4xx() {
             );
         }
     }
+    // Nothing was written by a refused request.
+    assert_eq!(
+        objects(shuffle).await,
+        stored_before,
+        "no result objects written"
+    );
+    assert_eq!(
+        engine
+            .services()
+            .store
+            .active_jobs(None, 100)
+            .await
+            .unwrap(),
+        active_before
+    );
     // Nothing stored was harmed: the catalog and queries still work.
     let id = submit(&engine, "SELECT count(*) AS n FROM facts").await;
     assert_eq!(wait(&engine, &id).await["state"], "succeeded");

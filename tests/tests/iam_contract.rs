@@ -19,6 +19,7 @@ use lambdafusion::dispatch::{Invoker, TaskSpec};
 use lambdafusion::executor::Executor;
 use lambdafusion::scheduler::{Scheduler, SubmitOptions};
 use lambdafusion::services::ShuffleLocation;
+use lambdafusion::state::intercept::{Action, Call};
 use lambdafusion::state::*;
 use lambdafusion::{EngineConfig, Result, Services};
 use lambdafusion_aws::contract::*;
@@ -31,150 +32,14 @@ use object_store::ObjectStore;
 type Log = Arc<Mutex<BTreeSet<String>>>;
 
 /// A job store that records which operations are called.
-#[derive(Debug)]
-struct Recording {
-    inner: EmbeddedStore,
-    log: Log,
-}
-
-impl Recording {
-    fn note(&self, op: &str) {
-        self.log.lock().unwrap().insert(op.to_string());
-    }
-}
-
-#[async_trait]
-impl JobStore for Recording {
-    async fn create_job(&self, new: &NewJob) -> Result<()> {
-        self.note("create_job");
-        self.inner.create_job(new).await
-    }
-    async fn get_job(&self, job_id: &str) -> Result<Option<JobRecord>> {
-        self.note("get_job");
-        self.inner.get_job(job_id).await
-    }
-    async fn load_job(&self, job_id: &str) -> Result<Option<JobSnapshot>> {
-        self.note("load_job");
-        self.inner.load_job(job_id).await
-    }
-    async fn get_stage(&self, job_id: &str, stage: u32) -> Result<Option<StageRecord>> {
-        self.note("get_stage");
-        self.inner.get_stage(job_id, stage).await
-    }
-    async fn get_plan(&self, job_id: &str, stage: u32) -> Result<Option<PlanRecord>> {
-        self.note("get_plan");
-        self.inner.get_plan(job_id, stage).await
-    }
-    async fn get_task(
-        &self,
-        job_id: &str,
-        stage: u32,
-        partition: u32,
-    ) -> Result<Option<TaskRecord>> {
-        self.note("get_task");
-        self.inner.get_task(job_id, stage, partition).await
-    }
-    async fn list_tasks(&self, job_id: &str, stage: u32) -> Result<Vec<TaskRecord>> {
-        self.note("list_tasks");
-        self.inner.list_tasks(job_id, stage).await
-    }
-    async fn list_counters(&self, job_id: &str, stage: u32) -> Result<Vec<CommitCounter>> {
-        self.note("list_counters");
-        self.inner.list_counters(job_id, stage).await
-    }
-    async fn claim_stage(&self, job_id: &str, stage: u32, now_ms: u64) -> Result<bool> {
-        self.note("claim_stage");
-        self.inner.claim_stage(job_id, stage, now_ms).await
-    }
-    async fn confirm_stage(&self, job_id: &str, stage: u32, now_ms: u64) -> Result<bool> {
-        self.note("confirm_stage");
-        self.inner.confirm_stage(job_id, stage, now_ms).await
-    }
-    async fn start_attempt(
-        &self,
-        job_id: &str,
-        stage: u32,
-        partition: u32,
-        attempt: u32,
-        now_ms: u64,
-        expires_at: u64,
-    ) -> Result<bool> {
-        self.note("start_attempt");
-        self.inner
-            .start_attempt(job_id, stage, partition, attempt, now_ms, expires_at)
-            .await
-    }
-    async fn confirm_attempt(
-        &self,
-        job_id: &str,
-        stage: u32,
-        partition: u32,
-        attempt: u32,
-        now_ms: u64,
-    ) -> Result<bool> {
-        self.note("confirm_attempt");
-        self.inner
-            .confirm_attempt(job_id, stage, partition, attempt, now_ms)
-            .await
-    }
-    async fn defer_task(&self, deferral: &TaskDeferral) -> Result<bool> {
-        self.note("defer_task");
-        self.inner.defer_task(deferral).await
-    }
-    async fn resend_task(&self, resend: &TaskResend) -> Result<bool> {
-        self.note("resend_task");
-        self.inner.resend_task(resend).await
-    }
-    async fn commit_task(&self, commit: &TaskCommit) -> Result<CommitOutcome> {
-        self.note("commit_task");
-        self.inner.commit_task(commit).await
-    }
-    async fn fail_attempt(&self, failure: &TaskFailure) -> Result<bool> {
-        self.note("fail_attempt");
-        self.inner.fail_attempt(failure).await
-    }
-    async fn finish_job(
-        &self,
-        job_id: &str,
-        state: JobState,
-        error: Option<String>,
-        now_ms: u64,
-    ) -> Result<bool> {
-        self.note("finish_job");
-        self.inner.finish_job(job_id, state, error, now_ms).await
-    }
-    async fn active_jobs(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>> {
-        self.note("active_jobs");
-        self.inner.active_jobs(after, limit).await
-    }
-    async fn remove_active(&self, job_id: &str) -> Result<()> {
-        self.note("remove_active");
-        self.inner.remove_active(job_id).await
-    }
-    async fn sweep_cursor(&self) -> Result<Option<String>> {
-        self.note("sweep_cursor");
-        self.inner.sweep_cursor().await
-    }
-    async fn set_sweep_cursor(&self, cursor: Option<&str>) -> Result<()> {
-        self.note("set_sweep_cursor");
-        self.inner.set_sweep_cursor(cursor).await
-    }
-    async fn put_table(&self, table: &TableRecord, replace: bool) -> Result<bool> {
-        self.note("put_table");
-        self.inner.put_table(table, replace).await
-    }
-    async fn get_table(&self, name: &str) -> Result<Option<TableRecord>> {
-        self.note("get_table");
-        self.inner.get_table(name).await
-    }
-    async fn list_tables(&self) -> Result<Vec<TableRecord>> {
-        self.note("list_tables");
-        self.inner.list_tables().await
-    }
-    async fn delete_table(&self, name: &str) -> Result<bool> {
-        self.note("delete_table");
-        self.inner.delete_table(name).await
-    }
+fn recording(store: &EmbeddedStore, log: Log) -> Intercepted {
+    Intercepted::new(
+        Arc::new(store.clone()),
+        Arc::new(move |call: Call<'_>| {
+            log.lock().unwrap().insert(call.op.to_string());
+            Action::Proceed
+        }),
+    )
 }
 
 /// An invoker that queues what it is asked and records which function it invoked.
@@ -247,10 +112,7 @@ fn function(
         Arc::new(CountingStore::with_sink(data, sink(s3_log.clone(), "data"))),
     );
     let services = Services {
-        store: Arc::new(Recording {
-            inner: store.clone(),
-            log: store_log.clone(),
-        }),
+        store: Arc::new(recording(store, store_log.clone())),
         invoker: invoker.clone(),
         runtime,
         shuffle: ShuffleLocation {

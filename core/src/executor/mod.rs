@@ -5,7 +5,10 @@
 //! committed outputs of its input stages, writes the task's shuffle object and commits
 //! the completion record in one conditional step. A duplicate delivery, or a slower
 //! twin attempt, loses the commit and changes nothing. If the commit completed the
-//! stage, the executor wakes the scheduler at once (the fast path).
+//! stage, the executor wakes the scheduler at once (the fast path). A task whose job ends
+//! while it runs (cancelled, failed, past its deadline) stops at once.
+
+mod stop;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -52,6 +55,14 @@ pub enum TaskReport {
 
 /// Stage plans kept per executor (per warm Lambda container).
 const PLAN_CACHE_ENTRIES: usize = 64;
+
+/// Tries of a commit that fails transiently, before the attempt is given up (about a
+/// minute of waiting with the pauses below, on top of the store's own retries).
+const COMMIT_TRIES: u32 = 10;
+/// First pause between commit tries.
+const COMMIT_RETRY_BASE: Duration = Duration::from_millis(100);
+/// Longest pause between commit tries.
+const COMMIT_RETRY_CAP: Duration = Duration::from_secs(10);
 
 /// Runs tasks. Create one per process (it caches decoded stage plans).
 pub struct Executor {
@@ -159,12 +170,17 @@ impl Executor {
         }
         // A fresh copy of the cached plan: operators keep per-execution state (a hash
         // join's build side, scan bookkeeping) that must not leak between tasks.
+        let stop = Arc::new(AtomicBool::new(false));
         let plan = reset_plan_states(self.stage_plan(&stage).await?)?;
         let writer = ShuffleWriterExec::from_plan(&plan)?;
+        let writer = writer.with_input(stop::StopExec::wrap_leaves(
+            writer.input().clone(),
+            stop.clone(),
+            &task.job_id,
+        )?);
         let context = self.task_context(&stage).await?;
 
-        let ended = Arc::new(AtomicBool::new(false));
-        let watcher = self.watch_job(job.clone(), ended.clone());
+        let watcher = self.watch_job(job.clone(), stop.clone());
         let execution = uuid::Uuid::new_v4().simple().to_string();
         let path = task_output_path(
             &self.services.shuffle.prefix,
@@ -176,9 +192,6 @@ impl Executor {
         );
         let shuffle = self.services.shuffle_store()?;
         let before_batch = |written: usize| -> Result<()> {
-            if ended.load(Ordering::Relaxed) {
-                return Err(Error::Cancelled(task.job_id.clone()));
-            }
             if written == 1 {
                 faults.crash_point(FaultKind::ExecutorCrashMidWork, &key)?;
             }
@@ -214,7 +227,7 @@ impl Executor {
             now_ms: finished_ms,
             expires_at: self.services.expires_at(),
         };
-        match store.commit_task(&commit).await? {
+        match self.commit(&commit).await? {
             CommitOutcome::Committed { counter_done } => {
                 debug!(
                     rows = summary.rows,
@@ -242,6 +255,26 @@ impl Executor {
                 debug!("another attempt committed first; discarding this output");
                 let _ = shuffle.delete(&path).await;
                 Ok(TaskReport::Duplicate)
+            }
+        }
+    }
+
+    /// Commits, trying again while the store fails transiently (throttled, conflicting,
+    /// unavailable): the output is written, and running the task again to get past a
+    /// busy store would waste it. The commit is idempotent — a try whose answer was lost
+    /// is recognized by its object — so trying again is always safe.
+    async fn commit(&self, commit: &TaskCommit) -> Result<CommitOutcome> {
+        let mut pause = COMMIT_RETRY_BASE;
+        let mut tries = 1;
+        loop {
+            match self.services.store.commit_task(commit).await {
+                Err(e) if e.is_retryable() && tries < COMMIT_TRIES => {
+                    warn!(error = %e, tries, "commit failed transiently; trying again");
+                    tokio::time::sleep(pause).await;
+                    pause = (pause * 2).min(COMMIT_RETRY_CAP);
+                    tries += 1;
+                }
+                other => return other,
             }
         }
     }
@@ -354,10 +387,11 @@ impl Executor {
         Ok(Arc::new(ctx))
     }
 
-    /// Polls the job while the task runs and raises `ended` when it is no longer
-    /// running — cancelled, failed, or past its deadline (then it wakes the scheduler,
-    /// which fails the job, so the job ends even if nothing else would wake it).
-    fn watch_job(&self, job: JobRecord, ended: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
+    /// Polls the job while the task runs and raises `stop` (see [`stop::StopExec`]) when
+    /// it is no longer running — cancelled, failed, or past its deadline (then it also
+    /// wakes the scheduler, which fails the job, so the job ends even if nothing else
+    /// would wake it).
+    fn watch_job(&self, job: JobRecord, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
         let store = self.services.store.clone();
         let invoker = self.services.invoker.clone();
         let every = self.services.config.cancel_check_interval;
@@ -370,14 +404,14 @@ impl Executor {
                 tokio::time::sleep(sleep).await;
                 match store.get_job(&job.job_id).await {
                     Ok(Some(current)) if current.is_overdue(now_ms()) => {
-                        ended.store(true, Ordering::Relaxed);
+                        stop.store(true, Ordering::Relaxed);
                         if let Err(e) = invoker.wake_scheduler(&job.job_id).await {
                             warn!(error = %e, "could not wake the scheduler for a job past its deadline");
                         }
                         return;
                     }
                     Ok(Some(current)) if current.state != JobState::Running => {
-                        ended.store(true, Ordering::Relaxed);
+                        stop.store(true, Ordering::Relaxed);
                         return;
                     }
                     _ => {}

@@ -80,6 +80,14 @@ impl ShuffleWriterExec {
         &self.input
     }
 
+    /// The same writer over another input (with the same schema and partitioning).
+    pub fn with_input(&self, input: Arc<dyn ExecutionPlan>) -> Self {
+        Self {
+            input,
+            ..self.clone()
+        }
+    }
+
     /// Output partitioning (`None`: one slice).
     pub fn partitioning(&self) -> Option<&Partitioning> {
         self.partitioning.as_ref()

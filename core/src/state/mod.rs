@@ -1,6 +1,7 @@
-//! The job store: jobs, stages, tasks and the table catalog, modelled on one DynamoDB
-//! table (`pk = JOB#<id>`, `sk = META | STAGE#<n> | TASK#<stage>#<partition>`, catalog
-//! items under `pk = CATALOG`).
+//! The job store: jobs, stages, tasks, commit counters, stage plans and the table
+//! catalog, modelled on one DynamoDB table (`pk = JOB#<id>`, `sk = META | STAGE#<n> |
+//! TASK#<stage>#<partition> | COUNT#<stage>#<n>`; plans under `pk = PLAN#<id>`; the
+//! catalog under `pk = CATALOG`).
 //!
 //! Every state transition is a conditional write that reports whether it won, so two
 //! scheduler invocations, or two attempts of one task, can race without harm. The store
@@ -12,11 +13,13 @@
 
 pub mod conformance;
 mod embedded;
+pub mod intercept;
 mod records;
 
 use async_trait::async_trait;
 
 pub use embedded::EmbeddedStore;
+pub use intercept::Intercepted;
 pub use records::*;
 
 use crate::Result;

@@ -2,6 +2,8 @@
 //! DataFusion itself, and the single-process reference for any query over them.
 #![allow(dead_code)]
 
+pub mod harness;
+
 use std::path::Path;
 
 use datafusion::dataframe::DataFrameWriteOptions;

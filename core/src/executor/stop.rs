@@ -1,0 +1,191 @@
+//! [`StopExec`]: stops a running task promptly when its job ends. DataFusion's operators
+//! yield to the runtime only now and then (a join that multiplies rows, an aggregate over
+//! it, a nested-loop join that finds no match may compute for minutes between yields), so
+//! dropping the task's future is not enough. The executor wraps every leaf of the stage
+//! plan (the scans and shuffle readers, where data enters) in a `StopExec`, which ends its
+//! stream with an error on the first batch it hands up after the task was told to stop —
+//! and every operator above pulls from leaves, so the whole task stops within one batch
+//! of input.
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::{RecordBatchStream, TaskContext};
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties,
+    ReplaceChildrenOptions, SendableRecordBatchStream,
+};
+use futures::Stream;
+
+use crate::Error;
+
+/// Wraps a leaf; see the [module docs](self).
+#[derive(Debug, Clone)]
+pub struct StopExec {
+    input: Arc<dyn ExecutionPlan>,
+    stop: Arc<AtomicBool>,
+    job_id: String,
+}
+
+impl StopExec {
+    /// Wraps every leaf of `plan` so that the task stops once `stop` is raised.
+    pub fn wrap_leaves(
+        plan: Arc<dyn ExecutionPlan>,
+        stop: Arc<AtomicBool>,
+        job_id: &str,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        plan.transform_up(|node| {
+            if node.children().is_empty() {
+                let wrapped: Arc<dyn ExecutionPlan> = Arc::new(StopExec {
+                    input: node,
+                    stop: stop.clone(),
+                    job_id: job_id.to_string(),
+                });
+                Ok(Transformed::yes(wrapped))
+            } else {
+                Ok(Transformed::no(node))
+            }
+        })
+        .map(|t| t.data)
+    }
+}
+
+impl DisplayAs for StopExec {
+    fn fmt_as(&self, _t: DisplayFormatType, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        write!(f, "StopExec")
+    }
+}
+
+impl ExecutionPlan for StopExec {
+    fn name(&self) -> &'static str {
+        "StopExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn maintains_input_order(&self) -> Vec<bool> {
+        vec![true]
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(
+        &self,
+        _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> DfResult<TreeNodeRecursion>,
+    ) -> DfResult<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn replace_children(
+        self: Arc<Self>,
+        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        _options: ReplaceChildrenOptions,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return Err(DataFusionError::Internal(format!(
+                "StopExec takes one child, got {}",
+                children.len()
+            )));
+        }
+        Ok(Arc::new(StopExec {
+            input: children.swap_remove(0),
+            ..(*self).clone()
+        }))
+    }
+
+    fn with_new_children(
+        self: Arc<Self>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        self.replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Keep),
+        )
+    }
+
+    fn execute(
+        &self,
+        partition: usize,
+        context: Arc<TaskContext>,
+    ) -> DfResult<SendableRecordBatchStream> {
+        Ok(Box::pin(StopStream {
+            input: self.input.execute(partition, context)?,
+            stop: self.stop.clone(),
+            job_id: self.job_id.clone(),
+        }))
+    }
+}
+
+/// The stream of a [`StopExec`].
+struct StopStream {
+    input: SendableRecordBatchStream,
+    stop: Arc<AtomicBool>,
+    job_id: String,
+}
+
+impl Stream for StopStream {
+    type Item = DfResult<RecordBatch>;
+
+    fn poll_next(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
+        if self.stop.load(Ordering::Relaxed) {
+            let job = self.job_id.clone();
+            return Poll::Ready(Some(Err(Error::Cancelled(job).into())));
+        }
+        self.input.as_mut().poll_next(cx)
+    }
+}
+
+impl RecordBatchStream for StopStream {
+    fn schema(&self) -> SchemaRef {
+        self.input.schema()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::prelude::SessionContext;
+
+    async fn plan(stop: &Arc<AtomicBool>) -> (Arc<dyn ExecutionPlan>, SessionContext) {
+        let ctx = SessionContext::new();
+        let plan = ctx
+            .sql("SELECT count(*) FROM generate_series(1, 100000) a, generate_series(1, 10) b")
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        (StopExec::wrap_leaves(plan, stop.clone(), "j").unwrap(), ctx)
+    }
+
+    #[tokio::test]
+    async fn a_raised_flag_ends_the_plan_with_cancelled() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (wrapped, ctx) = plan(&stop).await;
+        let text = datafusion::physical_plan::displayable(wrapped.as_ref())
+            .indent(false)
+            .to_string();
+        assert!(text.contains("StopExec"), "{text}");
+        let done = datafusion::physical_plan::collect(wrapped, ctx.task_ctx())
+            .await
+            .unwrap();
+        assert_eq!(done.len(), 1, "runs normally while the flag is down");
+        stop.store(true, Ordering::Relaxed);
+        let (wrapped, ctx) = plan(&stop).await;
+        let err = datafusion::physical_plan::collect(wrapped, ctx.task_ctx())
+            .await
+            .unwrap_err();
+        assert!(err.to_string().contains("cancelled"), "{err}");
+    }
+}

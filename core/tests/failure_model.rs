@@ -1,0 +1,531 @@
+//! The holes of the failure model, each injected and its outcome asserted: a cancel
+//! racing a success, commits meeting a busy store, small stage items, store error
+//! classes, sweep isolation and its time budget, a scheduler dying between claim and
+//! dispatch, throttled dispatch, the job deadline, and the embedded engine's bounds.
+
+mod common;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::harness::{Harness, JOIN};
+use lambdafusion::access::Caller;
+use lambdafusion::dispatch::InvocationState;
+use lambdafusion::error::StoreErrorKind;
+use lambdafusion::executor::TaskReport;
+use lambdafusion::faults::{FaultPlan, Faults};
+use lambdafusion::state::intercept::{Action, Call};
+use lambdafusion::state::{ChangeRecord, JobState, JobStore, TaskState};
+use lambdafusion::{EngineConfig, Error};
+
+/// A grouping over `facts`: its first stage scans with several tasks.
+const AGG: &str = "SELECT k, count(*) AS n, sum(v) AS total FROM facts GROUP BY k";
+
+async fn check_agg(h: &Harness, job: &str) {
+    let (_, batches) = lambdafusion::results::collect(&h.services, job)
+        .await
+        .unwrap();
+    let expected = common::reference(h.dir.path(), AGG).await;
+    lambdafusion::verify::compare(&expected, &batches, false).unwrap();
+}
+
+fn many_tasks() -> EngineConfig {
+    EngineConfig::default()
+        .with_bytes_per_task(1)
+        .with_max_tasks_per_stage(4)
+}
+
+fn store_error(kind: StoreErrorKind) -> Error {
+    Error::store(kind, format!("injected {kind:?}"))
+}
+
+/// Fails `op` calls with `error` while `armed` holds (shared with the test).
+fn failing(
+    op: &'static str,
+    kind: StoreErrorKind,
+    armed: Arc<AtomicUsize>,
+) -> lambdafusion::state::intercept::Hook {
+    Arc::new(move |call: Call<'_>| {
+        if call.op == op && armed.load(Ordering::SeqCst) > 0 {
+            armed.fetch_sub(1, Ordering::SeqCst);
+            return Action::Fail(store_error(kind));
+        }
+        Action::Proceed
+    })
+}
+
+/// A cancel that read the job as running just before it succeeded must not delete the
+/// result (before: `cancel` ignored `finish_job` losing and cleaned up anyway).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_racing_a_success_leaves_the_job_and_its_result() {
+    let armed = Arc::new(AtomicUsize::new(0));
+    let delay = armed.clone();
+    let hook: lambdafusion::state::intercept::Hook = Arc::new(move |call: Call<'_>| {
+        if call.op == "finish_job" && delay.load(Ordering::SeqCst) > 0 {
+            return Action::Delay(Duration::from_millis(400));
+        }
+        Action::Proceed
+    });
+    let mut h = Harness::with(many_tasks(), Some(hook), Faults::default()).await;
+    let job = h.submit(JOIN).await;
+    // Run every task, but keep the last wake-up: all stages complete, the job running.
+    loop {
+        let tasks = h.invoker.take();
+        if tasks.is_empty() {
+            break;
+        }
+        for task in tasks {
+            h.executor().handle(&task).await.unwrap();
+        }
+        while let Ok(batch) = h.stream.try_recv() {
+            let snapshot = h.store.load_job(&job).await.unwrap().unwrap();
+            let all_done = snapshot.stages.iter().all(|s| snapshot.stage_complete(s));
+            if !all_done {
+                h.scheduler().on_records(&batch).await.unwrap();
+            }
+        }
+    }
+    assert_eq!(h.state(&job).await, JobState::Running);
+    // The cancel reads RUNNING, then its finish is slow; the success lands meanwhile.
+    armed.store(1, Ordering::SeqCst);
+    let cancel = {
+        let scheduler = h.scheduler();
+        let job = job.clone();
+        tokio::spawn(async move { scheduler.cancel(&job, &Caller::local()).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut direct = h.services.clone();
+    direct.store = Arc::new(h.store.clone());
+    lambdafusion::scheduler::Scheduler::new(direct)
+        .advance(&job)
+        .await
+        .unwrap();
+    assert_eq!(h.state(&job).await, JobState::Succeeded);
+    let state = cancel.await.unwrap().unwrap();
+    assert_eq!(
+        state,
+        JobState::Succeeded,
+        "the cancel lost the race and says so"
+    );
+    assert_eq!(h.state(&job).await, JobState::Succeeded);
+    armed.store(0, Ordering::SeqCst);
+    h.check_result(&job).await;
+}
+
+/// A commit that meets a throttled, conflicting or unavailable store is tried again —
+/// even when a try was applied and only its answer lost — and the task is never run
+/// twice (before: the first transient error failed the attempt and re-ran the task).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_meeting_a_busy_store_is_retried_and_the_task_runs_once() {
+    let calls = Arc::new(AtomicUsize::new(0));
+    let seen = calls.clone();
+    let hook: lambdafusion::state::intercept::Hook = Arc::new(move |call: Call<'_>| {
+        if call.op != "commit_task" {
+            return Action::Proceed;
+        }
+        // Per task (tasks run one after another): throttled, then applied with the answer
+        // lost, then the retry that finds its own commit.
+        match seen.fetch_add(1, Ordering::SeqCst) % 3 {
+            0 => Action::Fail(store_error(StoreErrorKind::Throttled)),
+            1 => Action::ApplyThenFail(store_error(StoreErrorKind::Unavailable)),
+            _ => Action::Proceed,
+        }
+    });
+    let config = EngineConfig::default()
+        .with_bytes_per_task(1)
+        .with_max_tasks_per_stage(2);
+    let mut h = Harness::with(config, Some(hook), Faults::default()).await;
+    let job = h.submit(JOIN).await;
+    let runs = Arc::new(Mutex::new(Vec::new()));
+    let log = runs.clone();
+    h.drive(&job, move |executor, task| {
+        let log = log.clone();
+        async move {
+            let report = executor.handle(&task).await.unwrap();
+            log.lock().unwrap().push((task, report));
+        }
+    })
+    .await;
+    assert_eq!(h.state(&job).await, JobState::Succeeded);
+    let runs = runs.lock().unwrap().clone();
+    for (task, report) in runs.iter() {
+        assert!(
+            matches!(report, TaskReport::Committed { .. }),
+            "{task}: {report:?}"
+        );
+        assert_eq!(task.attempt, 1, "{task} ran again");
+    }
+    let snapshot = h.store.load_job(&job).await.unwrap().unwrap();
+    let tasks: u32 = snapshot.stages.iter().map(|s| s.tasks).sum();
+    assert_eq!(runs.len(), tasks as usize, "every task ran exactly once");
+    assert!(snapshot.tasks.iter().all(|t| t.failures == 0));
+    assert_eq!(calls.load(Ordering::SeqCst), 3 * tasks as usize);
+    h.check_result(&job).await;
+}
+
+/// Commits never rewrite the stage item, and stage items carry no plan: a stage writes
+/// its item when created, claimed and confirmed, however many tasks it has (before:
+/// every commit rewrote the stage item, plan included).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn commits_leave_the_small_stage_items_alone() {
+    let mut h = Harness::new(many_tasks()).await;
+    let job = h.submit(JOIN).await;
+    let mut stage_writes = std::collections::HashMap::<u32, usize>::new();
+    let mut largest = 0;
+    for _ in 0..200 {
+        for task in h.invoker.take() {
+            h.executor().handle(&task).await.unwrap();
+        }
+        let mut batches = Vec::new();
+        while let Ok(batch) = h.stream.try_recv() {
+            batches.push(batch);
+        }
+        for batch in &batches {
+            for change in batch {
+                if let ChangeRecord::Stage(s) = change.clone() {
+                    if s.job_id != job {
+                        continue;
+                    }
+                    *stage_writes.entry(s.stage).or_default() += 1;
+                    largest = largest.max(serde_json::to_vec(&s).unwrap().len());
+                }
+            }
+            h.scheduler().on_records(batch).await.unwrap();
+        }
+        if h.state(&job).await.is_terminal() {
+            break;
+        }
+    }
+    assert_eq!(h.state(&job).await, JobState::Succeeded);
+    let snapshot = h.store.load_job(&job).await.unwrap().unwrap();
+    assert!(snapshot.stages.iter().any(|s| s.tasks >= 4));
+    for stage in &snapshot.stages {
+        let writes = stage_writes.get(&stage.stage).copied().unwrap_or(0);
+        assert!(writes <= 3, "stage {} written {writes} times", stage.stage);
+    }
+    assert!(largest < 1024, "a stage item is {largest} bytes");
+    for stage in &snapshot.stages {
+        let plan = h.store.get_plan(&job, stage.stage).await.unwrap().unwrap();
+        assert!(plan.plan.is_some(), "plans live in their own items");
+    }
+}
+
+/// Store errors that retrying cannot fix fail the job at once with their message; a
+/// throttled store costs one attempt, which is retried (before: every store error was
+/// retryable, so access denied was tried three times).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_transient_store_errors_are_retried() {
+    let armed = Arc::new(AtomicUsize::new(0));
+    let hook = failing("get_plan", StoreErrorKind::AccessDenied, armed.clone());
+    let mut h = Harness::with(many_tasks(), Some(hook), Faults::default()).await;
+    let job = h.submit(JOIN).await;
+    armed.store(1, Ordering::SeqCst);
+    h.run_to_end(&job).await;
+    let record = h.store.get_job(&job).await.unwrap().unwrap();
+    assert_eq!(record.state, JobState::Failed);
+    let error = record.error.unwrap();
+    assert!(error.contains("failed after 1 attempt"), "{error}");
+    assert!(error.contains("AccessDenied"), "{error}");
+
+    let armed = Arc::new(AtomicUsize::new(0));
+    let hook = failing("get_plan", StoreErrorKind::Throttled, armed.clone());
+    let mut h = Harness::with(many_tasks(), Some(hook), Faults::default()).await;
+    let job = h.submit(JOIN).await;
+    armed.store(1, Ordering::SeqCst);
+    h.run_to_end(&job).await;
+    assert_eq!(h.state(&job).await, JobState::Succeeded);
+    let snapshot = h.store.load_job(&job).await.unwrap().unwrap();
+    let retried: Vec<_> = snapshot.tasks.iter().filter(|t| t.failures > 0).collect();
+    assert_eq!(retried.len(), 1, "one attempt failed and was retried");
+    assert_eq!(retried[0].output.as_ref().unwrap().attempt, 2);
+    h.check_result(&job).await;
+}
+
+/// One job whose records cannot be read does not stop the sweep for the others (before:
+/// the first error ended the sweep).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_broken_job_does_not_stop_the_sweep() {
+    let broken = Arc::new(Mutex::new(String::new()));
+    let which = broken.clone();
+    let hook: lambdafusion::state::intercept::Hook = Arc::new(move |call: Call<'_>| {
+        if call.op == "load_job" && call.job_id == Some(which.lock().unwrap().as_str()) {
+            return Action::Fail(store_error(StoreErrorKind::Corrupt));
+        }
+        Action::Proceed
+    });
+    let h = Harness::with(
+        many_tasks().with_task_timeout(Duration::ZERO),
+        Some(hook),
+        Faults::default(),
+    )
+    .await;
+    let mut jobs = [h.submit(JOIN).await, h.submit(JOIN).await];
+    jobs.sort();
+    *broken.lock().unwrap() = jobs[0].clone();
+    h.invoker.take(); // Lambda lost every one of them.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let report = h.scheduler().sweep().await.unwrap();
+    assert_eq!(report.jobs, 2);
+    assert_eq!(report.errors.len(), 1, "{report:?}");
+    assert_eq!(report.errors[0].0, jobs[0]);
+    assert!(
+        report.lost_attempts > 0,
+        "the other job was swept: {report:?}"
+    );
+    let retried = h.invoker.take();
+    assert!(
+        !retried.is_empty()
+            && retried
+                .iter()
+                .all(|t| t.job_id == jobs[1] && t.attempt == 2)
+    );
+}
+
+/// A sweep stops at its time budget and the next one continues after the last job it
+/// finished (before: it ran over every job, however long).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_is_bounded_in_time_and_resumes_where_it_stopped() {
+    let slow = Arc::new(AtomicUsize::new(0));
+    let armed = slow.clone();
+    let hook: lambdafusion::state::intercept::Hook = Arc::new(move |call: Call<'_>| {
+        if call.op == "load_job" && armed.load(Ordering::SeqCst) > 0 {
+            return Action::Delay(Duration::from_millis(150));
+        }
+        Action::Proceed
+    });
+    let mut config = many_tasks();
+    // Each job costs two slow loads (the sweep's and the advance's): 300 ms.
+    config.sweep_budget = Duration::from_millis(400);
+    let h = Harness::with(config, Some(hook), Faults::default()).await;
+    let mut jobs = Vec::new();
+    for _ in 0..3 {
+        jobs.push(h.submit(JOIN).await);
+    }
+    jobs.sort();
+    slow.store(1, Ordering::SeqCst);
+    let first = h.scheduler().sweep().await.unwrap();
+    assert!(first.incomplete, "{first:?}");
+    assert_eq!(first.jobs, 2, "{first:?}");
+    assert_eq!(h.store.sweep_cursor().await.unwrap(), Some(jobs[1].clone()));
+    let second = h.scheduler().sweep().await.unwrap();
+    assert!(!second.incomplete, "{second:?}");
+    assert_eq!(
+        second.jobs, 1,
+        "only the job after the bookmark: {second:?}"
+    );
+    assert_eq!(
+        h.store.sweep_cursor().await.unwrap(),
+        None,
+        "a full pass clears it"
+    );
+}
+
+/// Queued invocations are not running: the sweep does not count their wait against
+/// `task_timeout` (before: every task past its dispatch time was presumed lost).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn time_waiting_for_a_slot_does_not_count_toward_the_task_timeout() {
+    let h = Harness::new(many_tasks().with_task_timeout(Duration::from_secs(1))).await;
+    h.submit(JOIN).await;
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    *h.invoker.state.lock().unwrap() = Some(InvocationState::Queued);
+    let report = h.scheduler().sweep().await.unwrap();
+    assert_eq!(report.lost_attempts, 0, "{report:?}");
+    *h.invoker.state.lock().unwrap() = Some(InvocationState::Running {
+        since_ms: lambdafusion::time::now_ms(),
+    });
+    let report = h.scheduler().sweep().await.unwrap();
+    assert_eq!(report.lost_attempts, 0, "just started: {report:?}");
+    *h.invoker.state.lock().unwrap() = None;
+    let report = h.scheduler().sweep().await.unwrap();
+    assert!(report.lost_attempts > 0, "{report:?}");
+}
+
+fn plan(kind: &str) -> Faults {
+    Faults::in_process(FaultPlan::parse(&format!(r#"{{"faults": {{"{kind}": 1}}}}"#)).unwrap())
+}
+
+/// A scheduler that dies right after claiming a stage leaves it claimed and unconfirmed;
+/// past the dispatch deadline the next scheduler step sends its tasks (before: they
+/// waited for task_timeout, 46 minutes with the Terraform defaults, and burnt an attempt).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tasks_claimed_but_never_dispatched_are_sent_after_the_dispatch_deadline() {
+    let mut config = many_tasks();
+    config.dispatch_deadline = Duration::from_millis(300);
+    let mut h = Harness::with(config, None, plan("scheduler.crash_after_claim")).await;
+    let crashed = h
+        .scheduler()
+        .submit(JOIN, &Default::default())
+        .await
+        .unwrap_err();
+    assert!(crashed.to_string().contains("injected crash"), "{crashed}");
+    let job = h.store.active_jobs(None, 10).await.unwrap().remove(0);
+    assert!(h.invoker.take().is_empty(), "nothing was dispatched");
+    h.services.faults = Faults::default();
+    h.scheduler().advance(&job).await.unwrap();
+    assert!(h.invoker.take().is_empty(), "not before the deadline");
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    h.scheduler().advance(&job).await.unwrap();
+    let sent = h.invoker.take();
+    assert!(
+        !sent.is_empty() && sent.iter().all(|t| t.attempt == 1),
+        "{sent:?}"
+    );
+    for task in sent {
+        h.executor().handle(&task).await.unwrap();
+    }
+    h.run_to_end(&job).await;
+    assert_eq!(h.state(&job).await, JobState::Succeeded);
+    let snapshot = h.store.load_job(&job).await.unwrap().unwrap();
+    assert!(
+        snapshot.tasks.iter().all(|t| t.failures == 0),
+        "no attempt burnt"
+    );
+    h.check_result(&job).await;
+}
+
+/// A scheduler that dies after part of a stage's invocations: the tasks it sent run, and
+/// past the deadline exactly the others are sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_half_dispatched_stage_gets_its_other_half_after_the_deadline() {
+    let mut config = many_tasks();
+    config.dispatch_deadline = Duration::from_millis(300);
+    let mut h = Harness::with(config, None, plan("scheduler.crash_mid_dispatch")).await;
+    assert!(h
+        .scheduler()
+        .submit(AGG, &Default::default())
+        .await
+        .is_err());
+    let job = h.store.active_jobs(None, 10).await.unwrap().remove(0);
+    h.services.faults = Faults::default();
+    let first = h.invoker.take();
+    let snapshot = h.store.load_job(&job).await.unwrap().unwrap();
+    let claimed: u32 = snapshot
+        .stages
+        .iter()
+        .filter(|s| s.dispatched_ms.is_some())
+        .map(|s| s.tasks)
+        .sum();
+    assert!(
+        !first.is_empty() && (first.len() as u32) < claimed,
+        "{} of {claimed}",
+        first.len()
+    );
+    for task in &first {
+        h.executor().handle(task).await.unwrap();
+    }
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    h.scheduler().advance(&job).await.unwrap();
+    let second = h.invoker.take();
+    assert_eq!(
+        first.len() + second.len(),
+        claimed as usize,
+        "{first:?} / {second:?}"
+    );
+    assert!(
+        second.iter().all(|t| !first.contains(t)),
+        "only the ones never sent"
+    );
+    for task in second {
+        h.executor().handle(&task).await.unwrap();
+    }
+    h.run_to_end(&job).await;
+    assert_eq!(h.state(&job).await, JobState::Succeeded);
+    check_agg(&h, &job).await;
+}
+
+/// A retry whose scheduler died between recording the attempt and invoking it is sent
+/// again past the deadline, as the same attempt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retry_recorded_but_never_invoked_is_sent_again() {
+    let mut config = many_tasks();
+    config.dispatch_deadline = Duration::from_millis(300);
+    let h = Harness::new(config).await;
+    let job = h.submit(JOIN).await;
+    let task = h.invoker.take().remove(0);
+    let failure = task.failure("lost".into(), true, u64::MAX);
+    assert!(h.store.fail_attempt(&failure).await.unwrap());
+    // What a scheduler records before it dies.
+    let now = lambdafusion::time::now_ms();
+    assert!(h
+        .store
+        .start_attempt(&job, task.stage, task.partition, 2, now, u64::MAX)
+        .await
+        .unwrap());
+    h.scheduler().advance(&job).await.unwrap();
+    assert!(h.invoker.take().is_empty(), "not before the deadline");
+    tokio::time::sleep(Duration::from_millis(350)).await;
+    h.scheduler().advance(&job).await.unwrap();
+    let sent = h.invoker.take();
+    assert_eq!(sent.len(), 1, "{sent:?}");
+    assert_eq!((sent[0].partition, sent[0].attempt), (task.partition, 2));
+    let item = h
+        .store
+        .get_task(&job, task.stage, task.partition)
+        .await
+        .unwrap()
+        .unwrap();
+    assert!(item.confirmed_ms.is_some(), "the re-send was confirmed");
+}
+
+/// A throttled invocation uses up no attempt and is sent again after its back-off, not
+/// at once (before: it became a failed attempt, retried immediately).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn throttled_dispatch_is_deferred_without_using_an_attempt() {
+    let mut h = Harness::new(many_tasks()).await;
+    for _ in 0..3 {
+        h.invoker
+            .refusals
+            .lock()
+            .unwrap()
+            .push_back(Error::invoke_throttled("TooManyRequestsException"));
+    }
+    let job = h.submit(AGG).await;
+    let snapshot = h.store.load_job(&job).await.unwrap().unwrap();
+    let throttled: Vec<_> = snapshot
+        .tasks
+        .iter()
+        .filter(|t| t.state == TaskState::Throttled)
+        .collect();
+    assert_eq!(throttled.len(), 3, "{:?}", snapshot.tasks);
+    assert!(throttled
+        .iter()
+        .all(|t| t.failures == 0 && t.attempt == 1 && t.throttles == 1));
+    assert!(throttled.iter().all(|t| t.retry_at_ms.is_some()));
+    let accepted = h.invoker.take();
+    h.scheduler().advance(&job).await.unwrap();
+    assert!(h.invoker.take().is_empty(), "not before the back-off");
+    tokio::time::sleep(Duration::from_millis(1100)).await;
+    h.scheduler().sweep().await.unwrap();
+    let resent = h.invoker.take();
+    assert_eq!(resent.len(), 3, "{resent:?}");
+    assert!(resent.iter().all(|t| t.attempt == 1));
+    for task in accepted.iter().chain(&resent) {
+        h.executor().handle(task).await.unwrap();
+    }
+    h.run_to_end(&job).await;
+    assert_eq!(h.state(&job).await, JobState::Succeeded);
+    let snapshot = h.store.load_job(&job).await.unwrap().unwrap();
+    assert!(snapshot.tasks.iter().all(|t| t.failures == 0));
+    check_agg(&h, &job).await;
+}
+
+/// An invocation refused for good (no such function) fails the job with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatch_refused_for_good_fails_the_job() {
+    let mut h = Harness::new(many_tasks()).await;
+    h.invoker
+        .refusals
+        .lock()
+        .unwrap()
+        .push_back(Error::invoke("ResourceNotFoundException: no function"));
+    let job = h.submit(JOIN).await;
+    h.run_to_end(&job).await;
+    let record = h.store.get_job(&job).await.unwrap().unwrap();
+    assert_eq!(record.state, JobState::Failed);
+    let error = record.error.unwrap();
+    assert!(
+        error.contains("dispatch failed") && error.contains("ResourceNotFound"),
+        "{error}"
+    );
+}
