@@ -1,0 +1,130 @@
+//! `lambdafusion serve` as a user meets it: beyond loopback it refuses to start without
+//! a token; with a token every request must carry it; and the /etc/hostname table of
+//! the issue answers 400 without touching the catalog.
+
+use std::io::{BufRead, BufReader};
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+fn lambdafusion() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_lambdafusion"))
+}
+
+/// A free port on 127.0.0.1.
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+struct Server(Child);
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Starts `serve` and waits until it prints that it is serving.
+fn serve(dir: &std::path::Path, args: &[&str]) -> Server {
+    let mut child = lambdafusion()
+        .arg("serve")
+        .args(args)
+        .current_dir(dir)
+        .env_remove("LAMBDAFUSION_TOKEN")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (ready_tx, ready) = std::sync::mpsc::channel();
+    // Keep reading its log, so that the server never writes into a closed pipe.
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if line.contains("lambdafusion serving on") {
+                let _ = ready_tx.send(());
+            }
+        }
+    });
+    ready
+        .recv_timeout(Duration::from_secs(60))
+        .expect("serve started");
+    Server(child)
+}
+
+#[test]
+fn beyond_loopback_without_a_token_serve_refuses_to_start() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = lambdafusion()
+        .args(["serve", "--bind", "0.0.0.0:0"])
+        .current_dir(dir.path())
+        .env_remove("LAMBDAFUSION_TOKEN")
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--token") && stderr.contains("0.0.0.0"),
+        "{stderr}"
+    );
+}
+
+#[tokio::test]
+async fn with_a_token_every_request_must_carry_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let bind = format!("127.0.0.1:{port}");
+    let _server = serve(dir.path(), &["--bind", &bind, "--token", "t0ken"]);
+    let http = reqwest::Client::new();
+    let url = format!("http://{bind}/v1/tables");
+    let status = http.get(&url).send().await.unwrap().status();
+    assert_eq!(status, 401);
+    let status = http
+        .get(&url)
+        .bearer_auth("wrong")
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 401);
+    let status = http
+        .get(&url)
+        .bearer_auth("t0ken")
+        .send()
+        .await
+        .unwrap()
+        .status();
+    assert_eq!(status, 200);
+}
+
+#[tokio::test]
+async fn a_table_on_etc_hostname_is_a_400_and_nothing_is_stored() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = free_port();
+    let bind = format!("127.0.0.1:{port}");
+    let _server = serve(dir.path(), &["--bind", &bind]);
+    let http = reqwest::Client::new();
+    let response = http
+        .post(format!("http://{bind}/v1/queries"))
+        .json(&serde_json::json!({
+            "sql": "CREATE EXTERNAL TABLE t (l VARCHAR) STORED AS CSV LOCATION '/etc/hostname'"
+        }))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(response.status(), 400);
+    let body: serde_json::Value = response.json().await.unwrap();
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(message.contains("--allow-path"), "{message}");
+    let tables: serde_json::Value = http
+        .get(format!("http://{bind}/v1/tables"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(tables["tables"], serde_json::json!([]));
+}
