@@ -8,12 +8,21 @@ Not a setuptools script. Subcommands:
   setup.py resources --endpoint URL --table NAME --bucket NAME [--region R]
       creates, idempotently, on moto_server: the DynamoDB table (pk S hash, sk S range,
       PAY_PER_REQUEST, stream NEW_IMAGE, TTL on expires_at) and the S3 bucket.
-  setup.py config --out FILE --state-dir DIR --bin-dir DIR --moto-port P
+  setup.py config --out FILE --state-dir DIR --bin-dir DIR --terraform DIR --moto-port P
                   --invoke-port P --url-port P --front-port P
-      writes the lambdafusion-local config (two functions, one stream trigger, the
-      DynamoDB / S3 front before moto); see local/README.md. Reads TABLE/BUCKET/
-      instances/RUST_LOG/FRONT_* knobs from the environment and passes every
-      LAMBDAFUSION_* variable of the caller through to both functions.
+      writes the lambdafusion-local config; see local/README.md. This script writes only
+      the local part (endpoints, credentials, commands, instances, listen addresses,
+      timing, the DynamoDB / S3 front) to <state dir>/emulator.local.json, then runs
+      `lambdafusion-local config`, which takes everything the deployment decides from
+      the Terraform module (each function's environment, memory, timeout, /tmp, reserved
+      concurrency, async retries and destination, URL auth or API timeout; the stream
+      trigger and its filters). Knobs from the environment: LAMBDAFUSION_TABLE/BUCKET/
+      SCHEDULER_FUNCTION/EXECUTOR_FUNCTION (the stack's names of the module's table,
+      bucket and functions), SCHEDULER_INSTANCES/EXECUTOR_INSTANCES, FUNCTION_RUST_LOG,
+      LAMBDA_TIMING, FRONT_*; every TF_VAR_<name> becomes `--var <name>=...` (a variable
+      of the module, as for terraform plan); every other LAMBDAFUSION_* variable is an
+      environment override (replacing the variable on the functions Terraform sets it
+      on, or going to both functions when Terraform sets it on neither).
 
 Only 127.0.0.1 endpoints with the dummy credentials "test"/"test" are ever used.
 """
@@ -21,12 +30,26 @@ Only 127.0.0.1 endpoints with the dummy credentials "test"/"test" are ever used.
 import argparse
 import json
 import os
+import subprocess
 import sys
 import time
 import urllib.error
 import urllib.request
 
 REGION = "us-east-1"
+
+# Which resource of the Terraform module each part of the local stack plays.
+TABLE_RESOURCE = "aws_dynamodb_table.jobs"
+BUCKET_RESOURCE = "aws_s3_bucket.shuffle"
+SCHEDULER_RESOURCE = "aws_lambda_function.scheduler"
+EXECUTOR_RESOURCE = "aws_lambda_function.executor"
+# The caller's variables that name those resources (not environment overrides).
+NAME_KNOBS = (
+    "LAMBDAFUSION_TABLE",
+    "LAMBDAFUSION_BUCKET",
+    "LAMBDAFUSION_SCHEDULER_FUNCTION",
+    "LAMBDAFUSION_EXECUTOR_FUNCTION",
+)
 
 
 def wait(url: str, timeout: float) -> int:
@@ -137,12 +160,8 @@ def config(args: argparse.Namespace) -> int:
     moto = f"http://127.0.0.1:{args.moto_port}"
     # Clients reach DynamoDB, DynamoDB Streams and S3 through the front, never moto itself.
     front = f"http://127.0.0.1:{args.front_port}"
-    function_env = {
-        "LAMBDAFUSION_TABLE": table,
-        "LAMBDAFUSION_BUCKET": bucket,
-        "LAMBDAFUSION_PREFIX": "lambdafusion",
-        "LAMBDAFUSION_EXECUTOR_FUNCTION": executor,
-        "LAMBDAFUSION_SCHEDULER_FUNCTION": scheduler,
+    # Only what this machine decides; the LAMBDAFUSION_* settings come from Terraform.
+    local_env = {
         "AWS_ENDPOINT_URL_DYNAMODB": front,
         "AWS_ENDPOINT_URL_S3": front,
         "AWS_ENDPOINT_URL_LAMBDA": f"http://127.0.0.1:{args.invoke_port}",
@@ -152,8 +171,6 @@ def config(args: argparse.Namespace) -> int:
         "AWS_EC2_METADATA_DISABLED": "true",
         "RUST_LOG": env.get("FUNCTION_RUST_LOG", "info"),
     }
-    # Pass-through, so tests can set e.g. LAMBDAFUSION_FAST_PATH=false.
-    function_env.update({k: v for k, v in env.items() if k.startswith("LAMBDAFUSION_")})
 
     def instances(var: str, default: int) -> int:
         value = env.get(var, str(default))
@@ -161,7 +178,7 @@ def config(args: argparse.Namespace) -> int:
             raise SystemExit(f"setup.py: {var} must be a positive integer, not {value!r}")
         return int(value)
 
-    doc = {
+    local = {
         "region": REGION,
         # Lambda's own waits: "fast" (async retries after 200 / 400 ms) for tests, or
         # LAMBDA_TIMING=aws for AWS's (about 1 and 2 minutes).
@@ -173,57 +190,70 @@ def config(args: argparse.Namespace) -> int:
             {
                 "name": scheduler,
                 "command": [os.path.join(args.bin_dir, "scheduler-fn")],
-                "env": function_env,
+                "env": local_env,
+                # Capped by the module's reserved concurrency, if it sets one.
                 "instances": instances("SCHEDULER_INSTANCES", 2),
-                "timeout_secs": 60,
-                "memory_mb": 1024,
-                "max_retry_attempts": 2,
-                "max_event_age_secs": 21600,
-                "on_failure": None,
-                # As behind the deployment's API Gateway HTTP API: 503 after 30 s.
-                "url": {"listen": f"127.0.0.1:{args.url_port}", "integration_timeout_secs": 30},
+                # Auth and integration timeout come from the module (its HTTP API or
+                # function URL); where it listens is local.
+                "url": {"listen": f"127.0.0.1:{args.url_port}"},
             },
             {
                 "name": executor,
                 "command": [os.path.join(args.bin_dir, "executor-fn")],
-                "env": function_env,
+                "env": local_env,
                 "instances": instances("EXECUTOR_INSTANCES", 4),
-                "timeout_secs": 120,
-                # As infra/terraform's defaults; both limits are enforced by the emulator.
-                "memory_mb": 3008,
-                "ephemeral_storage_mb": 2048,
-                "max_retry_attempts": 0,
-                "max_event_age_secs": 1800,
-                "on_failure": scheduler,
-                "url_listen": None,
             },
         ],
-        # Mirrors aws_lambda_event_source_mapping.stream in infra/terraform (filters,
-        # bisection, partial batch responses), with fewer retries.
+        # The trigger itself (batching, filters, bisection, retries) comes from the module.
         "stream_mappings": [
             {
                 "table": table,
                 "function": scheduler,
                 "dynamodb_endpoint": front,
-                "batch_size": 100,
                 "poll_interval_ms": 250,
-                "maximum_retry_attempts": 3,
-                "bisect_batch_on_function_error": True,
-                "starting_position": "LATEST",
-                "filters": [
-                    {"dynamodb": {"NewImage": {"sk": {"S": [{"prefix": "COUNT#"}]}, "remaining": {"N": ["0"]}}}},
-                    {"dynamodb": {"NewImage": {"sk": {"S": [{"prefix": "TASK#"}]}, "state": {"S": ["FAILED"]}}}},
-                ],
             }
         ],
+        "front": front_config(args.front_port, moto),
     }
-    doc["front"] = front_config(args.front_port, moto)
-    tmp = args.out + ".tmp"
-    with open(tmp, "w", encoding="utf-8") as f:
-        json.dump(doc, f, indent=2)
+    local_path = os.path.join(args.state_dir, "emulator.local.json")
+    with open(local_path, "w", encoding="utf-8") as f:
+        json.dump(local, f, indent=2)
         f.write("\n")
-    os.replace(tmp, args.out)
-    return 0
+
+    command = [
+        os.path.join(args.bin_dir, "lambdafusion-local"),
+        "config",
+        "--terraform",
+        args.terraform,
+        "--local",
+        local_path,
+        "--out",
+        args.out,
+        "--name",
+        f"{TABLE_RESOURCE}={table}",
+        "--name",
+        f"{BUCKET_RESOURCE}={bucket}",
+        "--name",
+        f"{SCHEDULER_RESOURCE}={scheduler}",
+        "--name",
+        f"{EXECUTOR_RESOURCE}={executor}",
+    ]
+    for key, value in sorted(env.items()):
+        if key.startswith("TF_VAR_") and len(key) > len("TF_VAR_"):
+            command += ["--var", f"{key[len('TF_VAR_'):]}={value}"]
+        # Test knobs such as LAMBDAFUSION_FAST_PATH=false or LAMBDAFUSION_TEST_CRASH_FILE.
+        elif key.startswith("LAMBDAFUSION_") and key not in NAME_KNOBS:
+            command += ["--env", f"{key}={value}"]
+    done = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    sys.stdout.write(done.stdout)
+    sys.stderr.write(done.stderr)
+    if done.returncode != 0 and "unrecognized subcommand" in done.stderr:
+        print(
+            "setup.py: this lambdafusion-local has no `config` subcommand: rebuild it "
+            "(cargo build -p lambdafusion-local)",
+            file=sys.stderr,
+        )
+    return done.returncode
 
 
 def main() -> int:
@@ -238,7 +268,16 @@ def main() -> int:
     r.add_argument("--bucket", required=True)
     r.add_argument("--region", default=REGION)
     c = sub.add_parser("config")
-    for name in ("--out", "--state-dir", "--bin-dir", "--moto-port", "--invoke-port", "--url-port", "--front-port"):
+    for name in (
+        "--out",
+        "--state-dir",
+        "--bin-dir",
+        "--terraform",
+        "--moto-port",
+        "--invoke-port",
+        "--url-port",
+        "--front-port",
+    ):
         c.add_argument(name, required=True)
     args = parser.parse_args()
     if args.cmd == "wait":

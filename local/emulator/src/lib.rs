@@ -97,6 +97,7 @@ pub mod invoke_api;
 pub mod limits;
 pub mod sigv4;
 pub mod streams;
+pub mod terraform;
 pub mod time;
 
 use serde_json::json;

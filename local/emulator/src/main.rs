@@ -1,8 +1,14 @@
 //! `lambdafusion-local serve --config <file.json>`: runs the Lambda emulator until
 //! SIGTERM or SIGINT. See the library documentation for what it serves.
+//!
+//! `lambdafusion-local config --terraform <module> --local <file.json> --out <file.json>`:
+//! writes that config from the deployment's Terraform module and the local settings
+//! (see `lambdafusion_local::terraform`).
 
 use clap::{Parser, Subcommand};
+use lambdafusion_local::terraform::{self, Address, Request};
 use lambdafusion_local::{Config, Emulator};
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use tracing_subscriber::EnvFilter;
@@ -87,6 +93,98 @@ enum Command {
         #[arg(long, short)]
         config: PathBuf,
     },
+    /// Write the emulator config from the deployment's Terraform module (each function's
+    /// environment, memory, timeout, /tmp, reserved concurrency, async invoke config and
+    /// HTTP entry; the DynamoDB stream trigger) and a local part (the config format, with
+    /// only local settings: endpoints, commands, instances, listen addresses, front).
+    #[command(after_long_help = TERRAFORM_HELP)]
+    Config {
+        /// The Terraform module's directory (every .tf file in it is read).
+        #[arg(long)]
+        terraform: PathBuf,
+        /// The local part: a JSON file in the config format whose functions and stream
+        /// mappings hold only local settings.
+        #[arg(long)]
+        local: PathBuf,
+        /// Where to write the config (replaced atomically).
+        #[arg(long)]
+        out: PathBuf,
+        /// A variable of the module, as `terraform plan -var NAME=VALUE` takes it.
+        #[arg(long = "var", value_name = "NAME=VALUE")]
+        vars: Vec<String>,
+        /// The stack's name of a resource, e.g. aws_dynamodb_table.jobs=lambdafusion.
+        #[arg(long = "name", value_name = "ADDRESS=NAME")]
+        names: Vec<String>,
+        /// An environment override: replaces the variable on the functions Terraform sets it
+        /// on, or goes to every function when Terraform sets it on none.
+        #[arg(long = "env", value_name = "NAME=VALUE")]
+        env: Vec<String>,
+    },
+}
+
+const TERRAFORM_HELP: &str = r#"WHAT COMES FROM WHERE:
+  Terraform module   function env (environment.variables, evaluated), memory_size, timeout,
+                     ephemeral_storage.size, reserved_concurrent_executions (caps instances),
+                     event invoke config (retries, event age, on-failure function; Lambda's
+                     defaults without one), function URL auth or HTTP API integration timeout,
+                     the DynamoDB stream trigger (batch size, parallelization, bisection,
+                     retries, starting position, filter patterns)
+  local part         region, account, invoke_listen, state_dir, timing, credentials, front,
+                     fault_plan; per function: name, command, instances, local env (endpoints,
+                     credentials, RUST_LOG), url.listen, timing, retry_delays_ms, max_queue;
+                     per stream mapping: table, function, dynamodb_endpoint, poll_interval_ms
+
+A setting the local part gives that Terraform decides is an error, and so is a Terraform
+setting the reader does not know, or an expression it cannot evaluate locally (the message
+names the resource, the attribute and the reference)."#;
+
+/// `K=V` pairs of repeated flags.
+fn pairs(flag: &str, items: &[String]) -> Result<BTreeMap<String, String>, String> {
+    let mut out = BTreeMap::new();
+    for item in items {
+        let Some((k, v)) = item.split_once('=') else {
+            return Err(format!("{flag} {item:?}: expected NAME=VALUE"));
+        };
+        if out.insert(k.to_string(), v.to_string()).is_some() {
+            return Err(format!("{flag} {k} given twice"));
+        }
+    }
+    Ok(out)
+}
+
+fn write_config(
+    terraform_dir: PathBuf,
+    local: PathBuf,
+    out: PathBuf,
+    vars: &[String],
+    names: &[String],
+    env: &[String],
+) -> Result<(), lambdafusion_local::Error> {
+    let mut resource_names = BTreeMap::new();
+    for (address, name) in pairs("--name", names)? {
+        resource_names.insert(address.parse::<Address>()?, name);
+    }
+    let request = Request {
+        module_dir: terraform_dir,
+        local,
+        vars: pairs("--var", vars)?,
+        names: resource_names,
+        env: pairs("--env", env)?,
+    };
+    let (text, summary) = terraform::build(&request)?;
+    let tmp = out.with_extension("json.tmp");
+    std::fs::write(&tmp, text).map_err(|e| format!("cannot write {}: {e}", tmp.display()))?;
+    std::fs::rename(&tmp, &out).map_err(|e| format!("cannot write {}: {e}", out.display()))?;
+    println!(
+        "config: {} from {} and {}",
+        out.display(),
+        request.module_dir.display(),
+        request.local.display()
+    );
+    for line in summary {
+        println!("config:   {line}");
+    }
+    Ok(())
 }
 
 #[tokio::main]
@@ -99,14 +197,23 @@ async fn main() -> ExitCode {
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
-    match cli.command {
-        Command::Serve { config } => match serve(config).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("lambdafusion-local: {e}");
-                ExitCode::FAILURE
-            }
-        },
+    let result = match cli.command {
+        Command::Serve { config } => serve(config).await,
+        Command::Config {
+            terraform,
+            local,
+            out,
+            vars,
+            names,
+            env,
+        } => write_config(terraform, local, out, &vars, &names, &env),
+    };
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("lambdafusion-local: {e}");
+            ExitCode::FAILURE
+        }
     }
 }
 
