@@ -42,10 +42,11 @@ const MEMORY_FRACTION: f64 = 0.7;
 /// invoker, S3 registry (the data buckets and the shuffle bucket, nothing else — no local
 /// file system), a memory pool per task sized from the function's memory
 /// (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`) spilling to `/tmp`, and the fault plan of
-/// `LAMBDAFUSION_FAULTS` (the local stack's failure tests; empty otherwise).
+/// `LAMBDAFUSION_FAULTS` (the local stack's failure tests, read again whenever its file
+/// changes; empty otherwise).
 pub async fn services(role: Role) -> Result<Services> {
     let settings = AwsSettings::from_env(role).map_err(|e| Error::InvalidInput(e.to_string()))?;
-    let plan = lambdafusion::faults::FaultPlan::from_env()
+    let plan = lambdafusion::faults::LivePlan::from_env()
         .map_err(|e| Error::InvalidInput(format!("{}: {e}", contract::ENV_FAULTS)))?;
     let mut services = services_with(&settings).await?;
     services.faults = lambdafusion::faults::Faults::exiting(plan);

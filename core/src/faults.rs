@@ -9,9 +9,7 @@
 //! current step with an error (the scheduler keeps nothing in memory, so that is what a
 //! dead scheduler leaves behind too).
 
-use std::sync::Arc;
-
-pub use lambdafusion_faults::{FaultKind, FaultPlan};
+pub use lambdafusion_faults::{FaultKind, FaultPlan, LivePlan};
 
 use crate::{Error, Result};
 
@@ -27,26 +25,23 @@ pub enum CrashMode {
 /// The fault plan of a process and how its crashes end.
 #[derive(Debug, Clone)]
 pub struct Faults {
-    /// The plan.
-    pub plan: Arc<FaultPlan>,
+    /// The plan (it may change while the process runs: see [`LivePlan`]).
+    pub plan: LivePlan,
     /// How a crash ends.
     pub mode: CrashMode,
 }
 
 impl Default for Faults {
     fn default() -> Self {
-        Self {
-            plan: Arc::new(FaultPlan::none()),
-            mode: CrashMode::InProcess,
-        }
+        Self::in_process(FaultPlan::none())
     }
 }
 
 impl Faults {
     /// A plan whose crashes end the process.
-    pub fn exiting(plan: FaultPlan) -> Self {
+    pub fn exiting(plan: LivePlan) -> Self {
         Self {
-            plan: Arc::new(plan),
+            plan,
             mode: CrashMode::Exit,
         }
     }
@@ -54,15 +49,21 @@ impl Faults {
     /// A plan whose crashes stay in the process (panics, abandoned steps).
     pub fn in_process(plan: FaultPlan) -> Self {
         Self {
-            plan: Arc::new(plan),
+            plan: LivePlan::fixed(plan),
             mode: CrashMode::InProcess,
         }
+    }
+
+    /// Whether the plan hits the event `key` with `kind` (no crash: for deciding before
+    /// a crash point what to do first, as a scheduler crashing mid-dispatch does).
+    pub fn fires(&self, kind: FaultKind, key: &str) -> bool {
+        self.plan.current().fires(kind, key)
     }
 
     /// The crash point `kind` for the event `key`: returns `Ok` when the plan does not
     /// fire; otherwise records the fault and crashes (see the [module docs](self)).
     pub fn crash_point(&self, kind: FaultKind, key: &str) -> Result<()> {
-        if !self.plan.fires(kind, key) {
+        if !self.fires(kind, key) {
             return Ok(());
         }
         lambdafusion_faults::log_injected(kind, key);

@@ -31,8 +31,10 @@
 use std::collections::BTreeMap;
 use std::fmt;
 use std::io::Write;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::SystemTime;
 
 use serde::{Deserialize, Serialize};
 
@@ -376,6 +378,105 @@ fn mix(seed: u64, kind: &str, key: &str) -> u64 {
     h ^ (h >> 31)
 }
 
+/// A plan that can change while processes run: the emulator swaps it when a test asks
+/// (`PUT /_lambdafusion/faults`) and writes it to a file; function processes watching that
+/// file (`LAMBDAFUSION_FAULTS` naming it) pick the new plan up at their next decision.
+/// Cloning shares the plan.
+#[derive(Debug, Clone)]
+pub struct LivePlan {
+    plan: Arc<RwLock<Arc<FaultPlan>>>,
+    file: Option<PathBuf>,
+    stamp: Arc<Mutex<Option<SystemTime>>>,
+}
+
+impl LivePlan {
+    /// A plan that never changes (unless replaced in this process).
+    pub fn fixed(plan: FaultPlan) -> Self {
+        Self {
+            plan: Arc::new(RwLock::new(Arc::new(plan))),
+            file: None,
+            stamp: Arc::new(Mutex::new(None)),
+        }
+    }
+
+    /// A plan kept in `file` (written now with `plan`) and read again whenever the
+    /// file changes.
+    pub fn in_file(plan: FaultPlan, file: &Path) -> Result<Self, PlanError> {
+        let live = Self {
+            plan: Arc::new(RwLock::new(Arc::new(FaultPlan::none()))),
+            file: Some(file.to_path_buf()),
+            stamp: Arc::new(Mutex::new(None)),
+        };
+        live.replace(plan)?;
+        Ok(live)
+    }
+
+    /// The plan of `LAMBDAFUSION_FAULTS`: JSON text (fixed), or a path whose file is
+    /// watched; none when unset.
+    pub fn from_env() -> Result<Self, PlanError> {
+        match std::env::var(ENV_PLAN) {
+            Ok(v) if !v.trim().is_empty() && !v.trim().starts_with('{') => {
+                let file = PathBuf::from(v.trim());
+                let live = Self {
+                    plan: Arc::new(RwLock::new(Arc::new(FaultPlan::none()))),
+                    file: Some(file),
+                    stamp: Arc::new(Mutex::new(None)),
+                };
+                live.reload()?;
+                Ok(live)
+            }
+            _ => Ok(Self::fixed(FaultPlan::from_env()?)),
+        }
+    }
+
+    /// The file the plan lives in, if any.
+    pub fn file(&self) -> Option<&Path> {
+        self.file.as_deref()
+    }
+
+    /// The plan now (read again from its file if the file changed).
+    pub fn current(&self) -> Arc<FaultPlan> {
+        if self.file.is_some() {
+            // A plan file being rewritten may be read half-written: keep the old plan
+            // then; the next call reads it again.
+            let _ = self.reload();
+        }
+        self.plan.read().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Replaces the plan (and rewrites its file, atomically, if it has one).
+    pub fn replace(&self, plan: FaultPlan) -> Result<(), PlanError> {
+        if let Some(file) = &self.file {
+            let tmp = file.with_extension("json.tmp");
+            std::fs::write(&tmp, plan.to_json())
+                .and_then(|()| std::fs::rename(&tmp, file))
+                .map_err(|source| PlanError::Read {
+                    path: file.display().to_string(),
+                    source,
+                })?;
+            *self.stamp.lock().unwrap_or_else(|p| p.into_inner()) =
+                std::fs::metadata(file).and_then(|m| m.modified()).ok();
+        }
+        *self.plan.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(plan);
+        Ok(())
+    }
+
+    fn reload(&self) -> Result<(), PlanError> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        let modified = std::fs::metadata(file).and_then(|m| m.modified()).ok();
+        let mut stamp = self.stamp.lock().unwrap_or_else(|p| p.into_inner());
+        if modified.is_none() || *stamp == modified {
+            return Ok(());
+        }
+        let plan = FaultPlan::from_text_or_path(&file.display().to_string())?;
+        *self.plan.write().unwrap_or_else(|p| p.into_inner()) = Arc::new(plan);
+        *stamp = modified;
+        Ok(())
+    }
+}
+
 /// Injected faults counted by kind, in memory (the emulator's own injections).
 #[derive(Debug, Default)]
 pub struct Counters {
@@ -505,6 +606,33 @@ mod tests {
         assert_eq!(delays.len(), 200);
         assert!(delays.iter().all(|d| (100..=300).contains(d)));
         assert!(delays.iter().any(|d| *d != delays[0]));
+    }
+
+    #[test]
+    fn a_live_plan_follows_its_file() {
+        let dir = std::env::temp_dir().join(format!("live-plan-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let file = dir.join("plan.json");
+        let writer = LivePlan::in_file(FaultPlan::none(), &file).unwrap();
+        let reader = LivePlan {
+            plan: Arc::new(RwLock::new(Arc::new(FaultPlan::none()))),
+            file: Some(file.clone()),
+            stamp: Arc::new(Mutex::new(None)),
+        };
+        assert!(reader.current().is_empty());
+        // Another process (the emulator) swaps the plan: the reader sees it.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        writer
+            .replace(FaultPlan::parse(r#"{"seed": 3, "faults": {"s3.slow_down": 1}}"#).unwrap())
+            .unwrap();
+        let now = reader.current();
+        assert_eq!(now.seed, 3);
+        assert!(now.fires(FaultKind::S3SlowDown, "x"));
+        assert_eq!(writer.current().seed, 3);
+        let fixed = LivePlan::fixed(FaultPlan::none());
+        fixed.replace(now.as_ref().clone()).unwrap();
+        assert_eq!(fixed.current().seed, 3);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

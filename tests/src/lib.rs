@@ -2,3 +2,4 @@
 //! test), and clients configured for it.
 
 pub mod stack;
+pub mod workload;

@@ -18,8 +18,8 @@ use lambdafusion_aws::store::DynamoDbJobStore;
 use lambdafusion_cli::client::{Client, ClientError};
 use lambdafusion_cli::tpch;
 use lambdafusion_tests::stack::Stack;
+use lambdafusion_tests::workload;
 use object_store::path::Path;
-use object_store::{ObjectStoreExt, PutPayload};
 
 const QUERIES: [usize; 6] = [1, 3, 5, 10, 12, 18];
 
@@ -32,46 +32,19 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// Generates TPC-H SF 0.01, uploads it to the stack's bucket, registers the tables.
 async fn load_tpch(stack: &Stack, client: &Client, dir: &std::path::Path) {
-    tpch::generate(dir, 0.01, 2, &|_, _| {}).unwrap();
-    let s3 = stack.s3();
-    for file in tpch::data_files(dir) {
-        let relative = file
-            .strip_prefix(dir)
-            .unwrap()
-            .to_string_lossy()
-            .to_string();
-        let bytes = std::fs::read(&*file).unwrap();
-        s3.put(
-            &Path::from(format!("data/tpch/{relative}")),
-            PutPayload::from(bytes),
-        )
-        .await
-        .unwrap();
-    }
-    let bucket = stack.var("LAMBDAFUSION_BUCKET");
-    for sql in tpch::create_statements(&format!("s3://{bucket}/data/tpch")) {
-        run(client, &sql).await;
-    }
+    workload::load_tpch(stack, client, dir, 0.01).await
 }
 
 async fn run(
     client: &Client,
     sql: &str,
 ) -> (JobStatus, Vec<datafusion::arrow::array::RecordBatch>) {
-    let (status, _, batches) =
-        tokio::time::timeout(Duration::from_secs(180), client.run(sql, &mut |_| {}))
-            .await
-            .unwrap_or_else(|_| panic!("timed out running:\n{sql}"))
-            .unwrap_or_else(|e| panic!("{e}\nwhile running:\n{sql}"));
-    (status, batches)
+    workload::run(client, sql).await
 }
 
 async fn baseline(dir: &std::path::Path) -> SessionContext {
-    let ctx = SessionContext::new();
-    tpch::register_baseline(&ctx, dir).await.unwrap();
-    ctx
+    workload::baseline(dir).await
 }
 
 async fn check_query(client: &Client, ctx: &SessionContext, q: usize) -> JobStatus {

@@ -551,10 +551,7 @@ impl Scheduler {
                         })
                         .collect();
                     let faults = &self.services.faults;
-                    if faults
-                        .plan
-                        .fires(FaultKind::SchedulerCrashMidDispatch, &stage_key)
-                    {
+                    if faults.fires(FaultKind::SchedulerCrashMidDispatch, &stage_key) {
                         let rest = sends.split_off(sends.len() / 2);
                         self.dispatch(sends).await;
                         faults.crash_point(FaultKind::SchedulerCrashMidDispatch, &stage_key)?;

@@ -32,7 +32,7 @@
 use axum::extract::State;
 use axum::routing::get;
 use axum::{Json, Router};
-use lambdafusion_faults::{read_log, Counters, FaultKind, FaultPlan, PlanError};
+use lambdafusion_faults::{read_log, Counters, FaultKind, FaultPlan, LivePlan, PlanError};
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -70,8 +70,9 @@ impl Behaviour {
 /// The plan, the counters and the crash-point log of one emulator.
 #[derive(Debug)]
 pub struct Faults {
-    /// The plan every decision of this process derives from.
-    pub plan: Arc<FaultPlan>,
+    /// The plan every decision of this process derives from; `PUT /_lambdafusion/faults`
+    /// swaps it (and its file, which the function processes watch).
+    pub plan: LivePlan,
     /// Faults injected by this process (the front, the Lambda emulation, the stream
     /// trigger).
     pub counters: Arc<Counters>,
@@ -83,9 +84,9 @@ pub struct Faults {
 
 impl Faults {
     /// Fault state for `plan`, with fresh counters.
-    pub fn new(plan: FaultPlan, log: Option<PathBuf>) -> Faults {
+    pub fn new(plan: LivePlan, log: Option<PathBuf>) -> Faults {
         Faults {
-            plan: Arc::new(plan),
+            plan,
             counters: Arc::new(Counters::new()),
             log,
             behaviours: Mutex::new(BTreeMap::new()),
@@ -94,12 +95,12 @@ impl Faults {
 
     /// No plan: nothing is ever injected.
     pub fn none() -> Faults {
-        Faults::new(FaultPlan::none(), None)
+        Faults::new(LivePlan::fixed(FaultPlan::none()), None)
     }
 
     /// Whether `kind` hits the event `key`; a hit is counted.
     pub fn fire(&self, kind: FaultKind, key: &str) -> bool {
-        let hit = self.plan.fires(kind, key);
+        let hit = self.plan.current().fires(kind, key);
         if hit {
             self.counters.record(kind);
         }
@@ -108,7 +109,7 @@ impl Faults {
 
     /// The delay `kind` puts on the event `key`, if it hits; a hit is counted.
     pub fn delay_ms(&self, kind: FaultKind, key: &str) -> Option<u64> {
-        let ms = self.plan.delay_ms(kind, key)?;
+        let ms = self.plan.current().delay_ms(kind, key)?;
         self.counters.record(kind);
         Some(ms)
     }
@@ -139,9 +140,10 @@ impl Faults {
 
     /// The document `GET /_lambdafusion/faults` answers.
     pub fn report(&self) -> Value {
+        let plan = self.plan.current();
         json!({
-            "seed": self.plan.seed,
-            "plan": &*self.plan,
+            "seed": plan.seed,
+            "plan": &*plan,
             "injected": self.injected(),
         })
     }
@@ -165,15 +167,35 @@ pub fn load_plan(config_value: Option<&Value>) -> Result<FaultPlan, PlanError> {
     }
 }
 
-/// The `GET /_lambdafusion/faults` route, merged into the Invoke API listener.
+/// The `GET /_lambdafusion/faults` route (the report) and `PUT` (a new plan, taking
+/// effect at once in the emulator and at their next decision in the function
+/// processes; counts go on adding up), merged into the Invoke API listener.
 pub fn router(faults: Arc<Faults>) -> Router {
     Router::new()
-        .route(REPORT_PATH, get(report))
+        .route(REPORT_PATH, get(report).put(replace))
         .with_state(faults)
 }
 
 async fn report(State(faults): State<Arc<Faults>>) -> Json<Value> {
     Json(faults.report())
+}
+
+async fn replace(
+    State(faults): State<Arc<Faults>>,
+    body: String,
+) -> Result<Json<Value>, (axum::http::StatusCode, Json<Value>)> {
+    let refuse = |message: String| {
+        (
+            axum::http::StatusCode::BAD_REQUEST,
+            Json(json!({"message": message})),
+        )
+    };
+    let plan = FaultPlan::parse(&body).map_err(|e| refuse(e.to_string()))?;
+    faults
+        .plan
+        .replace(plan)
+        .map_err(|e| refuse(e.to_string()))?;
+    Ok(Json(faults.report()))
 }
 
 #[cfg(test)]
@@ -186,7 +208,7 @@ mod tests {
         let log = dir.path().join("faults.log");
         std::fs::write(&log, "executor.crash_after_put q1/s0/p0/a0\n").unwrap();
         let plan = plan_from_value(&json!({"seed": 9, "faults": {"s3.slow_down": 1}})).unwrap();
-        let faults = Faults::new(plan, Some(log));
+        let faults = Faults::new(LivePlan::fixed(plan), Some(log));
         assert!(faults.fire(FaultKind::S3SlowDown, "GET b/k #0"));
         assert!(!faults.fire(FaultKind::S3InternalError, "GET b/k #0"));
         faults.record_behaviour(Behaviour::DynamoDbThrottled, 2);

@@ -348,14 +348,18 @@ impl Registry {
     pub fn new(config: &Config) -> Registry {
         Registry::with_faults(
             config,
-            Arc::new(FaultPlan::none()),
+            lambdafusion_faults::LivePlan::fixed(FaultPlan::none()),
             Arc::new(Counters::new()),
         )
     }
 
     /// Builds the functions of a config, injecting the Lambda and stream faults of
     /// `plan` and counting them in `counters`.
-    pub fn with_faults(config: &Config, plan: Arc<FaultPlan>, counters: Arc<Counters>) -> Registry {
+    pub fn with_faults(
+        config: &Config,
+        plan: lambdafusion_faults::LivePlan,
+        counters: Arc<Counters>,
+    ) -> Registry {
         let injector = Injector::new(plan, counters);
         let functions = config
             .functions
@@ -381,8 +385,8 @@ impl Registry {
         &self.injector
     }
 
-    /// The fault plan.
-    pub fn faults(&self) -> &Arc<FaultPlan> {
+    /// The fault plan now.
+    pub fn faults(&self) -> Arc<FaultPlan> {
         self.injector.plan()
     }
 
@@ -777,7 +781,7 @@ mod tests {
             FaultPlan::parse(r#"{"faults": {"lambda.concurrency_limit": {"limit": 1}}}"#).unwrap();
         let r = Arc::new(Registry::with_faults(
             &c,
-            Arc::new(plan),
+            lambdafusion_faults::LivePlan::fixed(plan),
             Arc::new(Counters::new()),
         ));
         let t = r.resolve("f", None).unwrap();
@@ -812,7 +816,11 @@ mod tests {
         )
         .unwrap();
         let plan = FaultPlan::parse(r#"{"faults": {"lambda.drop_event": 0.5}}"#).unwrap();
-        let r = Registry::with_faults(&c, Arc::new(plan), Arc::new(Counters::new()));
+        let r = Registry::with_faults(
+            &c,
+            lambdafusion_faults::LivePlan::fixed(plan),
+            Arc::new(Counters::new()),
+        );
         let f = r.get("f").unwrap();
         let a = f.event_key(br#"{"job":"00000000000000000000000000000001"}"#);
         let b = f.event_key(br#"{"job":"00000000000000000000000000000002"}"#);

@@ -28,7 +28,7 @@
 //!
 //! Same seed and same sequence of events: same faults.
 
-use lambdafusion_faults::{Counters, FaultKind, FaultPlan};
+use lambdafusion_faults::{Counters, FaultKind, FaultPlan, LivePlan};
 use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
@@ -36,25 +36,28 @@ use std::time::Duration;
 /// The plan plus the counters every injected fault is recorded in.
 #[derive(Debug, Clone)]
 pub struct Injector {
-    plan: Arc<FaultPlan>,
+    plan: LivePlan,
     counters: Arc<Counters>,
 }
 
 impl Default for Injector {
     fn default() -> Self {
-        Injector::new(Arc::new(FaultPlan::none()), Arc::new(Counters::new()))
+        Injector::new(
+            LivePlan::fixed(FaultPlan::none()),
+            Arc::new(Counters::new()),
+        )
     }
 }
 
 impl Injector {
     /// Injects what `plan` says, counting into `counters`.
-    pub fn new(plan: Arc<FaultPlan>, counters: Arc<Counters>) -> Injector {
+    pub fn new(plan: LivePlan, counters: Arc<Counters>) -> Injector {
         Injector { plan, counters }
     }
 
-    /// The plan.
-    pub fn plan(&self) -> &Arc<FaultPlan> {
-        &self.plan
+    /// The plan now (a test may swap it while the emulator runs).
+    pub fn plan(&self) -> Arc<FaultPlan> {
+        self.plan.current()
     }
 
     /// The counters of injected faults.
@@ -64,12 +67,12 @@ impl Injector {
 
     /// Whether the plan has any fault at all (keys need not be computed otherwise).
     pub fn is_active(&self) -> bool {
-        !self.plan.is_empty()
+        !self.plan.current().is_empty()
     }
 
     /// Whether `kind` hits the event `key`; a hit is counted.
     pub fn fire(&self, kind: FaultKind, key: &str) -> bool {
-        let hit = self.plan.fires(kind, key);
+        let hit = self.plan.current().fires(kind, key);
         if hit {
             self.counters.record(kind);
         }
@@ -79,7 +82,7 @@ impl Injector {
     /// The delay `kind` imposes on the event `key` (`ms`, or between `ms` and `max_ms`),
     /// if it hits; a hit is counted.
     pub fn delay(&self, kind: FaultKind, key: &str) -> Option<Duration> {
-        let ms = self.plan.delay_ms(kind, key)?;
+        let ms = self.plan.current().delay_ms(kind, key)?;
         self.counters.record(kind);
         Some(Duration::from_millis(ms))
     }
@@ -93,6 +96,7 @@ impl Injector {
     /// gives no `limit`).
     pub fn concurrency_limit(&self) -> Option<usize> {
         self.plan
+            .current()
             .get(FaultKind::LambdaConcurrencyLimit)
             .map(|f| f.limit.unwrap_or(1).max(1) as usize)
     }
@@ -259,7 +263,7 @@ mod tests {
                 "lambda.concurrency_limit": {"limit": 3}}}"#,
         )
         .unwrap();
-        let inj = Injector::new(Arc::new(plan), Arc::new(Counters::new()));
+        let inj = Injector::new(LivePlan::fixed(plan), Arc::new(Counters::new()));
         assert!(inj.is_active());
         assert!(inj.fire(FaultKind::LambdaDropEvent, "f#0#1"));
         assert!(!inj.fire(FaultKind::LambdaDuplicateEvent, "f#0#1"));

@@ -178,17 +178,19 @@ impl Emulator {
         let plan = faults::load_plan(config.fault_plan.as_ref())
             .map_err(|e| format!("fault plan: {e}"))?;
         let fault_log = logs.join("faults.log");
-        if !plan.is_empty() {
-            // The functions read the same plan, and log their crash points where the
-            // report (GET /_lambdafusion/faults) finds them.
-            for f in &mut config.functions {
-                f.env
-                    .entry(lambdafusion_faults::ENV_PLAN.to_string())
-                    .or_insert_with(|| plan.to_json());
-                f.env
-                    .entry(lambdafusion_faults::ENV_LOG.to_string())
-                    .or_insert_with(|| fault_log.to_string_lossy().into_owned());
-            }
+        // The plan lives in a file the functions watch (so a test can swap it while the
+        // stack runs), and they log their crash points where the report
+        // (GET /_lambdafusion/faults) finds them.
+        let plan_file = config.state_dir.join("faults.json");
+        let plan = lambdafusion_faults::LivePlan::in_file(plan, &plan_file)
+            .map_err(|e| format!("fault plan: {e}"))?;
+        for f in &mut config.functions {
+            f.env
+                .entry(lambdafusion_faults::ENV_PLAN.to_string())
+                .or_insert_with(|| plan_file.to_string_lossy().into_owned());
+            f.env
+                .entry(lambdafusion_faults::ENV_LOG.to_string())
+                .or_insert_with(|| fault_log.to_string_lossy().into_owned());
         }
         let faults = Arc::new(Faults::new(plan, Some(fault_log)));
 

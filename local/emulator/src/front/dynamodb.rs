@@ -1004,7 +1004,12 @@ pub async fn handle(
             debug!(%key, fault = %kind, "front: injecting");
             if kind == FaultKind::DynamoDbInternalError
                 && is_write(&op)
-                && front.faults.plan.unit(kind, &format!("{key}#applied")) < 0.5
+                && front
+                    .faults
+                    .plan
+                    .current()
+                    .unit(kind, &format!("{key}#applied"))
+                    < 0.5
             {
                 fail_after_apply = true;
                 break;

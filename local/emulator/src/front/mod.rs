@@ -64,7 +64,7 @@ impl Shared {
         faults: Arc<Faults>,
     ) -> Result<Shared, Error> {
         config.validate().map_err(|e| format!("front: {e}"))?;
-        if let Some(f) = faults.plan.get(FaultKind::S3Bandwidth) {
+        if let Some(f) = faults.plan.current().get(FaultKind::S3Bandwidth) {
             if !f.mb_per_s.is_some_and(|m| m > 0.0) {
                 return Err(
                     "fault plan: s3.bandwidth needs a positive mb_per_s (e.g. {\"mb_per_s\": 40})"

@@ -175,7 +175,7 @@ pub async fn handle(front: Arc<Shared>, request: axum::extract::Request) -> Resp
     if let Some(ms) = front.faults.delay_ms(FaultKind::S3SlowFirstByte, &key) {
         respond_at += Duration::from_millis(ms);
     }
-    let cap = match front.faults.plan.get(FaultKind::S3Bandwidth) {
+    let cap = match front.faults.plan.current().get(FaultKind::S3Bandwidth) {
         Some(f) if method == Method::GET && f.mb_per_s.is_some_and(|m| m > 0.0) => front
             .faults
             .fire(FaultKind::S3Bandwidth, &key)
