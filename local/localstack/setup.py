@@ -12,14 +12,17 @@ Not a setuptools script. Subcommands:
                   --invoke-port P --url-port P --front-port P
       writes the lambdafusion-local config; see local/README.md. This script writes only
       the local part (endpoints, credentials, commands, instances, listen addresses,
-      timing, the DynamoDB / S3 front) to <state dir>/emulator.local.json, then runs
-      `lambdafusion-local config`, which takes everything the deployment decides from
-      the Terraform module (each function's environment, memory, timeout, /tmp, reserved
-      concurrency, async retries and destination, URL auth or API timeout; the stream
-      trigger and its filters). Knobs from the environment: LAMBDAFUSION_TABLE/BUCKET/
-      SCHEDULER_FUNCTION/EXECUTOR_FUNCTION (the stack's names of the module's table,
+      timing, the DynamoDB / S3 front, the sweep's local period) to
+      <state dir>/emulator.local.json, then runs `lambdafusion-local config`, which takes
+      everything the deployment decides from the Terraform module (each function's
+      environment, memory, timeout, /tmp, reserved concurrency, async retries and
+      destination, URL auth or API timeout; the stream trigger and its filters; the
+      sweep's schedule and retry policy). Knobs from the environment: LAMBDAFUSION_TABLE/
+      BUCKET/SCHEDULER_FUNCTION/EXECUTOR_FUNCTION (the stack's names of the module's table,
       bucket and functions), SCHEDULER_INSTANCES/EXECUTOR_INSTANCES, FUNCTION_RUST_LOG,
-      LAMBDA_TIMING, FRONT_*; every TF_VAR_<name> becomes `--var <name>=...` (a variable
+      LAMBDA_TIMING, FRONT_*, SWEEP_EVERY_SECS (the sweep's period in seconds instead of
+      the module's schedule expression, rate(1 minute) by default; unset: the module's);
+      every TF_VAR_<name> becomes `--var <name>=...` (a variable
       of the module, as for terraform plan); every other LAMBDAFUSION_* variable is an
       environment override (replacing the variable on the functions Terraform sets it
       on, or going to both functions when Terraform sets it on neither).
@@ -178,6 +181,16 @@ def config(args: argparse.Namespace) -> int:
             raise SystemExit(f"setup.py: {var} must be a positive integer, not {value!r}")
         return int(value)
 
+    # The sweep (the module's scheduled rule on the scheduler) keeps the module's schedule
+    # expression and retry policy; SWEEP_EVERY_SECS only shortens its period locally, so
+    # tests need not wait a minute for lost tasks to be found.
+    schedules = []
+    sweep_every = env.get("SWEEP_EVERY_SECS", "").strip()
+    if sweep_every:
+        if not sweep_every.isdigit() or int(sweep_every) < 1:
+            raise SystemExit(f"setup.py: SWEEP_EVERY_SECS must be a positive integer (seconds), not {sweep_every!r}")
+        schedules.append({"function": scheduler, "every_secs": int(sweep_every)})
+
     local = {
         "region": REGION,
         # Lambda's own waits: "fast" (async retries after 200 / 400 ms) for tests, or
@@ -213,6 +226,8 @@ def config(args: argparse.Namespace) -> int:
                 "poll_interval_ms": 250,
             }
         ],
+        # The schedule itself (expression, target, retry policy) comes from the module.
+        "schedules": schedules,
         "front": front_config(args.front_port, moto),
     }
     local_path = os.path.join(args.state_dir, "emulator.local.json")

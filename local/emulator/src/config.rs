@@ -1,8 +1,10 @@
-//! The emulator's JSON configuration: functions, their limits, and stream triggers.
+//! The emulator's JSON configuration: functions, their limits, stream triggers and
+//! schedules.
 //!
 //! See the crate documentation for an annotated example. Every field except
-//! `functions[].name` / `functions[].command` and the stream mapping's `table`,
-//! `function` and `dynamodb_endpoint` has a default.
+//! `functions[].name` / `functions[].command`, the stream mapping's `table`,
+//! `function` and `dynamodb_endpoint`, and the schedule's `name`, `function` and
+//! `expression` has a default.
 
 use serde::Deserialize;
 use serde_json::Value;
@@ -36,6 +38,9 @@ pub struct Config {
     /// DynamoDB stream triggers (event-source mappings).
     #[serde(default)]
     pub stream_mappings: Vec<StreamMappingConfig>,
+    /// Scheduled EventBridge rules, each invoking one function (see [`crate::schedule`]).
+    #[serde(default)]
+    pub schedules: Vec<ScheduleConfig>,
     /// Lambda's own waits: `aws` (default; async retries after about 1 and 2 minutes) or
     /// `fast` (200 / 400 ms, for tests). A function's `timing` overrides it.
     #[serde(default)]
@@ -248,6 +253,40 @@ pub struct StreamMappingConfig {
     /// never are in two concurrent batches.
     #[serde(default = "default_parallelization_factor")]
     pub parallelization_factor: usize,
+}
+
+/// A scheduled EventBridge rule with one Lambda target (see [`crate::schedule`]): the
+/// function gets EventBridge's scheduled event, asynchronously, every period.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ScheduleConfig {
+    /// The rule's name (1 to 64 of `A-Z a-z 0-9 . - _`, as EventBridge's): the event's
+    /// `resources` hold its ARN, `arn:aws:events:<region>:<account>:rule/<name>`.
+    pub name: String,
+    /// The function invoked (the rule's target).
+    pub function: String,
+    /// `rate(value unit)` (`rate(1 minute)`, `rate(5 minutes)`, ... `days`); a
+    /// `cron(...)` expression only with `every_secs`.
+    pub expression: String,
+    /// The period in seconds locally, instead of the expression's (tests and the local
+    /// stack need seconds, EventBridge's shortest is a minute).
+    #[serde(default)]
+    pub every_secs: Option<u64>,
+    /// The target's retry policy: an event whose invocation was refused is retried until
+    /// it is this old (60..=86400; default 86400, as EventBridge's).
+    #[serde(default = "default_schedule_max_event_age_secs")]
+    pub max_event_age_secs: u64,
+    /// The target's retry policy: at most this many retries of a refused invocation
+    /// (0..=185; default 185, as EventBridge's).
+    #[serde(default = "default_schedule_max_retry_attempts")]
+    pub max_retry_attempts: u32,
+}
+
+fn default_schedule_max_event_age_secs() -> u64 {
+    86_400
+}
+fn default_schedule_max_retry_attempts() -> u32 {
+    185
 }
 
 fn default_region() -> String {
@@ -484,6 +523,45 @@ impl Config {
             }
             crate::filter::parse_filters(&m.filters).map_err(|e| format!("{at}: {e}"))?;
         }
+        let mut rules = BTreeSet::new();
+        for s in &self.schedules {
+            let at = format!("schedule {:?}", s.name);
+            // Rule names as PutRule takes them
+            // (https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_PutRule.html).
+            if s.name.is_empty()
+                || s.name.len() > 64
+                || !s
+                    .name
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b))
+            {
+                return Err(format!(
+                    "{at}: a rule name must be 1 to 64 letters, digits, '.', '-' or '_'"
+                )
+                .into());
+            }
+            if !rules.insert(s.name.as_str()) {
+                return Err(format!("{at}: defined twice").into());
+            }
+            if !names.contains(s.function.as_str()) {
+                return Err(format!("{at}: unknown function {:?}", s.function).into());
+            }
+            crate::schedule::period(s).map_err(|e| format!("{at}: {e}"))?;
+            // The target's RetryPolicy ranges
+            // (https://docs.aws.amazon.com/eventbridge/latest/APIReference/API_RetryPolicy.html).
+            if !(60..=86_400).contains(&s.max_event_age_secs) {
+                return Err(format!(
+                    "{at}: `max_event_age_secs` must be 60..=86400 (as in EventBridge)"
+                )
+                .into());
+            }
+            if s.max_retry_attempts > 185 {
+                return Err(format!(
+                    "{at}: `max_retry_attempts` must be 0..=185 (as in EventBridge)"
+                )
+                .into());
+            }
+        }
         if let Some(front) = &self.front {
             front.validate().map_err(|e| format!("front: {e}"))?;
         }
@@ -588,6 +666,82 @@ mod tests {
             let e = Config::from_json(bad, Path::new("/")).unwrap_err();
             assert!(e.to_string().contains(why), "{bad}: {e}");
         }
+    }
+
+    #[test]
+    fn schedules_defaults_and_validation() {
+        let c = Config::from_json(
+            r#"{"functions":[{"name":"f","command":["x"]}],
+                "schedules":[{"name":"sweep","function":"f","expression":"rate(1 minute)"},
+                             {"name":"fast.sweep_2","function":"f","expression":"rate(2 hours)",
+                              "every_secs":1,"max_event_age_secs":60,"max_retry_attempts":0}]}"#,
+            Path::new("/"),
+        )
+        .unwrap();
+        assert_eq!(c.schedules.len(), 2);
+        let s = &c.schedules[0];
+        assert_eq!(
+            (s.every_secs, s.max_event_age_secs, s.max_retry_attempts),
+            (None, 86_400, 185),
+            "EventBridge's default retry policy"
+        );
+        assert_eq!(c.schedules[1].every_secs, Some(1));
+
+        let with = |schedule: &str| {
+            format!(r#"{{"functions":[{{"name":"f","command":["x"]}}],"schedules":[{schedule}]}}"#)
+        };
+        for (bad, why) in [
+            (
+                r#"{"name":"s","function":"g","expression":"rate(1 minute)"}"#,
+                "unknown function \"g\"",
+            ),
+            (
+                r#"{"name":"s","function":"f","expression":"rate(1 minutes)"}"#,
+                "singular",
+            ),
+            (
+                r#"{"name":"s","function":"f","expression":"cron(0 * * * ? *)"}"#,
+                "cron(...) schedules are not emulated",
+            ),
+            (
+                r#"{"name":"s","function":"f","expression":"rate(1 minute)","every_secs":0}"#,
+                "at least 1",
+            ),
+            (
+                r#"{"name":"s","function":"f","expression":"rate(1 minute)","max_event_age_secs":59}"#,
+                "60..=86400",
+            ),
+            (
+                r#"{"name":"s","function":"f","expression":"rate(1 minute)","max_retry_attempts":186}"#,
+                "0..=185",
+            ),
+            (
+                r#"{"name":"a b","function":"f","expression":"rate(1 minute)"}"#,
+                "rule name",
+            ),
+            (
+                r#"{"name":"s","function":"f","expression":"rate(1 minute)"},{"name":"s","function":"f","expression":"rate(2 minutes)"}"#,
+                "defined twice",
+            ),
+            (
+                r#"{"name":"s","function":"f","expression":"rate(1 minute)","input":"{}"}"#,
+                "unknown field",
+            ),
+            (
+                r#"{"name":"s","function":"f"}"#,
+                "missing field `expression`",
+            ),
+        ] {
+            let e = Config::from_json(&with(bad), Path::new("/")).unwrap_err();
+            assert!(e.to_string().contains(why), "{bad}: {e}");
+        }
+        // A cron expression runs at the local period.
+        let c = Config::from_json(
+            &with(r#"{"name":"s","function":"f","expression":"cron(0 * * * ? *)","every_secs":5}"#),
+            Path::new("/"),
+        )
+        .unwrap();
+        assert_eq!(c.schedules[0].expression, "cron(0 * * * ? *)");
     }
 
     #[test]

@@ -17,6 +17,8 @@
 //!   style integration timeout ([`function_url`]);
 //! * **DynamoDB stream triggers** with Lambda event filtering, partial batch
 //!   responses and a parallelization factor ([`streams`], [`filter`]);
+//! * **schedules**: scheduled EventBridge rules that send their function the scheduled
+//!   event asynchronously every period, with the target's retry policy ([`schedule`]);
 //! * the **Lambda and stream faults** of the fault plan, with stable decision keys
 //!   ([`injection`]);
 //! * the **DynamoDB / S3 front** (`front`): a proxy before moto_server that adds AWS's
@@ -70,6 +72,14 @@
 //!      "parallelization_factor": 1,              // concurrent batches per shard, 1..=10
 //!      "filters": [{"dynamodb": {"NewImage": {"sk": {"S": [{"prefix": "STAGE#"}]}}}}]}
 //!   ],
+//!   "schedules": [
+//!     {"name": "lambdafusion-sweep",             // the rule: its ARN is in the event
+//!      "function": "lambdafusion-scheduler",     // the target, invoked as an Event
+//!      "expression": "rate(1 minute)",           // rate(N minute[s]|hour[s]|day[s])
+//!      "every_secs": null,                       // the local period instead; default none
+//!      "max_event_age_secs": 86400,              // retry policy: 60..=86400, default 86400
+//!      "max_retry_attempts": 185}                // 0..=185, default 185
+//!   ],
 //!   "front": {"listen": "127.0.0.1:4566",        // default 127.0.0.1:4566
 //!             "upstream": "http://127.0.0.1:5050",  // moto_server; required
 //!             "latency": "aws",                  // or "off", or per service/operation
@@ -95,6 +105,7 @@ pub mod injection;
 pub mod instance;
 pub mod invoke_api;
 pub mod limits;
+pub mod schedule;
 pub mod sigv4;
 pub mod streams;
 pub mod terraform;
@@ -165,7 +176,7 @@ fn serve(
 }
 
 impl Emulator {
-    /// Binds every listener, starts every execution environment and stream trigger,
+    /// Binds every listener, starts every execution environment, stream trigger and schedule,
     /// waits (up to 10 s) for the runtimes to be ready, then writes the ready file.
     pub async fn start(mut config: Config) -> Result<Emulator, Error> {
         let logs = config.state_dir.join("logs");
@@ -281,6 +292,14 @@ impl Emulator {
             }
             tasks.push(tokio::spawn(poller.run(shutdown_rx.clone())));
         }
+        for s in &config.schedules {
+            tasks.push(schedule::spawn(
+                s.clone(),
+                registry.clone(),
+                config.timing,
+                shutdown_rx.clone(),
+            )?);
+        }
 
         // Let each runtime reach its first `next` call, so the first invocations do not
         // pay for process start-up (and broken commands show up in the log right away).
@@ -340,6 +359,7 @@ impl Emulator {
             "front_endpoint": self.front_addr.map(|a| format!("http://{a}")),
             "faults": format!("http://{}{}", self.invoke_addr, faults::REPORT_PATH),
             "stream_mappings": config.stream_mappings.iter().map(|m| json!({"table": m.table, "function": m.function})).collect::<Vec<_>>(),
+            "schedules": config.schedules.iter().map(|s| json!({"name": s.name, "function": s.function, "expression": s.expression, "every_secs": s.every_secs})).collect::<Vec<_>>(),
         });
         let tmp = self.ready_file.with_extension("ready.tmp");
         std::fs::write(&tmp, format!("{doc:#}\n"))

@@ -51,6 +51,14 @@ const CONFIG_HELP: &str = r#"CONFIG (JSON; optional fields show their defaults):
       "filters": [ {"dynamodb": {"NewImage": {"sk": {"S": [{"prefix": "STAGE#"}]}}}} ]
     }],                                       responses {"batchItemFailures": [...]} are always honoured; a
                                               response that is not JSON or not such a document fails the batch
+    "schedules": [{                           scheduled EventBridge rules (the sweep)
+      "name": "lambdafusion-sweep",           required; the rule (its ARN is in the event's resources)
+      "function": "lambdafusion-scheduler",   required; the target: gets the "Scheduled Event" as an Event
+      "expression": "rate(1 minute)",         required; rate(N minute[s]|hour[s]|day[s]); cron(...) only with every_secs
+      "every_secs": null,                     the local period instead of the expression's
+      "max_event_age_secs": 86400,            retry policy of a refused (429) invocation: 60..=86400
+      "max_retry_attempts": 185               0..=185; then the event is dropped (logged)
+    }],
     "front": {                                DynamoDB / S3 proxy before moto_server (absent: none)
       "listen": "127.0.0.1:4566",             AWS_ENDPOINT_URL_DYNAMODB / _S3 point here
       "upstream": "http://127.0.0.1:5050",    required (moto_server)
@@ -95,8 +103,9 @@ enum Command {
     },
     /// Write the emulator config from the deployment's Terraform module (each function's
     /// environment, memory, timeout, /tmp, reserved concurrency, async invoke config and
-    /// HTTP entry; the DynamoDB stream trigger) and a local part (the config format, with
-    /// only local settings: endpoints, commands, instances, listen addresses, front).
+    /// HTTP entry; the DynamoDB stream trigger; the scheduled rules) and a local part (the
+    /// config format, with only local settings: endpoints, commands, instances, listen
+    /// addresses, front, a schedule's local period).
     #[command(after_long_help = TERRAFORM_HELP)]
     Config {
         /// The Terraform module's directory (every .tf file in it is read).
@@ -128,11 +137,13 @@ const TERRAFORM_HELP: &str = r#"WHAT COMES FROM WHERE:
                      event invoke config (retries, event age, on-failure function; Lambda's
                      defaults without one), function URL auth or HTTP API integration timeout,
                      the DynamoDB stream trigger (batch size, parallelization, bisection,
-                     retries, starting position, filter patterns)
+                     retries, starting position, filter patterns), scheduled EventBridge rules
+                     with a Lambda target (schedule expression, retry policy)
   local part         region, account, invoke_listen, state_dir, timing, credentials, front,
                      fault_plan; per function: name, command, instances, local env (endpoints,
                      credentials, RUST_LOG), url.listen, timing, retry_delays_ms, max_queue;
-                     per stream mapping: table, function, dynamodb_endpoint, poll_interval_ms
+                     per stream mapping: table, function, dynamodb_endpoint, poll_interval_ms;
+                     per schedule (naming it by name and / or function): every_secs
 
 A setting the local part gives that Terraform decides is an error, and so is a Terraform
 setting the reader does not know, or an expression it cannot evaluate locally (the message

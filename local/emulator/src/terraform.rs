@@ -8,10 +8,13 @@
 //!   reserved concurrency; the asynchronous invoke config (retries, event age, on-failure
 //!   destination); the DynamoDB stream trigger (batch size, parallelization, bisection,
 //!   retries, starting position, filter patterns); the HTTP entry of a function (a function
-//!   URL's auth type, or an API Gateway integration's timeout);
+//!   URL's auth type, or an API Gateway integration's timeout); the scheduled EventBridge
+//!   rules that invoke a function (the sweep: the rule's schedule expression, its Lambda
+//!   target, the target's retry policy);
 //! * **the local part** (a JSON file `local/localstack/setup.py` writes), for what only the
 //!   local machine decides: endpoints, dummy credentials, the commands that run the
-//!   functions, instances, listen addresses, timing, the DynamoDB / S3 front.
+//!   functions, instances, listen addresses, timing, the DynamoDB / S3 front, and a
+//!   schedule's local period (`every_secs`).
 //!
 //! So a variable Terraform does not set does not reach a function locally either, and one
 //! it sets on one function reaches that function only.
@@ -30,7 +33,8 @@
 //! * the attributes of the resources the local stack plays, under the stack's names
 //!   (`--name ADDRESS=NAME`): `aws_lambda_function` (`function_name`, `id`, `arn`,
 //!   `qualified_arn`, `invoke_arn`), `aws_dynamodb_table` (`name`, `id`, `arn`,
-//!   `stream_arn`), `aws_s3_bucket` (`id`, `bucket`, `arn`). A resource without `--name`
+//!   `stream_arn`), `aws_s3_bucket` (`id`, `bucket`, `arn`), `aws_cloudwatch_event_rule`
+//!   (`name`, `id`, `arn`). A resource without `--name`
 //!   keeps the name its configuration gives it; one whose name is decided by AWS at apply
 //!   (a bucket with `bucket = null`) has unknown attributes. When a resource's name
 //!   attribute is exactly `local.X`, naming the resource also sets `local.X`, so every
@@ -251,6 +255,7 @@ const NAMED_KINDS: &[(&str, &str)] = &[
     ("aws_lambda_function", "function_name"),
     ("aws_dynamodb_table", "name"),
     ("aws_s3_bucket", "bucket"),
+    ("aws_cloudwatch_event_rule", "name"),
 ];
 
 fn name_attribute(kind: &str) -> Option<&'static str> {
@@ -725,6 +730,12 @@ fn stack_attributes(kind: &str, name: &str, inputs: &Inputs) -> hcl::Map<String,
             ("bucket", name.to_string()),
             ("arn", format!("arn:aws:s3:::{name}")),
         ],
+        // A rule on the default event bus: its id is its name.
+        "aws_cloudwatch_event_rule" => vec![
+            ("name", name.to_string()),
+            ("id", name.to_string()),
+            ("arn", crate::schedule::rule_arn(region, account, name)),
+        ],
         _ => Vec::new(),
     };
     pairs
@@ -957,6 +968,50 @@ const STREAM_MAPPING: Schema = Schema {
     ],
 };
 
+const EVENT_RULE: Schema = Schema {
+    kind: "aws_cloudwatch_event_rule",
+    derived: &[
+        "name",
+        "schedule_expression",
+        "event_pattern",
+        "event_bus_name",
+        "state",
+        "is_enabled",
+    ],
+    irrelevant: &[
+        ("description", "text only"),
+        ("tags", "tags do not change behaviour"),
+        (
+            "role_arn",
+            "IAM is not emulated: the schedule may invoke its target",
+        ),
+    ],
+};
+
+const EVENT_TARGET: Schema = Schema {
+    kind: "aws_cloudwatch_event_target",
+    derived: &[
+        "rule",
+        "arn",
+        "retry_policy",
+        "event_bus_name",
+        "input",
+        "input_path",
+        "input_transformer",
+    ],
+    irrelevant: &[
+        ("target_id", "an id among the rule's targets; the local rule has one"),
+        (
+            "dead_letter_config",
+            "there is no SQS locally: an event that failed every delivery attempt is logged and dropped",
+        ),
+        (
+            "role_arn",
+            "IAM is not emulated: the schedule may invoke its target",
+        ),
+    ],
+};
+
 impl Schema {
     /// Fails on a setting this file neither derives nor knows to be irrelevant locally.
     fn check(&self, address: &Address, body: &Body) -> Result<(), Error> {
@@ -1073,6 +1128,25 @@ pub struct StreamMapping {
     pub filters: Vec<String>,
 }
 
+/// A scheduled EventBridge rule and its Lambda target, as the module deploys them.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Schedule {
+    /// The `aws_cloudwatch_event_rule`.
+    pub rule: Address,
+    /// The `aws_cloudwatch_event_target`.
+    pub target: Address,
+    /// The rule's name.
+    pub name: String,
+    /// The function the target invokes (the stack's name).
+    pub function: String,
+    /// `schedule_expression`.
+    pub expression: String,
+    /// `retry_policy.maximum_event_age_in_seconds` (EventBridge's default 86400).
+    pub max_event_age_secs: u64,
+    /// `retry_policy.maximum_retry_attempts` (EventBridge's default 185).
+    pub max_retry_attempts: u64,
+}
+
 /// Everything the local stack takes from the module.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Deployment {
@@ -1080,6 +1154,8 @@ pub struct Deployment {
     pub functions: Vec<Function>,
     /// Every enabled DynamoDB stream trigger.
     pub stream_mappings: Vec<StreamMapping>,
+    /// Every enabled scheduled rule with its (one) Lambda target.
+    pub schedules: Vec<Schedule>,
 }
 
 /// Reads a whole number from an evaluated attribute.
@@ -1196,9 +1272,11 @@ impl Reader<'_, '_> {
         self.invoke_configs(&mut functions)?;
         self.http_entries(&mut functions)?;
         let stream_mappings = self.stream_mappings(&functions)?;
+        let schedules = self.schedules(&functions)?;
         Ok(Deployment {
             functions,
             stream_mappings,
+            schedules,
         })
     }
 
@@ -1553,6 +1631,173 @@ impl Reader<'_, '_> {
         Ok(out)
     }
 
+    /// The scheduled rules and their targets. A rule without a target sends nothing and is
+    /// left out; a target must be a function of the module, with the scheduled event as
+    /// its input, on the default event bus.
+    fn schedules(&self, functions: &[Function]) -> Result<Vec<Schedule>, Error> {
+        // Enabled scheduled rules, by name: (address, expression).
+        let mut rules: BTreeMap<String, (Address, String)> = BTreeMap::new();
+        // Rules that exist but are disabled: their targets get nothing.
+        let mut disabled = BTreeSet::new();
+        for (address, body) in self.scope.module.of_kind(EVENT_RULE.kind) {
+            EVENT_RULE.check(address, body)?;
+            if !self.exists(address, body)? {
+                continue;
+            }
+            let get = |key: &str| self.value(address, "", body, key);
+            self.default_bus(address, body)?;
+            let name = match self
+                .scope
+                .resources
+                .as_ref()
+                .and_then(|r| r.get(&address.kind))
+                .and_then(|m| m.get(&address.name))
+            {
+                Some(Known {
+                    unknown: None,
+                    attrs,
+                }) => string(&attrs["name"], &format!("{address}: name"))?,
+                Some(Known {
+                    unknown: Some(why), ..
+                }) => return Err(format!("{address}: name: {why}").into()),
+                None => return Err(format!("{address}: no name").into()),
+            };
+            if attr(body, "event_pattern").is_some() {
+                return Err(format!(
+                    "{address}: `event_pattern`: rules matching events are not emulated locally \
+                     (there is no event bus); only scheduled rules are"
+                )
+                .into());
+            }
+            let expression = match get("schedule_expression")? {
+                Some(v) => string(&v, &format!("{address}: schedule_expression"))?,
+                None => {
+                    return Err(format!(
+                    "{address}: no schedule_expression: only scheduled rules are emulated locally"
+                )
+                    .into())
+                }
+            };
+            // `state` (provider 5) or the older `is_enabled`; enabled by default.
+            let enabled = match (get("state")?, get("is_enabled")?) {
+                (Some(v), _) => {
+                    let state = string(&v, &format!("{address}: state"))?;
+                    match state.as_str() {
+                        "ENABLED" | "ENABLED_WITH_ALL_CLOUDTRAIL_MANAGEMENT_EVENTS" => true,
+                        "DISABLED" => false,
+                        other => {
+                            return Err(format!(
+                                "{address}: state {other:?} is not ENABLED or DISABLED"
+                            )
+                            .into())
+                        }
+                    }
+                }
+                (None, Some(v)) => boolean(&v, &format!("{address}: is_enabled"))?,
+                (None, None) => true,
+            };
+            if !enabled {
+                disabled.insert(name);
+                continue;
+            }
+            if let Some((other, _)) = rules.insert(name.clone(), (address.clone(), expression)) {
+                return Err(format!("{address} and {other} are both named {name:?}").into());
+            }
+        }
+        let mut out: Vec<Schedule> = Vec::new();
+        for (address, body) in self.scope.module.of_kind(EVENT_TARGET.kind) {
+            EVENT_TARGET.check(address, body)?;
+            if !self.exists(address, body)? {
+                continue;
+            }
+            let get = |key: &str| self.value(address, "", body, key);
+            self.default_bus(address, body)?;
+            for key in ["input", "input_path", "input_transformer"] {
+                if attr(body, key).is_some() || block(body, key).is_some() {
+                    return Err(format!(
+                        "{address}: `{key}` is not emulated: the local schedule sends the \
+                         scheduled event itself"
+                    )
+                    .into());
+                }
+            }
+            let rule = match get("rule")? {
+                Some(v) => string(&v, &format!("{address}: rule"))?,
+                None => return Err(format!("{address}: no rule").into()),
+            };
+            if disabled.contains(&rule) {
+                continue;
+            }
+            let Some((rule_address, expression)) = rules.get(&rule) else {
+                return Err(format!(
+                    "{address}: rule {rule:?} is not a scheduled rule of the module"
+                )
+                .into());
+            };
+            let arn = match get("arn")? {
+                Some(v) => string(&v, &format!("{address}: arn"))?,
+                None => return Err(format!("{address}: no arn").into()),
+            };
+            let Some(function) = self.function_named(functions, &arn) else {
+                return Err(format!(
+                    "{address}: arn {arn:?} is not a function of the module; only Lambda \
+                     targets are emulated locally"
+                )
+                .into());
+            };
+            // EventBridge's defaults: 24 hours, 185 retries
+            // (https://docs.aws.amazon.com/eventbridge/latest/userguide/eb-rule-retry-policy.html).
+            let (mut max_event_age_secs, mut max_retry_attempts) = (86_400, 185);
+            if let Some(policy) = block(body, "retry_policy") {
+                let path = "retry_policy";
+                if let Some(v) =
+                    self.value(address, path, policy, "maximum_event_age_in_seconds")?
+                {
+                    max_event_age_secs = non_negative(
+                        &v,
+                        &format!("{address}: {path}.maximum_event_age_in_seconds"),
+                    )?;
+                }
+                if let Some(v) = self.value(address, path, policy, "maximum_retry_attempts")? {
+                    max_retry_attempts =
+                        non_negative(&v, &format!("{address}: {path}.maximum_retry_attempts"))?;
+                }
+            }
+            if let Some(other) = out.iter().find(|s| s.name == rule) {
+                return Err(format!(
+                    "{address} and {} are both targets of rule {rule:?}; the local stack plays \
+                     one target per rule",
+                    other.target
+                )
+                .into());
+            }
+            out.push(Schedule {
+                rule: rule_address.clone(),
+                target: address.clone(),
+                name: rule,
+                function,
+                expression: expression.clone(),
+                max_event_age_secs,
+                max_retry_attempts,
+            });
+        }
+        Ok(out)
+    }
+
+    /// Fails unless the resource is on the default event bus (the only one locally).
+    fn default_bus(&self, address: &Address, body: &Body) -> Result<(), Error> {
+        match self.value(address, "", body, "event_bus_name")? {
+            None | Some(Value::Null) => Ok(()),
+            Some(v) => match string(&v, &format!("{address}: event_bus_name"))?.as_str() {
+                "default" => Ok(()),
+                other => Err(format!(
+                    "{address}: event_bus_name {other:?}: only the default event bus is emulated"
+                )
+                .into()),
+            },
+        }
+    }
+
     /// The stack's table whose stream ARN this is.
     fn table_of_stream(&self, arn: &str) -> Option<String> {
         let tables = self.scope.resources.as_ref()?.get("aws_dynamodb_table")?;
@@ -1620,6 +1865,18 @@ impl Deployment {
                 m.filters.len()
             ));
         }
+        for s in &self.schedules {
+            lines.push(format!(
+                "{} ({}) -> {}: {}; {}: {} retries within {} s",
+                s.rule,
+                s.name,
+                s.function,
+                s.expression,
+                s.target,
+                s.max_retry_attempts,
+                s.max_event_age_secs
+            ));
+        }
         lines
     }
 }
@@ -1657,8 +1914,25 @@ const DERIVED_MAPPING_FIELDS: &[&str] = &[
     "filters",
 ];
 
-/// The emulator's config: the local part (`local`: the config format, with functions and
-/// stream mappings holding only local settings) completed from the deployment.
+/// Schedule fields the Terraform module decides.
+const DERIVED_SCHEDULE_FIELDS: &[(&str, &str)] = &[
+    (
+        "expression",
+        "aws_cloudwatch_event_rule.schedule_expression",
+    ),
+    (
+        "max_event_age_secs",
+        "aws_cloudwatch_event_target.retry_policy.maximum_event_age_in_seconds",
+    ),
+    (
+        "max_retry_attempts",
+        "aws_cloudwatch_event_target.retry_policy.maximum_retry_attempts",
+    ),
+];
+
+/// The emulator's config: the local part (`local`: the config format, with functions,
+/// stream mappings and schedules holding only local settings) completed from the
+/// deployment.
 ///
 /// * Every function of the deployment needs an entry of the same name in the local part
 ///   (its `command`, `instances`, local `env`, `url`), and every entry a function.
@@ -1674,6 +1948,10 @@ const DERIVED_MAPPING_FIELDS: &[&str] = &[
 ///   expose over HTTP is an error.
 /// * Every stream mapping needs a local entry with the same `table` and `function` (its
 ///   `dynamodb_endpoint`, `poll_interval_ms`).
+/// * Every schedule of the deployment is in the config, with the rule's `name` and
+///   `expression`, the target's `function` and retry policy. A local schedule entry
+///   (`name` and / or `function`, naming exactly one of them) may only add `every_secs`,
+///   the local period.
 pub fn emulator_config(
     deployment: &Deployment,
     local: &Json,
@@ -1692,6 +1970,11 @@ pub fn emulator_config(
         None => Vec::new(),
         Some(Json::Array(a)) => a,
         Some(_) => return Err("local part: `stream_mappings` must be an array".into()),
+    };
+    let schedule_entries = match doc.remove("schedules") {
+        None => Vec::new(),
+        Some(Json::Array(a)) => a,
+        Some(_) => return Err("local part: `schedules` must be an array".into()),
     };
     let set_by_terraform: BTreeSet<&str> = deployment
         .functions
@@ -1926,7 +2209,107 @@ pub fn emulator_config(
     }
     doc.insert("functions".into(), Json::Array(functions));
     doc.insert("stream_mappings".into(), Json::Array(mappings));
+    doc.insert(
+        "schedules".into(),
+        Json::Array(schedules(deployment, schedule_entries)?),
+    );
     Ok(Json::Object(doc))
+}
+
+/// The deployment's schedules, each with the `every_secs` of the local entry naming it.
+fn schedules(deployment: &Deployment, entries: Vec<Json>) -> Result<Vec<Json>, Error> {
+    let mut every_secs: Vec<Option<Json>> = vec![None; deployment.schedules.len()];
+    for entry in entries {
+        let Json::Object(entry) = entry else {
+            return Err("local part: each schedule must be an object".into());
+        };
+        let shown = Json::Object(entry.clone());
+        let key = |k: &str| match entry.get(k) {
+            None => Ok(None),
+            Some(Json::String(s)) => Ok(Some(s.clone())),
+            Some(_) => Err(format!(
+                "local part: schedule {shown}: `{k}` must be a string"
+            )),
+        };
+        let (name, function) = (key("name")?, key("function")?);
+        if name.is_none() && function.is_none() {
+            return Err(format!(
+                "local part: schedule {shown} names no schedule: give the rule's `name` or the \
+                 target's `function`"
+            )
+            .into());
+        }
+        for (field, source) in DERIVED_SCHEDULE_FIELDS {
+            if entry.contains_key(*field) {
+                return Err(format!(
+                    "local part: schedule {shown}: `{field}` comes from the Terraform module \
+                     ({source}); change it there or with --var"
+                )
+                .into());
+            }
+        }
+        if let Some(other) = entry
+            .keys()
+            .find(|k| !["name", "function", "every_secs"].contains(&k.as_str()))
+        {
+            return Err(format!(
+                "local part: schedule {shown}: unknown field `{other}` (a local schedule entry \
+                 takes `name`, `function` and `every_secs`)"
+            )
+            .into());
+        }
+        let matches: Vec<usize> = deployment
+            .schedules
+            .iter()
+            .enumerate()
+            .filter(|(_, s)| {
+                name.as_ref().is_none_or(|n| *n == s.name)
+                    && function.as_ref().is_none_or(|f| *f == s.function)
+            })
+            .map(|(i, _)| i)
+            .collect();
+        let [i] = matches.as_slice() else {
+            return Err(format!(
+                "local part: schedule {shown} must name exactly one schedule of the Terraform \
+                 module; it names {} (the module schedules {})",
+                matches.len(),
+                if deployment.schedules.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    deployment
+                        .schedules
+                        .iter()
+                        .map(|s| format!("{} ({:?}) -> {:?}", s.rule, s.name, s.function))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                }
+            )
+            .into());
+        };
+        if every_secs[*i].is_some() {
+            return Err(format!(
+                "local part: two schedule entries name {}",
+                deployment.schedules[*i].rule
+            )
+            .into());
+        }
+        every_secs[*i] = Some(entry.get("every_secs").cloned().unwrap_or(Json::Null));
+    }
+    Ok(deployment
+        .schedules
+        .iter()
+        .zip(every_secs)
+        .map(|(s, every)| {
+            json!({
+                "name": s.name,
+                "function": s.function,
+                "expression": s.expression,
+                "every_secs": every.unwrap_or(Json::Null),
+                "max_event_age_secs": s.max_event_age_secs,
+                "max_retry_attempts": s.max_retry_attempts,
+            })
+        })
+        .collect())
 }
 
 /// What `lambdafusion-local config` was asked for.
@@ -1975,9 +2358,18 @@ pub fn build(request: &Request) -> Result<(String, Vec<String>), Error> {
     let mut text = serde_json::to_string_pretty(&config).map_err(|e| e.to_string())?;
     text.push('\n');
     let cwd = std::env::current_dir().map_err(|e| format!("no current directory: {e}"))?;
-    crate::Config::from_json(&text, &cwd)
+    let checked = crate::Config::from_json(&text, &cwd)
         .map_err(|e| format!("the generated config is not valid: {e}"))?;
-    Ok((text, deployment.summary()))
+    let mut summary = deployment.summary();
+    for s in &checked.schedules {
+        if let Some(secs) = s.every_secs {
+            summary.push(format!(
+                "schedule {}: every {secs} s locally (the local part's every_secs), not {}",
+                s.name, s.expression
+            ));
+        }
+    }
+    Ok((text, summary))
 }
 
 // ---------------------------------------------------------------------------------------
@@ -2739,6 +3131,170 @@ mod tests {
         );
     }
 
+    /// schedule.tf's sweep, with the module's defaults.
+    fn sweep(name: &str, expression: &str) -> Schedule {
+        Schedule {
+            rule: "aws_cloudwatch_event_rule.sweep".parse().unwrap(),
+            target: "aws_cloudwatch_event_target.sweep".parse().unwrap(),
+            name: name.into(),
+            function: "sched-local".into(),
+            expression: expression.into(),
+            max_event_age_secs: 60,
+            max_retry_attempts: 0,
+        }
+    }
+
+    #[test]
+    fn real_module_schedule_is_schedule_tfs() {
+        let module = Module::load(&module_dir()).unwrap();
+        let d = deployment(&module, &stack_inputs(&[])).unwrap();
+        assert_eq!(
+            d.schedules,
+            [sweep("lambdafusion-sweep", "rate(1 minute)")],
+            "rule expression, target and retry policy from schedule.tf"
+        );
+        // It follows the module's variables ...
+        let d = deploy(
+            &module_files(),
+            &[
+                ("sweep_schedule_expression", "rate(5 minutes)"),
+                ("name_prefix", "dev"),
+            ],
+        )
+        .unwrap();
+        assert_eq!(d.schedules, [sweep("dev-sweep", "rate(5 minutes)")]);
+        // ... the stack's name of the rule, and of the target function.
+        let mut inputs = stack_inputs(&[]);
+        inputs.names.insert(
+            "aws_cloudwatch_event_rule.sweep".parse().unwrap(),
+            "local-sweep".into(),
+        );
+        inputs.names.insert(
+            "aws_lambda_function.scheduler".parse().unwrap(),
+            "other-sched".into(),
+        );
+        let d = deployment(&module, &inputs).unwrap();
+        assert_eq!(
+            (
+                d.schedules[0].name.as_str(),
+                d.schedules[0].function.as_str()
+            ),
+            ("local-sweep", "other-sched")
+        );
+        // Without a retry policy: EventBridge's defaults.
+        let d = deploy(
+            &mutate(
+                &module_files(),
+                "maximum_event_age_in_seconds = 60\n    maximum_retry_attempts       = 0",
+                "",
+            ),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                d.schedules[0].max_event_age_secs,
+                d.schedules[0].max_retry_attempts
+            ),
+            (86_400, 185)
+        );
+        // A disabled rule sends nothing; a rule without target neither.
+        let d = deploy(
+            &mutate(
+                &module_files(),
+                "schedule_expression = var.sweep_schedule_expression",
+                "schedule_expression = var.sweep_schedule_expression\n  state = \"DISABLED\"",
+            ),
+            &[],
+        )
+        .unwrap();
+        assert!(d.schedules.is_empty());
+        let d = deploy(
+            &mutate(
+                &module_files(),
+                "rule = aws_cloudwatch_event_rule.sweep.name",
+                "rule = aws_cloudwatch_event_rule.sweep.name\n  count = 0",
+            ),
+            &[],
+        )
+        .unwrap();
+        assert!(d.schedules.is_empty());
+        assert!(d.summary().iter().all(|l| !l.contains("sweep")));
+        let d = deploy(&module_files(), &[]).unwrap();
+        assert!(
+            d.summary().contains(
+                &"aws_cloudwatch_event_rule.sweep (lambdafusion-sweep) -> sched-local: \
+                  rate(1 minute); aws_cloudwatch_event_target.sweep: 0 retries within 60 s"
+                    .to_string()
+            ),
+            "{:?}",
+            d.summary()
+        );
+    }
+
+    #[test]
+    fn schedules_that_cannot_be_played_locally_fail_naming_the_resource() {
+        let err = |from: &str, to: &str| {
+            deploy(&mutate(&module_files(), from, to), &[])
+                .unwrap_err()
+                .to_string()
+        };
+        let e = err(
+            "arn  = aws_lambda_function.scheduler.arn",
+            "arn  = \"arn:aws:sqs:us-east-1:000000000000:poison\"",
+        );
+        assert!(
+            e.contains("aws_cloudwatch_event_target.sweep: arn")
+                && e.contains("only Lambda targets"),
+            "{e}"
+        );
+        let e = err(
+            "arn  = aws_lambda_function.scheduler.arn",
+            "arn  = aws_lambda_function.scheduler.arn\n  input = jsonencode({ sweep = true })",
+        );
+        assert!(
+            e.contains("aws_cloudwatch_event_target.sweep: `input` is not emulated"),
+            "{e}"
+        );
+        let e = err(
+            "schedule_expression = var.sweep_schedule_expression",
+            "event_pattern = jsonencode({ source = [\"aws.s3\"] })",
+        );
+        assert!(
+            e.contains("aws_cloudwatch_event_rule.sweep: `event_pattern`"),
+            "{e}"
+        );
+        let e = err(
+            "schedule_expression = var.sweep_schedule_expression",
+            "schedule_expression = var.sweep_schedule_expression\n  event_bus_name = \"custom\"",
+        );
+        assert!(e.contains("only the default event bus"), "{e}");
+        let e = err(
+            "arn  = aws_lambda_function.scheduler.arn",
+            "arn  = aws_lambda_function.scheduler.arn\n  http_target {\n    path_parameter_values = []\n  }",
+        );
+        assert!(
+            e.contains("aws_cloudwatch_event_target.sweep: `http_target` is a setting the local stack does not know"),
+            "{e}"
+        );
+        let e = err(
+            "rule = aws_cloudwatch_event_rule.sweep.name",
+            "rule = \"elsewhere\"",
+        );
+        assert!(
+            e.contains("rule \"elsewhere\" is not a scheduled rule of the module"),
+            "{e}"
+        );
+        // Two targets on the sweep.
+        let files = mutate(
+            &module_files(),
+            "resource \"aws_lambda_permission\" \"sweep\" {",
+            "resource \"aws_cloudwatch_event_target\" \"again\" {\n  rule = aws_cloudwatch_event_rule.sweep.name\n  arn  = aws_lambda_function.executor.arn\n}\n\nresource \"aws_lambda_permission\" \"sweep\" {",
+        );
+        let e = deploy(&files, &[]).unwrap_err().to_string();
+        assert!(e.contains("one target per rule"), "{e}");
+    }
+
     #[test]
     fn real_module_follows_its_variables() {
         let d = deploy(
@@ -2974,6 +3530,79 @@ mod tests {
             fs["sched-local"]["url"],
             json!({"listen": "127.0.0.1:0", "auth": "AWS_IAM"})
         );
+        crate::Config::from_json(&config.to_string(), Path::new("/")).unwrap();
+    }
+
+    #[test]
+    fn config_schedules_are_terraforms_with_a_local_period() {
+        let d = deploy(&module_files(), &[]).unwrap();
+        let none = BTreeMap::new();
+        // Without a local entry: the module's schedule and period.
+        let config = emulator_config(&d, &local_part(), &none).unwrap();
+        assert_eq!(
+            config["schedules"],
+            json!([{"name": "lambdafusion-sweep", "function": "sched-local",
+                    "expression": "rate(1 minute)", "every_secs": null,
+                    "max_event_age_secs": 60, "max_retry_attempts": 0}])
+        );
+        let c = crate::Config::from_json(&config.to_string(), Path::new("/")).unwrap();
+        assert_eq!(
+            crate::schedule::period(&c.schedules[0]).unwrap(),
+            std::time::Duration::from_secs(60)
+        );
+        // A local entry (by function, as setup.py writes it, or by name) sets the period.
+        for entry in [
+            json!({"function": "sched-local", "every_secs": 2}),
+            json!({"name": "lambdafusion-sweep", "every_secs": 2}),
+        ] {
+            let mut local = local_part();
+            local["schedules"] = json!([entry]);
+            let config = emulator_config(&d, &local, &none).unwrap();
+            assert_eq!(config["schedules"][0]["every_secs"], 2);
+            assert_eq!(config["schedules"][0]["expression"], "rate(1 minute)");
+            let c = crate::Config::from_json(&config.to_string(), Path::new("/")).unwrap();
+            assert_eq!(
+                crate::schedule::period(&c.schedules[0]).unwrap(),
+                std::time::Duration::from_secs(2)
+            );
+        }
+        let with = |entry: Json| {
+            let mut local = local_part();
+            local["schedules"] = json!([entry]);
+            emulator_config(&d, &local, &none).unwrap_err().to_string()
+        };
+        let e = with(json!({"function": "sched-local", "expression": "rate(2 minutes)"}));
+        assert!(
+            e.contains("`expression` comes from the Terraform module"),
+            "{e}"
+        );
+        let e = with(json!({"function": "sched-local", "max_retry_attempts": 2}));
+        assert!(e.contains("retry_policy.maximum_retry_attempts"), "{e}");
+        let e = with(json!({"function": "exec-local", "every_secs": 2}));
+        assert!(e.contains("names 0"), "{e}");
+        let e = with(json!({"every_secs": 2}));
+        assert!(e.contains("names no schedule"), "{e}");
+        let e = with(json!({"function": "sched-local", "colour": 1}));
+        assert!(e.contains("unknown field `colour`"), "{e}");
+
+        // A cron expression needs the local period.
+        let d = deploy(
+            &module_files(),
+            &[("sweep_schedule_expression", "cron(0/5 * * * ? *)")],
+        )
+        .unwrap();
+        let config = emulator_config(&d, &local_part(), &none).unwrap();
+        let e = crate::Config::from_json(&config.to_string(), Path::new("/"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("schedule \"lambdafusion-sweep\"")
+                && e.contains("cron(...) schedules are not emulated"),
+            "{e}"
+        );
+        let mut local = local_part();
+        local["schedules"] = json!([{"function": "sched-local", "every_secs": 3}]);
+        let config = emulator_config(&d, &local, &none).unwrap();
         crate::Config::from_json(&config.to_string(), Path::new("/")).unwrap();
     }
 

@@ -1707,6 +1707,223 @@ async fn faults_are_the_same_on_every_run() {
     );
 }
 
+// ---- Schedules (EventBridge scheduled rules) ----
+
+/// A schedule of `function` every `every_secs`, with this retry policy.
+fn schedules(function: &str, every_secs: u64, max_retry_attempts: u32) -> Value {
+    json!({"schedules": [{"name": "test-sweep", "function": function,
+        "expression": "rate(1 minute)", "every_secs": every_secs,
+        "max_event_age_secs": 60, "max_retry_attempts": max_retry_attempts}]})
+}
+
+const RULE_ARN: &str = "arn:aws:events:us-east-1:000000000000:rule/test-sweep";
+
+#[tokio::test]
+async fn schedule_sends_the_scheduled_event_every_period_until_shutdown() {
+    let stack = Stack::start_full(
+        json!([{"name": "sweeper"}]),
+        json!([]),
+        schedules("sweeper", 1, 0),
+    )
+    .await;
+    let ready: Value =
+        serde_json::from_str(&std::fs::read_to_string(&stack.emulator().ready_file).unwrap())
+            .unwrap();
+    assert_eq!(
+        ready["schedules"],
+        json!([{"name": "test-sweep", "function": "sweeper", "expression": "rate(1 minute)", "every_secs": 1}])
+    );
+    wait_until("three scheduled events", Duration::from_secs(10), || {
+        stack.starts("sweeper").len() >= 3
+    })
+    .await;
+    let starts = stack.starts("sweeper");
+    let mut ids = std::collections::BTreeSet::new();
+    let mut request_ids = std::collections::BTreeSet::new();
+    for start in &starts {
+        let event = &start["event"];
+        // EventBridge's scheduled event, exactly these fields.
+        let keys: Vec<&str> = event
+            .as_object()
+            .unwrap()
+            .keys()
+            .map(String::as_str)
+            .collect();
+        assert_eq!(
+            keys,
+            [
+                "account",
+                "detail",
+                "detail-type",
+                "id",
+                "region",
+                "resources",
+                "source",
+                "time",
+                "version"
+            ],
+            "{event}"
+        );
+        assert_eq!(event["version"], "0");
+        assert_eq!(event["detail-type"], "Scheduled Event");
+        assert_eq!(event["source"], "aws.events");
+        assert_eq!(event["account"], "000000000000");
+        assert_eq!(event["region"], "us-east-1");
+        assert_eq!(event["resources"], json!([RULE_ARN]));
+        assert_eq!(event["detail"], json!({}));
+        let id = event["id"].as_str().unwrap();
+        assert!(uuid::Uuid::parse_str(id).is_ok(), "{id}");
+        ids.insert(id.to_string());
+        request_ids.insert(start["request_id"].as_str().unwrap().to_string());
+        // The time is RFC 3339 in whole seconds, when it was sent.
+        let time = event["time"].as_str().unwrap();
+        assert!(time.len() == 20 && time.ends_with('Z'), "{time}");
+        let parsed: aws_lambda_events::event::eventbridge::EventBridgeEvent =
+            serde_json::from_value(event.clone()).unwrap();
+        let sent_ms = parsed.time.unwrap().timestamp_millis() as u64;
+        let ran_ms = start["ms"].as_u64().unwrap();
+        assert!(
+            sent_ms <= ran_ms && ran_ms - sent_ms < 3_000,
+            "sent {sent_ms}, ran {ran_ms}"
+        );
+    }
+    assert_eq!(ids.len(), starts.len(), "a new event each period");
+    assert_eq!(
+        request_ids.len(),
+        starts.len(),
+        "a new invocation each period"
+    );
+    let t: Vec<u64> = starts.iter().map(|s| s["ms"].as_u64().unwrap()).collect();
+    for pair in t.windows(2) {
+        let gap = pair[1] - pair[0];
+        assert!((600..=1_800).contains(&gap), "one event per second: {t:?}");
+    }
+
+    // Shutdown stops the schedule (and does not wait for a period to end).
+    // (The stack, with its directory, outlives the emulator here.)
+    let mut stack = stack;
+    let stopping = Instant::now();
+    stack.emulator.take().unwrap().shutdown().await;
+    assert!(
+        stopping.elapsed() < Duration::from_secs(5),
+        "shutdown took {:?}",
+        stopping.elapsed()
+    );
+    let after = stack.records("sweeper").len();
+    assert!(after >= 3, "the records are still there: {after}");
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    assert_eq!(
+        stack.records("sweeper").len(),
+        after,
+        "no event after shutdown"
+    );
+}
+
+#[tokio::test]
+async fn scheduled_events_get_the_functions_async_retries_and_destination() {
+    let stack = Stack::start_full(
+        json!([
+            {"name": "sweeper", "max_retry_attempts": 1, "on_failure": "dest",
+             "env": {"TESTFN_FAIL_SCHEDULED": "1"}},
+            {"name": "dest"}
+        ]),
+        json!([]),
+        schedules("sweeper", 2, 0),
+    )
+    .await;
+    wait_until("the destination record", Duration::from_secs(10), || {
+        !stack.starts("dest").is_empty()
+    })
+    .await;
+    let record = stack.starts("dest")[0]["event"].clone();
+    let event = &record["requestPayload"];
+    assert_eq!(event["detail-type"], "Scheduled Event");
+    assert_eq!(event["resources"], json!([RULE_ARN]));
+    assert_eq!(record["requestContext"]["condition"], "RetriesExhausted");
+    assert_eq!(record["requestContext"]["approximateInvokeCount"], 2);
+    assert_eq!(record["responsePayload"]["errorType"], "TestError");
+    // The function ran that event twice (the try and its one retry), as one request.
+    let attempts: Vec<Value> = stack
+        .starts("sweeper")
+        .into_iter()
+        .filter(|s| s["event"]["id"] == event["id"])
+        .collect();
+    assert_eq!(attempts.len(), 2, "{attempts:?}");
+    assert_eq!(
+        attempts[0]["request_id"],
+        record["requestContext"]["requestId"]
+    );
+    assert_eq!(attempts[1]["request_id"], attempts[0]["request_id"]);
+    let gap = attempts[1]["ms"].as_u64().unwrap() - attempts[0]["ms"].as_u64().unwrap();
+    assert!(gap >= 200, "fast timing retries after 200 ms: {gap}");
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn a_throttled_scheduled_event_follows_the_targets_retry_policy() {
+    // Every invocation is refused (429): the first event is tried 1 + 2 times (after
+    // 100 and 200 ms), then dropped; the next comes a period later.
+    let stack = Stack::start_full(
+        json!([{"name": "sweeper"}]),
+        json!([]),
+        json!({"fault_plan": {"seed": 7, "faults": {"lambda.throttle_invoke": 1}},
+               "schedules": schedules("sweeper", 2, 2)["schedules"]}),
+    )
+    .await;
+    wait_until("three refused deliveries", Duration::from_secs(6), || {
+        stack.injected_count("lambda.throttle_invoke") >= 3
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(
+        stack.injected_count("lambda.throttle_invoke"),
+        3,
+        "two retries, then dropped"
+    );
+    assert!(stack.starts("sweeper").is_empty(), "nothing ran");
+    stack.stop().await;
+
+    // The deployment's policy: no retry.
+    let stack = Stack::start_full(
+        json!([{"name": "sweeper"}]),
+        json!([]),
+        json!({"fault_plan": {"seed": 7, "faults": {"lambda.throttle_invoke": 1}},
+               "schedules": schedules("sweeper", 2, 0)["schedules"]}),
+    )
+    .await;
+    wait_until("a refused delivery", Duration::from_secs(6), || {
+        stack.injected_count("lambda.throttle_invoke") >= 1
+    })
+    .await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    assert_eq!(stack.injected_count("lambda.throttle_invoke"), 1);
+    assert!(stack.starts("sweeper").is_empty(), "nothing ran");
+    stack.stop().await;
+}
+
+#[tokio::test]
+async fn scheduled_events_meet_the_lambda_event_faults() {
+    // An accepted scheduled event is an event like any other: duplicated here.
+    let stack = Stack::start_full(
+        json!([{"name": "sweeper", "instances": 2}]),
+        json!([]),
+        json!({"fault_plan": {"seed": 7, "faults": {"lambda.duplicate_event": 1}},
+               "schedules": schedules("sweeper", 1, 0)["schedules"]}),
+    )
+    .await;
+    wait_until(
+        "a duplicated scheduled event",
+        Duration::from_secs(6),
+        || stack.starts("sweeper").len() >= 2,
+    )
+    .await;
+    let starts = stack.starts("sweeper");
+    assert_eq!(starts[0]["event"]["id"], starts[1]["event"]["id"]);
+    assert_eq!(starts[0]["request_id"], starts[1]["request_id"]);
+    assert!(stack.injected_count("lambda.duplicate_event") >= 1);
+    stack.stop().await;
+}
+
 /// Starts moto_server on a free port; `None` (the caller skips) when it is not installed.
 async fn start_moto(test: &str) -> Option<(KillOnDrop, String, tempfile::NamedTempFile)> {
     let Some(moto) = find_moto_server() else {

@@ -23,6 +23,9 @@
 //!   answers a JSON string (not a batch response) if one starts with `badresp`, else
 //!   reports the records whose `pk` starts with `fail` in `batchItemFailures`.
 //!
+//! With `TESTFN_FAIL_SCHEDULED` set, an EventBridge scheduled event (`detail-type`
+//! `Scheduled Event`) fails with errorType `TestError` instead of being echoed.
+//!
 //! When `TESTFN_RECORD_FILE` is set, every invocation appends a JSON line
 //! `{"t": "start"|"end", "ms", "pid", "request_id", "event"}` to it.
 
@@ -95,6 +98,14 @@ async fn act(payload: &Value, ctx: &lambda_runtime::Context) -> Result<Value, Di
             .map(|r| json!({"itemIdentifier": r["dynamodb"]["SequenceNumber"]}))
             .collect();
         return Ok(json!({ "batchItemFailures": failures }));
+    }
+    if std::env::var_os("TESTFN_FAIL_SCHEDULED").is_some()
+        && payload.get("detail-type").and_then(Value::as_str) == Some("Scheduled Event")
+    {
+        return Err(Diagnostic {
+            error_type: "TestError".into(),
+            error_message: "scheduled events fail (TESTFN_FAIL_SCHEDULED)".into(),
+        });
     }
     match payload
         .get("action")
