@@ -285,8 +285,10 @@ pub async fn wait_for_status(
     wait_for_status_as(services, id, wait, &Caller::local()).await
 }
 
-/// The status of a job `caller` may see, waiting up to `wait` for it to end. A job
-/// found running past its deadline is failed here (whoever looks first records it).
+/// The status of a job `caller` may see, waiting up to `wait` for it to end. While it
+/// waits it reads only the small job item (one read every 5 to 250 ms), and the whole
+/// job once, at the end. A job found running past its deadline is failed here (whoever
+/// looks first records it).
 pub async fn wait_for_status_as(
     services: &Services,
     id: &str,
@@ -296,23 +298,27 @@ pub async fn wait_for_status_as(
     let deadline = tokio::time::Instant::now() + wait;
     let mut pause = Duration::from_millis(5);
     loop {
-        let snapshot = services
+        let job = services
             .store
-            .load_job(id)
+            .get_job(id)
             .await?
-            .filter(|s| services.config.access.can_read(caller, &s.job.owner))
+            .filter(|j| services.config.access.can_read(caller, &j.owner))
             .ok_or_else(|| Error::NotFound(format!("query {id}")))?;
-        if snapshot.job.is_overdue(crate::time::now_ms()) {
+        if job.is_overdue(crate::time::now_ms()) {
             // The scheduler step fails it and cleans up; then report what it left.
             Scheduler::new(services.clone()).advance(id).await?;
             continue;
         }
-        let status = job_status(&snapshot);
-        if status.is_terminal() || tokio::time::Instant::now() >= deadline {
-            return Ok(status);
+        if job.state.is_terminal() || tokio::time::Instant::now() >= deadline {
+            let snapshot = services
+                .store
+                .load_job(id)
+                .await?
+                .ok_or_else(|| Error::NotFound(format!("query {id}")))?;
+            return Ok(job_status(&snapshot));
         }
         tokio::time::sleep(pause.min(deadline - tokio::time::Instant::now())).await;
-        pause = (pause * 2).min(Duration::from_millis(100));
+        pause = (pause * 2).min(Duration::from_millis(250));
     }
 }
 
