@@ -109,10 +109,15 @@ pub const SCHEDULER_STREAM_ACTIONS: &[&str] = &[
     "dynamodb:GetShardIterator",
     "dynamodb:ListStreams",
 ];
-/// DynamoDB actions on the job table the executor function calls (reads, the commit
-/// transaction of two updates, failure records).
-pub const EXECUTOR_TABLE_ACTIONS: &[&str] =
-    &["dynamodb:GetItem", "dynamodb:Query", "dynamodb:UpdateItem"];
+/// DynamoDB actions on the job table the executor function calls (reads — the job,
+/// stage, task and plan in one BatchGetItem — commits and their counters, failure
+/// records).
+pub const EXECUTOR_TABLE_ACTIONS: &[&str] = &[
+    "dynamodb:GetItem",
+    "dynamodb:BatchGetItem",
+    "dynamodb:Query",
+    "dynamodb:UpdateItem",
+];
 /// S3 object actions the scheduler calls on the shuffle bucket (`arn:...:bucket/<prefix>/*`):
 /// statement results and large stage plans (put), results (get), clean-up (delete).
 pub const SCHEDULER_BUCKET_OBJECT_ACTIONS: &[&str] =

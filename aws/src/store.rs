@@ -377,6 +377,52 @@ impl DynamoDbJobStore {
         .await
     }
 
+    /// Reads items with one strongly consistent BatchGetItem (up to 100 keys), asking
+    /// again for unprocessed keys.
+    async fn batch_get(&self, keys: Vec<Item>) -> Result<Vec<Item>> {
+        let mut items = Vec::with_capacity(keys.len());
+        let mut pending = keys;
+        let mut backoff = Backoff::new(STORE_BACKOFF_BASE, STORE_BACKOFF_CAP);
+        loop {
+            let ask = aws_sdk_dynamodb::types::KeysAndAttributes::builder()
+                .set_keys(Some(pending.clone()))
+                .consistent_read(true)
+                .build()
+                .map_err(|e| Error::Internal(format!("DynamoDB keys: {e}")))?;
+            let out = retrying("BatchGetItem", || async {
+                count(Request::DynamoDbRead);
+                self.client
+                    .batch_get_item()
+                    .request_items(&self.table, ask.clone())
+                    .send()
+                    .await
+                    .map_err(|e| store_err("BatchGetItem", e))
+            })
+            .await?;
+            if let Some(mut found) = out.responses {
+                items.extend(found.remove(&self.table).unwrap_or_default());
+            }
+            pending = out
+                .unprocessed_keys
+                .and_then(|mut u| u.remove(&self.table))
+                .map(|k| k.keys)
+                .unwrap_or_default();
+            if pending.is_empty() {
+                return Ok(items);
+            }
+            if backoff.attempt + 1 >= STORE_TRIES {
+                return Err(Error::store(
+                    StoreErrorKind::Throttled,
+                    format!(
+                        "DynamoDB BatchGetItem: {} keys still unprocessed after retries",
+                        pending.len()
+                    ),
+                ));
+            }
+            tokio::time::sleep(backoff.next_pause()).await;
+        }
+    }
+
     /// Writes items with BatchWriteItem, 25 at a time, retrying unprocessed ones.
     async fn batch_put(&self, items: Vec<Item>) -> Result<()> {
         for chunk in items.chunks(25) {
@@ -649,6 +695,42 @@ impl JobStore for DynamoDbJobStore {
         partition: u32,
     ) -> Result<Option<TaskRecord>> {
         self.get(&job_pk(job_id), &task_sk(stage, partition)).await
+    }
+
+    async fn task_view(
+        &self,
+        job_id: &str,
+        stage: u32,
+        partition: u32,
+        with_plan: bool,
+    ) -> Result<TaskView> {
+        let pk = job_pk(job_id);
+        let mut keys = vec![
+            key(&pk, SK_META),
+            key(&pk, &stage_sk(stage)),
+            key(&pk, &task_sk(stage, partition)),
+        ];
+        if with_plan {
+            keys.push(key(&plan_pk(job_id), &stage_sk(stage)));
+        }
+        let mut view = TaskView::default();
+        for item in self.batch_get(keys).await? {
+            let (Some(AttributeValue::S(pk)), Some(AttributeValue::S(sk))) =
+                (item.get("pk"), item.get("sk"))
+            else {
+                continue;
+            };
+            if pk.starts_with("PLAN#") {
+                view.plan = Some(from_item(item)?);
+            } else if sk == SK_META {
+                view.job = Some(from_item(item)?);
+            } else if sk.starts_with("STAGE#") {
+                view.stage = Some(from_item(item)?);
+            } else if sk.starts_with("TASK#") {
+                view.task = Some(from_item(item)?);
+            }
+        }
+        Ok(view)
     }
 
     async fn list_tasks(&self, job_id: &str, stage: u32) -> Result<Vec<TaskRecord>> {
@@ -1215,6 +1297,7 @@ pub fn actions_of(operation: &str) -> &'static [&'static str] {
         "get_job" | "get_stage" | "get_plan" | "get_task" | "get_table" | "sweep_cursor" => {
             &["dynamodb:GetItem"]
         }
+        "task_view" => &["dynamodb:BatchGetItem"],
         "load_job" | "list_tasks" | "list_counters" | "active_jobs" | "list_tables" => {
             &["dynamodb:Query"]
         }
@@ -1246,6 +1329,7 @@ mod contract_tests {
         "load_job",
         "get_stage",
         "get_plan",
+        "task_view",
         "get_task",
         "list_tasks",
         "list_counters",
@@ -1279,6 +1363,7 @@ mod contract_tests {
             (".put_item()", "dynamodb:PutItem"),
             (".delete_item()", "dynamodb:DeleteItem"),
             (".batch_write_item()", "dynamodb:BatchWriteItem"),
+            (".batch_get_item()", "dynamodb:BatchGetItem"),
             ("Put::builder()", "dynamodb:PutItem"),
             ("Update::builder()", "dynamodb:UpdateItem"),
             ("Delete::builder()", "dynamodb:DeleteItem"),

@@ -217,7 +217,7 @@ async fn commits_leave_the_small_stage_items_alone() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn only_transient_store_errors_are_retried() {
     let armed = Arc::new(AtomicUsize::new(0));
-    let hook = failing("get_plan", StoreErrorKind::AccessDenied, armed.clone());
+    let hook = failing("task_view", StoreErrorKind::AccessDenied, armed.clone());
     let mut h = Harness::with(many_tasks(), Some(hook), Faults::default()).await;
     let job = h.submit(JOIN).await;
     armed.store(1, Ordering::SeqCst);
@@ -229,7 +229,7 @@ async fn only_transient_store_errors_are_retried() {
     assert!(error.contains("AccessDenied"), "{error}");
 
     let armed = Arc::new(AtomicUsize::new(0));
-    let hook = failing("get_plan", StoreErrorKind::Throttled, armed.clone());
+    let hook = failing("task_view", StoreErrorKind::Throttled, armed.clone());
     let mut h = Harness::with(many_tasks(), Some(hook), Faults::default()).await;
     let job = h.submit(JOIN).await;
     armed.store(1, Ordering::SeqCst);

@@ -961,9 +961,9 @@ fn negative_missing_action_in_terraform_is_detected() {
 #[test]
 fn negative_action_added_to_contract_only_is_detected() {
     let mut lists = ActionLists::from_contract();
-    lists.executor_table.push("dynamodb:BatchGetItem");
+    lists.executor_table.push("dynamodb:DeleteItem");
     let errors = check(&module_source(), &contract_with(&lists));
-    assert_detected(errors.clone(), "lacks dynamodb:BatchGetItem");
+    assert_detected(errors.clone(), "lacks dynamodb:DeleteItem");
     assert_detected(errors, "executor/JobTable: actions");
 }
 

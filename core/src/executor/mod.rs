@@ -122,9 +122,13 @@ impl Executor {
         let store = &self.services.store;
         let faults = &self.services.faults;
         let started_ms = now_ms();
-        let job = store
-            .get_job(&task.job_id)
-            .await?
+        // The job, the stage, the task's item and (unless cached) the plan: one read.
+        let cached = self.cached_plan(&task.job_id, task.stage);
+        let view = store
+            .task_view(&task.job_id, task.stage, task.partition, cached.is_none())
+            .await?;
+        let job = view
+            .job
             .ok_or_else(|| Error::InvalidInput(format!("task for unknown job {}", task.job_id)))?;
         let key = format!(
             "{}/{}/{}/{}",
@@ -145,23 +149,15 @@ impl Executor {
             let _ = self.services.invoker.wake_scheduler(&job.job_id).await;
             return Ok(TaskReport::Skipped("job is past its deadline".into()));
         }
-        if let Some(t) = store
-            .get_task(&task.job_id, task.stage, task.partition)
-            .await?
-        {
-            if t.state == TaskState::Succeeded {
-                return Ok(TaskReport::Skipped("task already succeeded".into()));
-            }
+        if view.task.is_some_and(|t| t.state == TaskState::Succeeded) {
+            return Ok(TaskReport::Skipped("task already succeeded".into()));
         }
-        let stage = store
-            .get_stage(&task.job_id, task.stage)
-            .await?
-            .ok_or_else(|| {
-                Error::InvalidInput(format!(
-                    "task for unknown stage {} of job {}",
-                    task.stage, task.job_id
-                ))
-            })?;
+        let stage = view.stage.ok_or_else(|| {
+            Error::InvalidInput(format!(
+                "task for unknown stage {} of job {}",
+                task.stage, task.job_id
+            ))
+        })?;
         if task.partition >= stage.tasks {
             return Err(Error::InvalidInput(format!(
                 "task {} does not exist: stage {} has {} tasks",
@@ -171,7 +167,11 @@ impl Executor {
         // A fresh copy of the cached plan: operators keep per-execution state (a hash
         // join's build side, scan bookkeeping) that must not leak between tasks.
         let stop = Arc::new(AtomicBool::new(false));
-        let plan = reset_plan_states(self.stage_plan(&stage).await?)?;
+        let plan = match cached {
+            Some(plan) => plan,
+            None => self.load_plan(&stage, view.plan).await?,
+        };
+        let plan = reset_plan_states(plan)?;
         let writer = ShuffleWriterExec::from_plan(&plan)?;
         let writer = writer.with_input(stop::StopExec::wrap_leaves(
             writer.input().clone(),
@@ -309,23 +309,26 @@ impl Executor {
         }
     }
 
-    /// The decoded stage plan, from the cache or the store.
-    async fn stage_plan(&self, stage: &StageRecord) -> Result<Arc<dyn ExecutionPlan>> {
+    /// The decoded plan of a stage, if this executor has it cached.
+    fn cached_plan(&self, job_id: &str, stage: u32) -> Option<Arc<dyn ExecutionPlan>> {
+        let key = (job_id.to_string(), stage);
+        self.plans.lock().ok().and_then(|p| p.get(&key).cloned())
+    }
+
+    /// Decodes a stage's plan record (reading the plan object when the plan lives in
+    /// object storage) and caches the plan.
+    async fn load_plan(
+        &self,
+        stage: &StageRecord,
+        record: Option<crate::state::PlanRecord>,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
         let key = (stage.job_id.clone(), stage.stage);
-        if let Some(plan) = self.plans.lock().ok().and_then(|p| p.get(&key).cloned()) {
-            return Ok(plan);
-        }
-        let record = self
-            .services
-            .store
-            .get_plan(&stage.job_id, stage.stage)
-            .await?
-            .ok_or_else(|| {
-                Error::Internal(format!(
-                    "stage {} of job {} has no plan",
-                    stage.stage, stage.job_id
-                ))
-            })?;
+        let record = record.ok_or_else(|| {
+            Error::Internal(format!(
+                "stage {} of job {} has no plan",
+                stage.stage, stage.job_id
+            ))
+        })?;
         let bytes = match (record.plan, &record.object) {
             (Some(bytes), _) => bytes,
             (None, Some(object)) => self

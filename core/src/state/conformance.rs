@@ -178,6 +178,12 @@ pub async fn jobs_are_created_once(store: &dyn JobStore) {
     assert!(snapshot.tasks.is_empty() && snapshot.counters.is_empty());
     assert_eq!(store.get_plan(&id, 0).await.unwrap(), Some(plan(&id, 0)));
     assert_eq!(store.get_plan(&id, 1).await.unwrap(), Some(plan(&id, 1)));
+    let view = store.task_view(&id, 1, 0, true).await.unwrap();
+    assert_eq!(view.job, Some(job(&id, 2)));
+    assert_eq!(view.stage, Some(stage(&id, 1, 2)));
+    assert_eq!((view.task, view.plan), (None, Some(plan(&id, 1))));
+    let view = store.task_view(&id, 7, 0, false).await.unwrap();
+    assert!(view.job.is_some() && view.stage.is_none() && view.plan.is_none());
     let again = NewJob {
         job: job(&id, 2),
         stages: vec![],

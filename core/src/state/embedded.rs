@@ -345,6 +345,29 @@ impl JobStore for EmbeddedStore {
         self.read(move |t| get(t, &k)).await
     }
 
+    async fn task_view(
+        &self,
+        job_id: &str,
+        stage: u32,
+        partition: u32,
+        with_plan: bool,
+    ) -> Result<TaskView> {
+        let (pk, plans) = (job_pk(job_id), plan_pk(job_id));
+        self.read(move |t| {
+            Ok(TaskView {
+                job: get(t, &key(&pk, SK_META))?,
+                stage: get(t, &key(&pk, &stage_sk(stage)))?,
+                task: get(t, &key(&pk, &task_sk(stage, partition)))?,
+                plan: if with_plan {
+                    get(t, &key(&plans, &stage_sk(stage)))?
+                } else {
+                    None
+                },
+            })
+        })
+        .await
+    }
+
     async fn list_tasks(&self, job_id: &str, stage: u32) -> Result<Vec<TaskRecord>> {
         let pk = job_pk(job_id);
         self.read(move |t| scan(t, &pk, &task_sk_prefix(stage)))

@@ -114,6 +114,21 @@ impl JobStore for Intercepted {
             .await
     }
 
+    async fn task_view(
+        &self,
+        job_id: &str,
+        stage: u32,
+        partition: u32,
+        with_plan: bool,
+    ) -> Result<TaskView> {
+        self.around(
+            "task_view",
+            Some(job_id),
+            self.inner.task_view(job_id, stage, partition, with_plan),
+        )
+        .await
+    }
+
     async fn get_task(
         &self,
         job_id: &str,

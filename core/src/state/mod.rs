@@ -67,6 +67,19 @@ impl JobSnapshot {
     }
 }
 
+/// What an executor reads before it runs a task, read in one request.
+#[derive(Debug, Clone, Default)]
+pub struct TaskView {
+    /// The job item.
+    pub job: Option<JobRecord>,
+    /// The task's stage.
+    pub stage: Option<StageRecord>,
+    /// The task's item, if it has one.
+    pub task: Option<TaskRecord>,
+    /// The stage's plan, when asked for.
+    pub plan: Option<PlanRecord>,
+}
+
 /// A new job: its item, its stages, their plans, and any initial task items.
 #[derive(Debug, Clone)]
 pub struct NewJob {
@@ -192,6 +205,16 @@ pub trait JobStore: Send + Sync + std::fmt::Debug {
 
     /// Reads one stage's plan.
     async fn get_plan(&self, job_id: &str, stage: u32) -> Result<Option<PlanRecord>>;
+
+    /// Reads the job, a stage, one of its task items and (when `with_plan`) the stage's
+    /// plan in one request — what an executor needs before it runs a task.
+    async fn task_view(
+        &self,
+        job_id: &str,
+        stage: u32,
+        partition: u32,
+        with_plan: bool,
+    ) -> Result<TaskView>;
 
     /// Reads one task item.
     async fn get_task(

@@ -187,6 +187,7 @@ data "aws_iam_policy_document" "executor" {
     sid = "JobTable"
     actions = [
       "dynamodb:GetItem",
+      "dynamodb:BatchGetItem",
       "dynamodb:Query",
       "dynamodb:UpdateItem",
     ]
