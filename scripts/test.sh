@@ -2,9 +2,10 @@
 # The whole test suite — what CI runs (.ci/run) and what you run:
 #   1. installs the pinned Python tools (moto, checkov) into .venv,
 #   2. checks the Terraform (fmt, checkov; the contract test runs with the Rust tests),
-#   3. runs every Rust test: unit, embedded end to end, TPC-H against DataFusion, and
-#      the end-to-end tests against the local AWS stack,
-#   4. checks formatting and clippy lints.
+#   3. tests the patched moto_server against plain moto (local/localstack/test_moto_server.py),
+#   4. runs every Rust test: unit, embedded end to end, TPC-H against DataFusion, the
+#      end-to-end tests against the local AWS stack and the chaos soak's short run,
+#   5. checks formatting and clippy lints.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -22,6 +23,9 @@ fi
 
 step "terraform checks"
 infra/terraform/check.sh
+
+step "moto_server patches (local/localstack/test_moto_server.py)"
+"$VENV/bin/python" -m unittest local/localstack/test_moto_server.py 2>&1 | tail -n 3
 
 step "build everything, tests included (the local AWS stack runs the function binaries)"
 # The same targets as `cargo test --workspace`, so both share one set of dependency features
