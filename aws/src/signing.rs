@@ -71,6 +71,28 @@ impl RequestSigner {
         })
     }
 
+    /// A signer for `service` in `region` with fixed credentials (a second identity in
+    /// a test, a tool with its own keys).
+    pub fn with_credentials(
+        access_key: &str,
+        secret_key: &str,
+        service: &'static str,
+        region: &str,
+    ) -> Self {
+        let credentials = aws_credential_types::Credentials::new(
+            access_key,
+            secret_key,
+            None,
+            None,
+            "lambdafusion",
+        );
+        Self {
+            provider: aws_credential_types::provider::SharedCredentialsProvider::new(credentials),
+            region: region.to_string(),
+            service,
+        }
+    }
+
     /// The headers to add to a request to sign it.
     pub async fn headers(
         &self,

@@ -83,6 +83,16 @@ impl Client {
         }
     }
 
+    /// The same client signing every request with `signer` (SigV4), whatever the host.
+    pub fn with_signer(self, signer: RequestSigner) -> Self {
+        let cell = tokio::sync::OnceCell::new();
+        let _ = cell.set(Some(signer));
+        Self {
+            signer: std::sync::Arc::new(cell),
+            ..self
+        }
+    }
+
     /// The same client sending `Authorization: Bearer <token>` (when `Some`).
     pub fn with_token(mut self, token: Option<String>) -> Self {
         self.token = token.filter(|t| !t.is_empty());
@@ -101,10 +111,17 @@ impl Client {
         if body.is_some() {
             headers.push(("content-type".into(), "application/json".into()));
         }
-        let host = reqwest::Url::parse(&url)
-            .ok()
+        let parsed = reqwest::Url::parse(&url).ok();
+        let host = parsed
+            .as_ref()
             .and_then(|u| u.host_str().map(str::to_string))
             .unwrap_or_default();
+        // What the Host header will say, and so what must be signed: the port too, unless
+        // it is the scheme's default (reqwest leaves a default port out).
+        let authority = match parsed.as_ref().and_then(|u| u.port()) {
+            Some(port) => format!("{host}:{port}"),
+            None => host.clone(),
+        };
         let signer = self
             .signer
             .get_or_try_init(|| async {
@@ -130,7 +147,7 @@ impl Client {
             .await
             .map_err(|e| ClientError::Protocol(e.to_string()))?;
         if let Some(signer) = signer {
-            headers.push(("host".into(), host.clone()));
+            headers.push(("host".into(), authority));
             let signed = signer
                 .headers(
                     method.as_str(),

@@ -193,6 +193,13 @@ def config(args: argparse.Namespace) -> int:
 
     local = {
         "region": REGION,
+        # Who a function URL with AWS_IAM auth accepts (the module's
+        # enable_function_url = true): the stack's dummy credentials, and a second caller
+        # for tests of who sees which query.
+        "credentials": [
+            {"access_key": "test", "secret_key": "test", "arn": "arn:aws:iam::000000000000:user/test"},
+            {"access_key": "other", "secret_key": "other", "arn": "arn:aws:iam::000000000000:user/other"},
+        ],
         # Lambda's own waits: "fast" (async retries after 200 / 400 ms) for tests, or
         # LAMBDA_TIMING=aws for AWS's (about 1 and 2 minutes).
         "timing": env.get("LAMBDA_TIMING", "fast"),
