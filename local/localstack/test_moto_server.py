@@ -10,13 +10,25 @@ Each test class starts its own servers on free 127.0.0.1 ports and stops them:
   puts, updates and deletes, transactions that commit or are cancelled, batch writes,
   gets, queries) against plain moto_server and against moto_server.py, and requires the
   same answers, the same final items and the same stream (read from TRIM_HORIZON), so
-  the patches keep moto's semantics; on moto_server.py it also requires that a LATEST
-  iterator polled throughout sees exactly those records (plain moto's goes deaf after
-  the first cancelled transaction).
+  the patches keep moto's semantics (the sequence includes the store's own request
+  shapes: counter commits, task updates with nested outputs, every ReturnValues, Query
+  pages with begins_with, Limit and ExclusiveStartKey); on moto_server.py it also
+  requires that a LATEST iterator polled throughout sees exactly those records (plain
+  moto's goes deaf after the first cancelled transaction).
 * `Patched` checks the rollback of cancelled transactions item by item, stream
   retention (MOTO_STREAM_RETENTION_SECS=3), the TTL sweeper (MOTO_TTL_SWEEP_SECS=1),
   expired iterators and argument checking.
 * `Units` tests StreamLog and iterator expiry in-process.
+* `SpeedUnits` compares, in-process, the speed patches' shortcuts with the moto code
+  they stand for: the fast JSON serializer and the cached member lookups against moto's
+  serializer on random values of every DynamoDB / Streams output shape the store meets
+  (odd values included, which the fast path must leave to moto), and the item size and
+  result-dict shortcuts against moto's functions on random AttributeValue trees.
+* `SpeedUpdates` runs the same ~190 update requests (valid ones, and ones each of moto's
+  validators refuses; single and in transactions; each expression twice) in two fresh
+  interpreters, speed patches on and off, and requires the same answers and items, parse
+  trees left unchanged by their users, and the static checks actually skipped.
+* `OpStatsLine` checks the MOTO_OP_STATS_SECS report and the MOTO_SPEEDUPS knob check.
 * `S3Differential` runs one seeded random sequence of S3 operations shaped like the
   shuffle's (PUTs of 0 B to 6 MiB, overwrites, GETs, ranged GETs of every Range form,
   HEADs, paginated LISTs with and without a delimiter, DeleteObject, DeleteObjects with
@@ -34,6 +46,7 @@ Each test class starts its own servers on free 127.0.0.1 ports and stops them:
 import hashlib
 import os
 import random
+import re
 import socket
 import subprocess
 import sys
@@ -194,9 +207,18 @@ def key(pk, sk) -> dict:
 
 
 def random_operations(seed: int, count: int):
-    """A deterministic list of (operation, kwargs) over a small key space."""
+    """A deterministic list of (operation, kwargs) over a small key space.
+
+    Besides plain puts, updates, deletes, transactions, batches, gets and queries, it
+    sends what aws/src/store.rs sends: counter commits (`SET #r = if_not_exists(#r, :s)
+    - :one ... ADD #done :p` if `NOT contains(#done, :pn)`, ReturnValues UPDATED_NEW),
+    task updates with nested outputs (maps, lists, binary, sets, BOOL, NULL; SET, REMOVE,
+    if_not_exists; every ReturnValues), DeleteItem with ALL_OLD, BatchGetItem, and Query
+    pages (begins_with, Limit, ExclusiveStartKey before, on and after items, both
+    directions).
+    """
     rng = random.Random(seed)
-    keys = [(p, q) for p in "AB" for q in "1234"]
+    keys = [(p, q) for p in "AB" for q in ("1", "2", "3", "4", "T#1", "T#2")]
     ops = []
 
     def condition(kwargs: dict) -> None:
@@ -228,8 +250,44 @@ def random_operations(seed: int, count: int):
         condition(kwargs)
         return kwargs
 
+    def count_commit(k) -> dict:
+        p = rng.randrange(4)
+        return {
+            "Key": key(*k),
+            "UpdateExpression": "SET #r = if_not_exists(#r, :start) - :one, #t = :now ADD #done :p",
+            "ConditionExpression": "attribute_not_exists(#done) OR NOT contains(#done, :pn)",
+            "ExpressionAttributeNames": {"#r": "remaining", "#t": "last_ms", "#done": "done"},
+            "ExpressionAttributeValues": {":start": n(4), ":one": n(1), ":now": n(rng.randrange(10**12)),
+                                          ":p": {"NS": [str(p)]}, ":pn": n(p)},
+            "ReturnValues": "UPDATED_NEW",
+        }
+
+    def output() -> dict:
+        return {"M": {
+            "ends": {"L": [n(rng.randrange(10**6)) for _ in range(rng.randrange(4))]},
+            "object": s(f"shuffle/{rng.randrange(100)}"),
+            "blob": {"B": bytes([rng.randrange(256) for _ in range(3)])},
+            "ok": {"BOOL": bool(rng.randrange(2))},
+            "none": {"NULL": True},
+            "tags": {"SS": sorted({f"t{rng.randrange(5)}" for _ in range(2)})},
+            "deep": {"M": {"x": {"L": [{"M": {"y": n(rng.randrange(9))}}, s("")]}}},
+        }}
+
+    def task_update(k) -> dict:
+        kwargs = {
+            "Key": key(*k),
+            "UpdateExpression": "SET #s = :s, #o = :o, #a = if_not_exists(#a, :one) REMOVE #e",
+            "ExpressionAttributeNames": {"#s": "state", "#o": "output", "#a": "attempt", "#e": "error"},
+            "ExpressionAttributeValues": {":s": s(rng.choice(["RUNNING", "SUCCEEDED"])), ":o": output(), ":one": n(1)},
+            "ReturnValues": rng.choice(["NONE", "ALL_NEW", "ALL_OLD", "UPDATED_NEW", "UPDATED_OLD"]),
+        }
+        if rng.randrange(2):
+            kwargs["ConditionExpression"] = "attribute_not_exists(pk) OR #s <> :done"
+            kwargs["ExpressionAttributeValues"][":done"] = s("SUCCEEDED")
+        return kwargs
+
     for _ in range(count):
-        kind = rng.randrange(9)
+        kind = rng.randrange(15)
         k = rng.choice(keys)
         if kind == 0:
             ops.append(("put_item", put(k)))
@@ -260,13 +318,41 @@ def random_operations(seed: int, count: int):
             ops.append(("batch_write_item", {"RequestItems": requests}))
         elif kind == 7:
             ops.append(("get_item", {"Key": key(*k), "ConsistentRead": True}))
-        else:
+        elif kind == 8:
             ops.append(("query", {
                 "KeyConditionExpression": "pk = :p AND sk BETWEEN :a AND :b",
                 "ExpressionAttributeValues": {":p": s(k[0]), ":a": s("2"), ":b": s("4")},
                 "ScanIndexForward": bool(rng.randrange(2)),
                 "ConsistentRead": True,
             }))
+        elif kind == 9:
+            ops.append(("update_item", count_commit(k)))
+        elif kind == 10:
+            ops.append(("update_item", task_update(k)))
+        elif kind == 11:
+            kwargs = delete(k)
+            kwargs["ReturnValues"] = "ALL_OLD"
+            ops.append(("delete_item", kwargs))
+        elif kind == 12:
+            kwargs = {
+                "KeyConditionExpression": "pk = :p AND begins_with(sk, :pre)",
+                "ExpressionAttributeValues": {":p": s(k[0]), ":pre": s(rng.choice(["T#", "T", "1", "2", "X"]))},
+                "ScanIndexForward": bool(rng.randrange(2)),
+                "ConsistentRead": True,
+                "Limit": rng.randrange(1, 4),
+            }
+            if rng.randrange(3):
+                # On an item, or between, before or after all of them (a page boundary).
+                start = rng.choice(["0", "1", "2", "25", "4", "5", "T#1", "T#15", "T#2", "U"])
+                # Now and then the other partition's key (moto does not refuse it).
+                kwargs["ExclusiveStartKey"] = key(k[0] if rng.randrange(3) else {"A": "B", "B": "A"}[k[0]], start)
+            ops.append(("query", kwargs))
+        elif kind == 13:
+            chosen = rng.sample(keys, rng.randrange(1, 5))
+            ops.append(("batch_get_item", {"RequestItems": {"Keys": [key(*c) for c in chosen], "ConsistentRead": True}}))
+        else:
+            ops.append(("put_item", {"Item": {**key(*k), "state": s("PENDING"), "output": output(),
+                                              "counts": {"NS": ["1", "2.5", "-3"]}, "raw": {"BS": [b"a", b"bc"]}}}))
     return ops
 
 
@@ -275,7 +361,7 @@ def run_operation(ddb, table: str, op: str, kwargs: dict):
     import copy
 
     kwargs = copy.deepcopy(kwargs)
-    if op == "batch_write_item":
+    if op in ("batch_write_item", "batch_get_item"):
         kwargs["RequestItems"] = {table: kwargs["RequestItems"]}
     elif op == "transact_write_items":
         for item in kwargs["TransactItems"]:
@@ -316,7 +402,7 @@ class Differential(unittest.TestCase):
             latest = iterator(streams, table, "LATEST")
             polled = []
             answers = []
-            for i, (op, kwargs) in enumerate(random_operations(seed=7, count=600)):
+            for i, (op, kwargs) in enumerate(random_operations(seed=7, count=900)):
                 answers.append(run_operation(ddb, table, op, kwargs))
                 if name == "patched" and i % 10 == 0:
                     got, latest = read_all(streams, latest)
@@ -333,6 +419,15 @@ class Differential(unittest.TestCase):
         kinds = [a[0] for a in plain[0]]
         self.assertGreater(kinds.count("cancelled"), 20, "the sequence must cancel transactions")
         self.assertGreater(kinds.count("error"), 5, "the sequence must fail conditions")
+        ops = random_operations(seed=7, count=900)
+        queries = [a[1] for (op, kw), a in zip(ops, plain[0]) if op == "query" and a[0] == "ok"]
+        self.assertTrue(any("'LastEvaluatedKey'" in q for q in queries), "no Query page ended early")
+        self.assertTrue(any("'Count': 0" in q for q in queries), "no Query page came back empty")
+        self.assertTrue(any("'Count': 3" in q for q in queries), "no Query page came back full")
+        updated = [a for (op, kw), a in zip(ops, plain[0]) if op == "update_item" and "ReturnValues" in kw]
+        self.assertTrue(any(a[0] == "ok" and "'done'" in a[1] for a in updated), "no counter commit answered")
+        self.assertTrue(any(a[0] == "error" for a in updated), "no counter commit refused")
+        self.assertTrue(any(a[0] == "ok" and "'B': b" in a[1] for a in plain[0]), "no binary value came back")
         for i, (a, b) in enumerate(zip(plain[0], patched[0])):
             self.assertEqual(a, b, f"answer to operation {i}")
         self.assertEqual(plain[1], patched[1], "final items")
@@ -510,6 +605,329 @@ class Units(unittest.TestCase):
         moto_server._expire_iterators(backend)
         self.assertEqual(list(backend.shard_iterators), ["fresh"])
         self.assertEqual(len(backend._iterators_by_age), 1)
+
+
+# --- speed patches (9-12) ------------------------------------------------------------
+
+
+def outcome(fn):
+    """("ok", answer) or ("raised", exception type, message): what must match."""
+    try:
+        return ("ok", fn())
+    except Exception as e:  # noqa: BLE001 - compared, not handled
+        return ("raised", type(e).__name__, str(e))
+
+
+def random_shaped(shape, rng, depth=0):
+    """A value for a botocore shape: mostly what moto's code puts there, sometimes not."""
+    import datetime
+
+    kind = shape.type_name
+    roll = rng.random()
+    if roll < 0.01:
+        return None
+    if roll < 0.02:  # the wrong kind of value
+        return rng.choice([7, "x", 1.5, (1, 2), ["a"], {"k": "v"}, b"raw", True])
+    if kind == "structure":
+        out = {}
+        for name, member in shape.members.items():
+            if depth < 7 and rng.random() < (0.6 if depth < 3 else 0.3):
+                out[name] = random_shaped(member, rng, depth + 1)
+        if rng.random() < 0.1:
+            out["NotAMember"] = "left out"
+        return out
+    if kind == "list":
+        return [random_shaped(shape.member, rng, depth + 1) for _ in range(rng.randrange(4 if depth < 7 else 1))]
+    if kind == "map":
+        size = rng.randrange(4 if depth < 7 else 1)
+        return {f"k{i}": random_shaped(shape.value, rng, depth + 1) for i in range(size)}
+    if kind == "string":
+        return rng.choice(["", "abc", "ünïcode ☃", "12", 5, 0])
+    if kind == "blob":
+        return rng.choice([b"", b"\x00\xffbin", "text", bytearray(b"ba")])
+    if kind == "timestamp":
+        return rng.choice([datetime.datetime(2026, 1, 2, 3, 4, 5), datetime.datetime(2026, 1, 2, 3, 4, 5, 678901),
+                           1700000000, 1700000000.25])
+    if kind in ("integer", "long"):
+        return rng.choice([0, 7, -3, "42", 2.0, True])
+    if kind in ("float", "double"):
+        return rng.choice([0.5, 3, "1.25"])
+    if kind == "boolean":
+        return rng.choice([True, False, 0])
+    return "x"
+
+
+class SpeedUnits(unittest.TestCase):
+    """Patches 9 and 12 against moto's own code, in this process (where moto is unpatched)."""
+
+    OPERATIONS = {
+        "dynamodb": ["GetItem", "Query", "Scan", "UpdateItem", "PutItem", "DeleteItem", "BatchGetItem",
+                     "BatchWriteItem", "TransactGetItems", "TransactWriteItems", "DescribeTable", "CreateTable",
+                     "ListTables", "DescribeTimeToLive"],
+        "dynamodbstreams": ["GetRecords", "DescribeStream", "ListStreams", "GetShardIterator"],
+    }
+
+    def test_serializer_shortcuts_write_what_moto_writes(self):
+        import json
+
+        import moto_server
+        from moto.core import serialize
+        from moto.core.utils import get_service_model
+
+        def serializer(op):
+            return serialize.JSONSerializer(operation_model=op, pretty_print=False,
+                                            value_picker=serialize.XFormedAttributePicker(response_transformers={}))
+
+        rng = random.Random(3)
+        fast = fell_back = cached_picks = 0
+        for service, operations in self.OPERATIONS.items():
+            model = get_service_model(service)
+            for name in operations:
+                op = model.operation_model(name)
+                for _ in range(150):
+                    value = random_shaped(op.output_shape, rng)
+                    if type(value) is not dict:
+                        continue
+                    expected = outcome(lambda: serializer(op).serialize(value)["body"])
+                    # The fast path: where it answers, it must answer what moto does.
+                    got = outcome(lambda: json.dumps(moto_server._fast(op.output_shape)(value, serializer(op))))
+                    if got[0] == "ok":
+                        self.assertEqual(got, expected, f"{name}: fast path on {value!r}")
+                        fast += 1
+                    else:
+                        fell_back += 1
+                    # moto's own walk with the cached member lookups (the fallback).
+                    original = serialize.ResponseSerializer.get_value
+                    serialize.ResponseSerializer.get_value = moto_server._get_value
+                    try:
+                        cached = outcome(lambda: serializer(op).serialize(value)["body"])
+                    finally:
+                        serialize.ResponseSerializer.get_value = original
+                    self.assertEqual(cached, expected, f"{name}: cached lookups on {value!r}")
+                    cached_picks += 1
+        self.assertGreater(fast, 4 * fell_back, "the fast path must answer most of these")
+        self.assertGreater(fell_back, 10, "the sample must include values the fast path leaves to moto")
+        self.assertGreater(cached_picks, 2000)
+        self.assertTrue(moto_server.json_serializer_is_mirrored())
+
+    def test_sizes_and_result_dicts_are_moto_s(self):
+        import datetime
+
+        import moto_server
+        from moto.dynamodb.models.dynamo_type import DynamoType
+
+        rng = random.Random(5)
+
+        def attribute(depth):
+            kinds = ["S", "N", "B", "BOOL", "NULL", "SS", "NS", "BS"] + (["L", "M"] * 2 if depth < 4 else [])
+            kind = rng.choice(kinds)
+            if kind == "S":
+                return {"S": rng.choice(["", "a", "ünï ☃"])}
+            if kind == "N":
+                return {"N": rng.choice(["0", "-1.5", "123456789012345678901234567890"])}
+            if kind == "B":
+                return {"B": rng.choice([b"\x00\x01", "AAE="])}
+            if kind == "BOOL":
+                return {"BOOL": rng.choice([True, False])}
+            if kind == "NULL":
+                return {"NULL": True}
+            if kind == "SS":
+                return {"SS": ["a", "bb"]}
+            if kind == "NS":
+                return {"NS": ["1", "22.5"]}
+            if kind == "BS":
+                return {"BS": [b"a", "Yg=="]}
+            if kind == "L":
+                return {"L": [attribute(depth + 1) for _ in range(rng.randrange(4))]}
+            return {"M": {f"k{i}": attribute(depth + 1) for i in range(rng.randrange(4))}}
+
+        irregular = 0
+        for _ in range(600):
+            value = DynamoType(attribute(0))
+            if rng.random() < 0.2 and value.type in ("L", "M"):
+                # Not what DynamoType's constructor makes: a raw dict among the DynamoTypes.
+                raw = attribute(3)
+                if value.type == "L":
+                    value.value.append(raw)
+                else:
+                    value.value["raw"] = raw
+                irregular += 1
+            self.assertEqual(outcome(lambda: moto_server._dynamo_size(value)),
+                             outcome(lambda: moto_server._moto_dynamo_size(value)), repr(value))
+            when = datetime.datetime(2026, 1, 2, 3, 4, 5)
+            for obj in (value, {"Items": [{"a": value}], "Count": 1, "When": when}, [value, b"x", None, 1.5, "s"]):
+                self.assertEqual(repr(outcome(lambda: moto_server._dynamo_to_dict(obj))),
+                                 repr(outcome(lambda: moto_server._moto_dynamo_to_dict(obj))), repr(obj))
+        self.assertGreater(irregular, 30)
+
+
+# Run in a fresh interpreter with the patches, speedups on (argv[2] == "1") or off:
+# the same update requests through moto's WSGI app, the answers and items printed.
+UPDATE_SCRIPT = textwrap.dedent("""
+    import io, json, sys
+    sys.path.insert(0, sys.argv[1])
+    sys.dont_write_bytecode = True
+    import moto_server
+    print(moto_server.apply_patches(86400, speedups=sys.argv[2] == "1"), file=sys.stderr)
+    from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+    from moto.dynamodb.parsing.validators import ActionCountValidator
+    from moto.dynamodb.parsing.expressions import UpdateExpressionParser
+
+    app = moto_server.SerializeDynamoDB(DomainDispatcherApplication(create_backend_app))
+    static_runs = [0]
+    traverse = ActionCountValidator.traverse
+    def counting(self, node):
+        static_runs[0] += 1
+        return traverse(self, node)
+    ActionCountValidator.traverse = counting
+
+    def call(op, body):
+        data = json.dumps(body).encode()
+        env = {"REQUEST_METHOD": "POST", "PATH_INFO": "/", "QUERY_STRING": "", "SERVER_NAME": "127.0.0.1",
+               "SERVER_PORT": "5000", "SERVER_PROTOCOL": "HTTP/1.1", "wsgi.url_scheme": "http",
+               "wsgi.input": io.BytesIO(data), "wsgi.errors": sys.stderr, "CONTENT_LENGTH": str(len(data)),
+               "CONTENT_TYPE": "application/x-amz-json-1.0", "HTTP_HOST": "127.0.0.1:5000",
+               "HTTP_X_AMZ_TARGET": "DynamoDB_20120810." + op,
+               "HTTP_AUTHORIZATION": "AWS4-HMAC-SHA256 Credential=test/20260101/us-east-1/dynamodb/aws4_request, "
+                                     "SignedHeaders=host, Signature=0"}
+        status = []
+        try:
+            out = b"".join(app(env, lambda s, h, e=None: status.append(s)))
+        except Exception as e:  # moto lets a few errors escape (a 500 from the server)
+            return "raised", type(e).__name__, str(e)
+        return status[0], json.loads(out) if out else None
+
+    call("CreateTable", {"TableName": "t", "BillingMode": "PAY_PER_REQUEST",
+         "AttributeDefinitions": [{"AttributeName": "pk", "AttributeType": "S"},
+                                  {"AttributeName": "sk", "AttributeType": "S"}],
+         "KeySchema": [{"AttributeName": "pk", "KeyType": "HASH"}, {"AttributeName": "sk", "KeyType": "RANGE"}]})
+    N = lambda v: {"N": str(v)}
+    S = lambda v: {"S": v}
+    cases = [
+        ("SET a = :v", {}, {":v": S("x")}),
+        ("SET #r = if_not_exists(#r, :s) - :one, #t = :t ADD #d :p", {"#r": "remaining", "#t": "t", "#d": "done"},
+         {":s": N(3), ":one": N(1), ":t": N(5), ":p": {"NS": ["1"]}}),
+        ("SET #s = :s, #o = :o REMOVE #e", {"#s": "state", "#o": "output", "#e": "error"},
+         {":s": S("OK"), ":o": {"M": {"l": {"L": [N(1), {"B": "AAE="}]}, "n": {"NULL": True}}}}),
+        ("SET l = list_append(if_not_exists(l, :empty), :more)", {},
+         {":empty": {"L": []}, ":more": {"L": [N(1), N(2)]}}),
+        ("REMOVE l[1], l[0]", {}, {}),
+        ("SET m.x = :v", {}, {":v": N(1)}),
+        ("ADD c :one, ss :set", {}, {":one": N(1), ":set": {"SS": ["a", "b"]}}),
+        ("DELETE ss :set", {}, {":set": {"SS": ["a"]}}),
+        ("SET a = :v, a = :w", {}, {":v": N(1), ":w": N(2)}),
+        ("SET a.b = :v, a = :w", {}, {":v": N(1), ":w": N(2)}),
+        ("SET pk = :v", {}, {":v": S("other")}),
+        ("SET #k = :v", {"#k": "sk"}, {":v": S("other")}),
+        ("SET a = :v SET b = :w", {}, {":v": N(1), ":w": N(2)}),
+        ("ADD c :one ADD d :one", {}, {":one": N(1)}),
+        ("SET #missing = :v", {}, {":v": N(1)}),
+        ("SET a = :v", {"#unused": "u"}, {":v": N(1)}),
+        ("SET n = n - :one", {}, {":one": N(1)}),
+        ("SET n = if_not_exists(n, :ten) + :one", {}, {":ten": N(10), ":one": N(1)}),
+        ("SET a = :undefined", {}, {":v": N(1)}),
+        ("SET x = :v,", {}, {":v": N(1)}),
+        ("REMOVE a, b SET c = :v ADD d :one DELETE ss :set", {}, {":v": N(1), ":one": N(1), ":set": {"SS": ["b"]}}),
+    ]
+    for round_ in range(2):
+        for i, (expr, names, values) in enumerate(cases):
+            for sk in ("fresh%d-%d" % (round_, i), "shared"):
+                body = {"TableName": "t", "Key": {"pk": S("P"), "sk": S(sk)}, "UpdateExpression": expr,
+                        "ReturnValues": "ALL_NEW"}
+                if names:
+                    body["ExpressionAttributeNames"] = names
+                if values:
+                    body["ExpressionAttributeValues"] = values
+                print(json.dumps([round_, i, sk, call("UpdateItem", body)]))
+                print(json.dumps(call("GetItem", {"TableName": "t", "Key": {"pk": S("P"), "sk": S(sk)},
+                                                  "ConsistentRead": True})))
+        # The same in transactions (two Updates each, one cancelled now and then).
+        for i, (expr, names, values) in enumerate(cases[:8]):
+            items = []
+            for sk in ("tx%d" % i, "shared"):
+                update = {"TableName": "t", "Key": {"pk": S("P"), "sk": S(sk)}, "UpdateExpression": expr}
+                if names:
+                    update["ExpressionAttributeNames"] = names
+                if values:
+                    update["ExpressionAttributeValues"] = values
+                items.append({"Update": update})
+            items[1]["Update"]["ConditionExpression"] = "attribute_exists(pk)" if i % 3 else "attribute_not_exists(pk)"
+            print(json.dumps([round_, "tx", i, call("TransactWriteItems", {"TransactItems": items})]))
+    print(json.dumps(call("Query", {"TableName": "t", "KeyConditionExpression": "pk = :p",
+                                    "ExpressionAttributeValues": {":p": S("P")}})))
+    def dump(x):
+        if isinstance(x, list):
+            return [dump(v) for v in x]
+        if hasattr(x, "__dict__"):
+            return (type(x).__name__, {k: dump(v) for k, v in vars(x).items() if k != "parent"})
+        return repr(x)
+    unchanged = all(
+        dump(moto_server._moto_make_update_expression(UpdateExpressionParser, text)) == dump(tree)
+        and moto_server._linked(tree, None)
+        for text, tree in moto_server._parsed_update_expressions.items())
+    print(json.dumps({"static_runs": static_runs[0], "cached": len(moto_server._parsed_update_expressions),
+                      "cached_trees_unchanged": unchanged}), file=sys.stderr)
+""")
+
+
+class SpeedUpdates(unittest.TestCase):
+    """Patch 11 changes no answer to an update, valid or not, and really skips work."""
+
+    def run_script(self, speedups: str):
+        proc = subprocess.run([sys.executable, "-c", UPDATE_SCRIPT, HERE, speedups], capture_output=True,
+                              text=True, timeout=300)
+        self.assertEqual(proc.returncode, 0, proc.stderr[-3000:])
+        stats = [line for line in proc.stderr.splitlines() if line.startswith("{")]
+        return proc.stdout.splitlines(), eval(stats[-1].replace("true", "True").replace("false", "False"))  # noqa: S307
+
+    def test_same_answers_with_and_without_speedups(self):
+        fast, fast_stats = self.run_script("1")
+        slow, slow_stats = self.run_script("0")
+        self.assertEqual(len(fast), len(slow))
+        for a, b in zip(fast, slow):
+            self.assertEqual(a, b)
+        joined = "\n".join(slow)
+        for error in ("ValidationException", "ConditionalCheckFailed", "TransactionCanceledException"):
+            self.assertIn(error, joined, "the cases must include this kind of failure")
+        self.assertEqual(slow_stats["cached"], 0)
+        self.assertGreater(fast_stats["cached"], 15)
+        self.assertTrue(fast_stats["cached_trees_unchanged"], "a cached parse tree changed")
+        # The static checks ran once per text, names and table (and again for failures).
+        self.assertLess(fast_stats["static_runs"], slow_stats["static_runs"] / 2, (fast_stats, slow_stats))
+
+
+class OpStatsLine(unittest.TestCase):
+    def test_op_stats_are_printed(self):
+        server = Server([sys.executable, SERVER], {"MOTO_TTL_SWEEP_SECS": "0", "MOTO_OP_STATS_SECS": "0.5"})
+        try:
+            ddb = server.client("dynamodb")
+            create_table(ddb, "stats")
+            for i in range(3):
+                ddb.put_item(TableName="stats", Item=key("P", str(i)))
+                ddb.get_item(TableName="stats", Key=key("P", str(i)), ConsistentRead=True)
+            deadline = time.monotonic() + 10
+            while True:
+                time.sleep(0.6)
+                server.log.seek(0)
+                log = server.log.read().decode()
+                counts = {}
+                for line in re.findall(r"DynamoDB under the lock [0-9.]+ s in 0.5 s: (.*)", log):
+                    for op, count in re.findall(r"(\w+) (\d+) x [0-9.]+ ms \(max [0-9.]+, wait [0-9.]+\)", line):
+                        counts[op] = counts.get(op, 0) + int(count)
+                if counts.get("GetItem") == 3 or time.monotonic() > deadline:
+                    break
+            self.assertIn("speed patches (9-12) installed", log)
+            self.assertEqual((counts.get("PutItem"), counts.get("GetItem")), (3, 3), log)
+        finally:
+            server.close()
+
+    def test_bad_speedups_knob_is_refused(self):
+        proc = subprocess.run(
+            [sys.executable, SERVER, "-p", str(free_port())],
+            env={**os.environ, "MOTO_SPEEDUPS": "yes"}, capture_output=True, text=True, timeout=60,
+        )
+        self.assertNotEqual(proc.returncode, 0)
+        self.assertIn("MOTO_SPEEDUPS must be 0 or 1", proc.stderr)
 
 
 # --- S3 ---------------------------------------------------------------------------------
