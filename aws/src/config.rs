@@ -63,6 +63,8 @@ impl AwsSettings {
         role: Role,
         get: impl Fn(&str) -> Option<String>,
     ) -> Result<Self, ConfigError> {
+        // Whether a variable is there at all, even empty (only the catalog writers care).
+        let present = |k: &'static str| get(k).is_some();
         let get = |k: &'static str| get(k).filter(|v| !v.trim().is_empty());
         let required = |k: &'static str| get(k).ok_or(ConfigError::Missing(k));
         let number = |k: &'static str| -> Result<Option<u64>, ConfigError> {
@@ -143,7 +145,10 @@ impl AwsSettings {
         engine.access.data_locations = data_locations;
         engine.access.location_setting = format!("{ENV_DATA_BUCKETS} (Terraform: data_buckets)");
         engine.access.admins = list(ENV_ADMIN_PRINCIPALS);
-        engine.access.catalog_writers = get(ENV_CATALOG_WRITERS).map(|_| list(ENV_CATALOG_WRITERS));
+        // Set, even to an empty list (Terraform's `catalog_writers = []`): only those listed
+        // may change the catalog, so an empty list freezes it. Unset: every caller may.
+        engine.access.catalog_writers =
+            present(ENV_CATALOG_WRITERS).then(|| list(ENV_CATALOG_WRITERS));
         if let Some(v) = number(ENV_MAX_PRESIGN_SECS)? {
             // SigV4 presigned URLs live at most 7 days.
             if v == 0 || v > 604_800 {
@@ -329,6 +334,18 @@ mod tests {
         .unwrap();
         assert_eq!(s.engine.access.admins, vec!["arn:a", "arn:b"]);
         assert_eq!(s.engine.access.catalog_writers, Some(vec!["arn:w".into()]));
+        // An empty list (what Terraform's `catalog_writers = []` sets) is nobody, not
+        // everybody: the catalog is frozen.
+        for empty in ["", " , "] {
+            let s = AwsSettings::from_lookup(
+                Role::Scheduler,
+                lookup(&[&base[..], &[(ENV_CATALOG_WRITERS, empty)]].concat()),
+            )
+            .unwrap();
+            assert_eq!(s.engine.access.catalog_writers, Some(vec![]), "{empty:?}");
+            let anyone = lambdafusion::access::Caller("arn:anyone".into());
+            assert!(s.engine.access.check_catalog_writer(&anyone).is_err());
+        }
         assert_eq!(s.engine.access.max_presign, Duration::from_secs(60));
         assert_eq!(s.engine.max_query_time, Duration::from_secs(120));
         let e = s

@@ -40,7 +40,7 @@ pub const ENV_DATA_BUCKETS: &str = "LAMBDAFUSION_DATA_BUCKETS";
 /// caller's queries; everyone else sees only their own (optional, default none).
 pub const ENV_ADMIN_PRINCIPALS: &str = "LAMBDAFUSION_ADMIN_PRINCIPALS";
 /// Comma-separated principal ARNs (or JWT subjects) that may create and drop tables
-/// (optional; unset: every caller may).
+/// (optional; unset: every caller may; set but empty: nobody may, the catalog is frozen).
 pub const ENV_CATALOG_WRITERS: &str = "LAMBDAFUSION_CATALOG_WRITERS";
 /// Longest lifetime of a presigned result download URL, in seconds (optional, default
 /// 900, at most 604800).

@@ -22,7 +22,9 @@
 //! transient service or network failures are retried here with jittered exponential
 //! backoff; validation, serialization and access errors are not. A write retried after
 //! an ambiguous failure may find its own earlier success: commits compare the committed
-//! object, so a retried commit still reports `Committed`. The only queries are by
+//! object, so a retried commit still reports `Committed`, and a transaction keeps one
+//! `ClientRequestToken` across its tries, so DynamoDB answers a retry of an applied one
+//! with its success. The only queries are by
 //! partition key (one job, the active index, the catalog) — no scans. Items carry
 //! `expires_at` for the table's TTL. Attribute names are the record fields (see
 //! `lambdafusion::state`).
@@ -479,12 +481,18 @@ impl DynamoDbJobStore {
         op: &str,
         items: Vec<TransactWriteItem>,
     ) -> Result<Option<Vec<String>>> {
+        // One token for every try: a try whose answer was lost (a 500 or a timeout after
+        // DynamoDB applied it) is answered by the next try with its success, instead of
+        // the try meeting its own write and failing its condition. (The SDK fills in a
+        // token of its own per send, which covers only its own retries.)
+        let token = uuid::Uuid::new_v4().to_string();
         retrying(op, || async {
             count(Request::DynamoDbWrite);
             match self
                 .client
                 .transact_write_items()
                 .set_transact_items(Some(items.clone()))
+                .client_request_token(&token)
                 .send()
                 .await
             {

@@ -3,6 +3,7 @@
 
 use std::time::Duration;
 
+use datafusion::arrow::error::ArrowError;
 use datafusion::error::DataFusionError;
 
 /// Result with the crate's [`Error`].
@@ -188,6 +189,15 @@ fn is_user_datafusion_error(e: &DataFusionError) -> bool {
         | DataFusionError::NotImplemented(_) => true,
         // A table location that does not exist is the request's fault.
         DataFusionError::ObjectStore(e) => matches!(**e, object_store::Error::NotFound { .. }),
+        // What the query's own expressions do to its values (`CAST('x' AS INT)`, 1/0),
+        // found while planning (constant folding) or running.
+        DataFusionError::ArrowError(e, _) => matches!(
+            **e,
+            ArrowError::CastError(_)
+                | ArrowError::ParseError(_)
+                | ArrowError::DivideByZero
+                | ArrowError::ArithmeticOverflow(_)
+        ),
         _ => false,
     }
 }

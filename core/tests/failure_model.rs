@@ -321,6 +321,55 @@ async fn the_sweep_is_bounded_in_time_and_resumes_where_it_stopped() {
     );
 }
 
+/// A job whose store calls hang (a DynamoDB request that never answers) gets what is
+/// left of the sweep's budget, not the whole run: the sweep gives up on it, saves its
+/// bookmark past it, and the next run handles the jobs after it (before: the run hung
+/// on that job until the function's timeout, without saving the bookmark, and every
+/// later run stopped at the same job).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_calls_hang_does_not_hold_up_the_sweep() {
+    let hung = Arc::new(std::sync::Mutex::new(None::<String>));
+    let armed = hung.clone();
+    let hook: lambdafusion::state::intercept::Hook = Arc::new(move |call: Call<'_>| {
+        let target = armed.lock().unwrap().clone();
+        if call.op == "load_job" && target.is_some() && call.job_id == target.as_deref() {
+            return Action::Delay(Duration::from_secs(3600));
+        }
+        Action::Proceed
+    });
+    let mut config = many_tasks();
+    config.sweep_budget = Duration::from_millis(500);
+    let h = Harness::with(config, Some(hook), Faults::default()).await;
+    let mut jobs = Vec::new();
+    for _ in 0..3 {
+        jobs.push(h.submit(JOIN).await);
+    }
+    jobs.sort();
+    *hung.lock().unwrap() = Some(jobs[0].clone());
+    let started = std::time::Instant::now();
+    let first = tokio::time::timeout(Duration::from_secs(10), h.scheduler().sweep())
+        .await
+        .expect("the sweep ends within its budget, whatever one job does")
+        .unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(2),
+        "{:?}",
+        started.elapsed()
+    );
+    assert!(first.incomplete, "{first:?}");
+    assert_eq!(first.errors.len(), 1, "{first:?}");
+    assert_eq!(first.errors[0].0, jobs[0]);
+    assert!(first.errors[0].1.contains("budget"), "{first:?}");
+    assert_eq!(
+        h.store.sweep_cursor().await.unwrap(),
+        Some(jobs[0].clone()),
+        "the bookmark is past the hung job"
+    );
+    let second = h.scheduler().sweep().await.unwrap();
+    assert!(second.errors.is_empty(), "{second:?}");
+    assert_eq!(second.jobs, 2, "the jobs after the hung one: {second:?}");
+}
+
 /// Queued invocations are not running: the sweep does not count their wait against
 /// `task_timeout` (before: every task past its dispatch time was presumed lost).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

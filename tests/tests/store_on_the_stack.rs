@@ -35,9 +35,12 @@ async fn store(stack: &Stack) -> DynamoDbJobStore {
     )
 }
 
-/// A running job with one stage of `tasks` tasks.
-async fn wide_job(store: &DynamoDbJobStore, tasks: u32) -> String {
+/// A running job with one stage of `tasks` tasks, as records.
+fn wide_records(tasks: u32) -> NewJob {
     let id = format!("wide-{}", uuid_like());
+    // Dispatched now: the stack's sweep (every minute) must not take the tasks for lost
+    // ones past their timeout while the test commits them.
+    let now = lambdafusion::time::now_ms();
     let job = JobRecord {
         job_id: id.clone(),
         sql: "SELECT 1".into(),
@@ -46,34 +49,37 @@ async fn wide_job(store: &DynamoDbJobStore, tasks: u32) -> String {
         stage_count: 1,
         result_schema: vec![],
         owner: "test".into(),
-        created_ms: 0,
+        created_ms: now,
         deadline_ms: None,
         finished_ms: None,
         error: None,
         expires_at: TTL,
     };
     let stage = StageRecord {
-        job_id: id.clone(),
+        job_id: id,
         stage: 0,
         state: StageState::Dispatched,
         tasks,
         output_partitions: 1,
         inputs: vec![],
         summary: "wide".into(),
-        dispatched_ms: Some(0),
-        confirmed_ms: Some(0),
+        dispatched_ms: Some(now),
+        confirmed_ms: Some(now),
         expires_at: TTL,
     };
-    store
-        .create_job(&NewJob {
-            job,
-            stages: vec![stage],
-            plans: vec![],
-            tasks: vec![],
-        })
-        .await
-        .unwrap();
-    id
+    NewJob {
+        job,
+        stages: vec![stage],
+        plans: vec![],
+        tasks: vec![],
+    }
+}
+
+/// A running job with one stage of `tasks` tasks.
+async fn wide_job(store: &DynamoDbJobStore, tasks: u32) -> String {
+    let new = wide_records(tasks);
+    store.create_job(&new).await.unwrap();
+    new.job.job_id
 }
 
 fn uuid_like() -> String {
@@ -274,5 +280,64 @@ fn the_dynamodb_store_on_the_stack() {
             "moto grew {:.0} MiB over 2000 commits",
             rss_after - rss_before
         );
+    });
+}
+
+/// Half of the front's injected InternalServerErrors on a write come after DynamoDB
+/// applied it, as AWS documents. A job's creating transaction retried after such a lost
+/// answer must not meet its own job and report "already exists" (nor a finish report
+/// "someone else finished it"): the store keeps one `ClientRequestToken` across its
+/// retries, which DynamoDB answers with the first success. The SDK's own retries are
+/// off here, so that every 500 reaches the store's retry loop.
+#[test]
+fn transactions_whose_answer_was_lost_are_recognised_on_retry() {
+    let stack = Stack::up(&[]);
+    runtime().block_on(async {
+        let config =
+            aws_sdk_dynamodb::config::Builder::from(&stack.sdk("AWS_ENDPOINT_URL_DYNAMODB").await)
+                .retry_config(aws_config::retry::RetryConfig::disabled())
+                .build();
+        let store = DynamoDbJobStore::new(
+            aws_sdk_dynamodb::Client::from_conf(config),
+            stack.var("LAMBDAFUSION_TABLE"),
+        );
+        let plan_url = format!(
+            "{}/_lambdafusion/faults",
+            stack.var("AWS_ENDPOINT_URL_LAMBDA")
+        );
+        let set_plan = |plan: serde_json::Value| {
+            let url = plan_url.clone();
+            async move {
+                let r = reqwest::Client::new()
+                    .put(url)
+                    .body(plan.to_string())
+                    .send()
+                    .await
+                    .unwrap();
+                assert!(r.status().is_success(), "{:?}", r.text().await);
+            }
+        };
+        set_plan(serde_json::json!({"seed": 11, "faults": {"dynamodb.internal_error": 0.3}})).await;
+        let mut failures = Vec::new();
+        for _ in 0..30 {
+            let new = wide_records(1);
+            let id = new.job.job_id.clone();
+            if let Err(e) = store.create_job(&new).await {
+                failures.push(format!("create {id}: {e}"));
+                continue;
+            }
+            match store.finish_job(&id, JobState::Cancelled, None, 5).await {
+                Ok(true) => {}
+                other => failures.push(format!("finish {id}: {other:?}")),
+            }
+        }
+        let report = faults(&stack).await;
+        set_plan(serde_json::json!({})).await;
+        let injected = report["injected"]["dynamodb.internal_error"]
+            .as_u64()
+            .unwrap_or(0);
+        println!("lost answers: {injected} InternalServerErrors injected over 30 jobs");
+        assert!(injected > 0, "faults were injected: {report}");
+        assert!(failures.is_empty(), "{failures:#?}");
     });
 }

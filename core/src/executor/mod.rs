@@ -173,7 +173,7 @@ impl Executor {
         };
         let plan = reset_plan_states(plan)?;
         let writer = ShuffleWriterExec::from_plan(&plan)?;
-        let writer = writer.with_input(stop::StopExec::wrap_leaves(
+        let writer = writer.with_input(stop::StopExec::wrap_leaves_and_joins(
             writer.input().clone(),
             stop.clone(),
             &task.job_id,
@@ -191,8 +191,10 @@ impl Executor {
             &execution[..12],
         );
         let shuffle = self.services.shuffle_store()?;
+        // The stream hands over its first batch only after reading and computing it: a
+        // crash there is a crash mid-work, whatever the task's size.
         let before_batch = |written: usize| -> Result<()> {
-            if written == 1 {
+            if written == 0 {
                 faults.crash_point(FaultKind::ExecutorCrashMidWork, &key)?;
             }
             Ok(())

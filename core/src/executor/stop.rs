@@ -2,10 +2,11 @@
 //! yield to the runtime only now and then (a join that multiplies rows, an aggregate over
 //! it, a nested-loop join that finds no match may compute for minutes between yields), so
 //! dropping the task's future is not enough. The executor wraps every leaf of the stage
-//! plan (the scans and shuffle readers, where data enters) in a `StopExec`, which ends its
-//! stream with an error on the first batch it hands up after the task was told to stop —
-//! and every operator above pulls from leaves, so the whole task stops within one batch
-//! of input.
+//! plan (the scans and shuffle readers, where data enters) and every join (where one
+//! input batch can become billions of rows) in a `StopExec`, which ends its stream with
+//! an error on the first batch it hands up after the task was told to stop — so the
+//! whole task stops within one batch of input or of join output. Each batch also spends
+//! tokio's cooperative budget, so that the watcher raising the flag gets to run.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -35,14 +36,15 @@ pub struct StopExec {
 }
 
 impl StopExec {
-    /// Wraps every leaf of `plan` so that the task stops once `stop` is raised.
-    pub fn wrap_leaves(
+    /// Wraps every leaf and every join of `plan` (each node without exactly one child)
+    /// so that the task stops once `stop` is raised.
+    pub fn wrap_leaves_and_joins(
         plan: Arc<dyn ExecutionPlan>,
         stop: Arc<AtomicBool>,
         job_id: &str,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         plan.transform_up(|node| {
-            if node.children().is_empty() {
+            if node.children().len() != 1 {
                 let wrapped: Arc<dyn ExecutionPlan> = Arc::new(StopExec {
                     input: node,
                     stop: stop.clone(),
@@ -142,7 +144,15 @@ impl Stream for StopStream {
             let job = self.job_id.clone();
             return Poll::Ready(Some(Err(Error::Cancelled(job).into())));
         }
-        self.input.as_mut().poll_next(cx)
+        // Each batch spends the task's cooperative budget, so that an operator looping
+        // over a join's output hands the thread back now and then: the watcher that
+        // raises `stop` runs on the same runtime and would otherwise never get to.
+        let coop = std::task::ready!(tokio::task::coop::poll_proceed(cx));
+        let polled = self.input.as_mut().poll_next(cx);
+        if polled.is_ready() {
+            coop.made_progress();
+        }
+        polled
     }
 }
 
@@ -166,7 +176,41 @@ mod tests {
             .create_physical_plan()
             .await
             .unwrap();
-        (StopExec::wrap_leaves(plan, stop.clone(), "j").unwrap(), ctx)
+        (
+            StopExec::wrap_leaves_and_joins(plan, stop.clone(), "j").unwrap(),
+            ctx,
+        )
+    }
+
+    /// A cross join under an aggregate reads one batch of its right side and computes
+    /// for many minutes (debug build) before it asks for the next: the stop must come
+    /// from the join's own output.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_task_stops_inside_a_join_that_multiplies_rows() {
+        let stop = Arc::new(AtomicBool::new(false));
+        let ctx = SessionContext::new();
+        let plan = ctx
+            .sql(
+                "SELECT sum(a.value * b.value) FROM generate_series(1, 100000) a, \
+                 generate_series(1, 100000) b",
+            )
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let wrapped = StopExec::wrap_leaves_and_joins(plan, stop.clone(), "j").unwrap();
+        let run = tokio::spawn(datafusion::physical_plan::collect(wrapped, ctx.task_ctx()));
+        tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+        stop.store(true, Ordering::Relaxed);
+        let ended = tokio::time::timeout(std::time::Duration::from_secs(15), run)
+            .await
+            .expect(
+                "the task stopped within 15 s of the flag (before: a starved watcher, ~1 min here)",
+            )
+            .unwrap();
+        let err = ended.unwrap_err();
+        assert!(err.to_string().contains("cancelled"), "{err}");
     }
 
     #[tokio::test]

@@ -73,6 +73,11 @@ pub struct SweepReport {
 /// Active jobs read per page by the sweep.
 const SWEEP_PAGE: usize = 100;
 
+/// The most a job record may take: a DynamoDB item holds at most 400 KB, names included.
+const JOB_ITEM_LIMIT: usize = 390 * 1024;
+/// What a job record takes besides its SQL and result schema (ids, states, times).
+const JOB_ITEM_OVERHEAD: usize = 2 * 1024;
+
 /// The scheduler. Cheap to create: make a fresh one per event if you like — it holds
 /// nothing but the shared [`Services`].
 #[derive(Debug, Clone)]
@@ -206,6 +211,19 @@ impl Scheduler {
         time_limit: std::time::Duration,
     ) -> Result<NewJob> {
         let expires_at = self.services.expires_at();
+        // The job item holds the SQL and the result schema (base64): refuse what cannot
+        // fit in one store item before anything is written.
+        let result_schema = plan::encode_schema(&graph.final_stage().plan.schema())?;
+        let item_bytes = sql.len() + result_schema.len().div_ceil(3) * 4 + JOB_ITEM_OVERHEAD;
+        if item_bytes > JOB_ITEM_LIMIT {
+            return Err(Error::TooLarge(format!(
+                "the query's SQL text ({} bytes) and result schema ({} columns, {} bytes                  encoded) do not fit in one job record (at most {} KiB): select fewer or                  shorter-named columns",
+                sql.len(),
+                graph.final_stage().plan.schema().fields().len(),
+                result_schema.len(),
+                JOB_ITEM_LIMIT / 1024
+            )));
+        }
         let mut stages = Vec::with_capacity(graph.stages.len());
         let mut plans = Vec::with_capacity(graph.stages.len());
         for s in &graph.stages {
@@ -240,7 +258,6 @@ impl Scheduler {
                 expires_at,
             });
         }
-        let result_schema = graph.final_stage().plan.schema();
         let created_ms = now_ms();
         let job = JobRecord {
             job_id: job_id.to_string(),
@@ -248,7 +265,7 @@ impl Scheduler {
             kind: JobKind::Query,
             state: JobState::Running,
             stage_count: stages.len() as u32,
-            result_schema: plan::encode_schema(&result_schema)?,
+            result_schema,
             owner: caller.principal().to_string(),
             created_ms,
             deadline_ms: Some(created_ms + time_limit.as_millis() as u64),
@@ -342,7 +359,8 @@ impl Scheduler {
     /// Looks at active jobs, from where the last sweep stopped, for attempts past their
     /// deadline (failing them, so they are retried) and advances each job (which re-sends
     /// throttled and unconfirmed dispatches and enforces deadlines). One job's failure
-    /// does not stop the others; past `sweep_budget` the sweep saves where it stopped.
+    /// does not stop the others, nor does one whose calls hang (it gets what is left of
+    /// the budget); past `sweep_budget` the sweep saves where it stopped.
     pub async fn sweep(&self) -> Result<SweepReport> {
         let started = Instant::now();
         let store = &self.services.store;
@@ -365,11 +383,25 @@ impl Scheduler {
                     return Ok(report);
                 }
                 report.jobs += 1;
-                match self.sweep_job(&job_id).await {
-                    Ok(lost) => report.lost_attempts += lost,
-                    Err(e) => {
+                // A job whose store or invoke calls hang gets what is left of the budget,
+                // not the whole run: past it the sweep moves on (and the bookmark past
+                // the job), so the next run does not stop at the same job again.
+                let left = self.config().sweep_budget.saturating_sub(started.elapsed());
+                match tokio::time::timeout(left, self.sweep_job(&job_id)).await {
+                    Ok(Ok(lost)) => report.lost_attempts += lost,
+                    Ok(Err(e)) => {
                         warn!(job = %job_id, error = %e, "sweep could not handle job");
                         report.errors.push((job_id.clone(), e.to_string()));
+                    }
+                    Err(_) => {
+                        warn!(job = %job_id, "sweep of job out of time; skipped this run");
+                        report.errors.push((
+                            job_id.clone(),
+                            format!(
+                                "not handled within the sweep's budget of {:?}",
+                                self.config().sweep_budget
+                            ),
+                        ));
                     }
                 }
                 after = Some(job_id);

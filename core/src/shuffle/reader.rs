@@ -268,3 +268,56 @@ impl ExecutionPlan for ShuffleReaderExec {
         )))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    use super::*;
+    use crate::state::TaskOutput;
+
+    fn output(object: &str, ends: Vec<u64>) -> TaskOutput {
+        TaskOutput {
+            attempt: 1,
+            object: object.into(),
+            ends,
+            rows: 0,
+            bytes: 0,
+            started_ms: 0,
+            finished_ms: 0,
+        }
+    }
+
+    fn reader(mode: ReadMode, producers: usize) -> ShuffleReaderExec {
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int32, true)]));
+        ShuffleReaderExec::new(3, producers, mode, schema, None)
+    }
+
+    /// Each mode reads what its edge means, empty slices left out; a partition the
+    /// producers' records do not have is an error naming it, never a panic.
+    #[test]
+    fn ranges_per_mode_and_out_of_range_partitions() {
+        let outputs = [output("a", vec![4, 4, 9]), output("b", vec![0, 7, 7])];
+        let hash = reader(ReadMode::Hash(Partitioning::UnknownPartitioning(3)), 2);
+        let got = hash.ranges(1, &outputs).unwrap();
+        assert_eq!(got, vec![(Path::from("b"), 0..7)], "a's slice 1 is empty");
+        let e = hash.ranges(3, &outputs).unwrap_err().to_string();
+        assert!(e.contains("slice 3") && e.contains("has 3 slices"), "{e}");
+
+        let gather = reader(ReadMode::Gather, 2);
+        assert_eq!(
+            gather.ranges(0, &outputs).unwrap(),
+            vec![(Path::from("a"), 0..4), (Path::from("a"), 4..9)]
+        );
+        let e = gather.ranges(2, &outputs).unwrap_err().to_string();
+        assert!(e.contains("gather partition 2 of stage 3"), "{e}");
+
+        let all = reader(ReadMode::All, 2);
+        assert_eq!(all.ranges(0, &outputs).unwrap().len(), 3);
+        let corrupt = [output("c", vec![9, 3])];
+        assert!(
+            all.ranges(0, &corrupt).is_err(),
+            "a slice ending before it starts"
+        );
+    }
+}

@@ -464,3 +464,38 @@ pub mod b64_opt {
         Ok(Option::<Wrap>::deserialize(d)?.map(|w| w.0))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::TaskOutput;
+
+    fn output(ends: Vec<u64>) -> TaskOutput {
+        TaskOutput {
+            attempt: 1,
+            object: "jobs/j/stage-0/task-0/attempt-1-x.arrows".into(),
+            ends,
+            rows: 0,
+            bytes: 0,
+            started_ms: 0,
+            finished_ms: 0,
+        }
+    }
+
+    /// A slice the completion record does not have is an error naming it, not a panic
+    /// (a corrupt record, or a consumer planned for more partitions than were written).
+    #[test]
+    fn slices_out_of_range_or_reversed_are_errors() {
+        let o = output(vec![10, 10, 25]);
+        assert_eq!(o.slice(0).unwrap(), 0..10);
+        assert_eq!(o.slice(1).unwrap(), 10..10, "an empty slice");
+        assert_eq!(o.slice(2).unwrap(), 10..25);
+        assert_eq!(o.all(), 0..25);
+        let e = o.slice(3).unwrap_err().to_string();
+        assert!(e.contains("slice 3") && e.contains("has 3 slices"), "{e}");
+        assert!(o.slice(usize::MAX).is_err());
+        let e = output(vec![30, 20]).slice(1).unwrap_err().to_string();
+        assert!(e.contains("ends before it starts"), "{e}");
+        assert!(output(vec![]).slice(0).is_err());
+        assert_eq!(output(vec![]).all(), 0..0);
+    }
+}
