@@ -52,6 +52,9 @@ impl Stack {
         let mut command = Command::new(root.join("local/localstack/up"));
         // Never a cargo build inside a running cargo test: it would wait on cargo's lock.
         command.current_dir(&root).env("SKIP_BUILD", "1");
+        // Lambda's async retries after 200 / 400 ms instead of AWS's minutes, so that a
+        // test sees a crashed invocation retried in seconds (a test may ask for "aws").
+        command.env("LAMBDA_TIMING", "fast");
         for (k, v) in extra {
             command.env(k, v);
         }

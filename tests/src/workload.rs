@@ -39,9 +39,8 @@ pub async fn load_tpch(stack: &Stack, client: &Client, dir: &Path, sf: f64) {
         .unwrap();
     }
     let bucket = stack.var("LAMBDAFUSION_BUCKET");
-    for sql in tpch::create_statements(&format!("s3://{bucket}/{DATA_PREFIX}/tpch")) {
-        run(client, &sql).await;
-    }
+    let creates = tpch::create_statements(&format!("s3://{bucket}/{DATA_PREFIX}/tpch"));
+    futures::future::join_all(creates.iter().map(|sql| run(client, sql))).await;
 }
 
 /// Single-process DataFusion over the same files.

@@ -341,6 +341,7 @@ pub struct Registry {
     functions: BTreeMap<String, Arc<Function>>,
     injector: Injector,
     credentials: Vec<Credential>,
+    invoke_latency: crate::front::config::ServiceLatency,
 }
 
 impl Registry {
@@ -377,7 +378,18 @@ impl Registry {
             functions,
             injector,
             credentials: config.credentials().to_vec(),
+            // The front's latency table holds Lambda's too; without a front, none.
+            invoke_latency: config
+                .front
+                .as_ref()
+                .map(|f| f.latency.lambda.clone())
+                .unwrap_or_default(),
         }
+    }
+
+    /// How long the Invoke API takes to answer an invocation of `invocation_type`.
+    pub fn invoke_latency(&self, invocation_type: &str) -> std::time::Duration {
+        self.invoke_latency.get(invocation_type)
     }
 
     /// The fault plan and the counters of injected faults.

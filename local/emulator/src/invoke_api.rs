@@ -13,6 +13,8 @@
 //! fault; any invocation hit by the `lambda.throttle_invoke` fault), 400
 //! `InvalidRequestContentException` (payload is not JSON). `Event` invocations are never
 //! refused for lack of concurrency: AWS queues them. The SigV4 signature is not checked.
+//! Every answer comes after the `lambda` latency of the front's table (20 ms by default,
+//! none with `"latency": "off"`).
 
 use axum::body::Body;
 use axum::extract::{Path as UrlPath, Query, State};
@@ -88,7 +90,15 @@ async fn invoke(
     body: Body,
 ) -> Response {
     let request_id = uuid::Uuid::new_v4().to_string();
+    let started = tokio::time::Instant::now();
+    let invocation_type = headers
+        .get("x-amz-invocation-type")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("RequestResponse")
+        .to_string();
     let mut response = invoke_inner(&registry, &function_name, &query, &headers, body).await;
+    // Lambda's own time to answer (front.latency.lambda), counted from the request.
+    tokio::time::sleep_until(started + registry.invoke_latency(&invocation_type)).await;
     if let Ok(v) = HeaderValue::from_str(&request_id) {
         response.headers_mut().insert("x-amzn-requestid", v);
     }

@@ -8,7 +8,8 @@
 //!   "latency": {                             // or "off", or "aws" (the default)
 //!     "dynamodb": {"default_ms": 5, "TransactWriteItems": 10},
 //!     "dynamodb_streams": {"default_ms": 5, "GetRecords": 5},
-//!     "s3": {"first_byte_ms": 25, "PUT": 30}
+//!     "s3": {"first_byte_ms": 25, "PUT": 30},
+//!     "lambda": {"default_ms": 20, "Event": 20}  // the Invoke API (served by the emulator)
 //!   },
 //!   "throughput": {                          // or "off", or "aws" (the default)
 //!     "write_units_per_s": 1000, "read_units_per_s": 3000, "burst_secs": 1
@@ -98,6 +99,9 @@ pub struct Latency {
     pub dynamodb_streams: ServiceLatency,
     /// S3 time to first byte, by HTTP method.
     pub s3: ServiceLatency,
+    /// The Lambda Invoke API's answer, by invocation type (`Event`, `RequestResponse`,
+    /// `DryRun`); for `RequestResponse` it comes on top of the function's run.
+    pub lambda: ServiceLatency,
 }
 
 /// One service's latency: a default and per-operation values.
@@ -163,6 +167,8 @@ const STREAMS_OPERATIONS: &[&str] = &[
     "GetShardIterator",
     "ListStreams",
 ];
+/// Invocation types the `lambda` latency table may name.
+const LAMBDA_INVOCATION_TYPES: &[&str] = &["Event", "RequestResponse", "DryRun"];
 /// HTTP methods the `s3` latency table may name.
 const S3_METHODS: &[&str] = &["GET", "HEAD", "PUT", "POST", "DELETE"];
 
@@ -183,6 +189,12 @@ impl Latency {
     /// * **S3 25 ms** to the first byte: for small requests "median latencies are often
     ///   in the tens of milliseconds range"
     ///   (<https://docs.aws.amazon.com/whitepapers/latest/s3-optimizing-performance-best-practices/timeouts-and-retries-for-latency-sensitive-applications.html>).
+    /// * **Lambda Invoke 20 ms** until the answer (202 for an `Event`): AWS publishes no
+    ///   figure; an asynchronous invoke is an authenticated request that Lambda's
+    ///   front end writes to its internal queue before it answers
+    ///   (<https://docs.aws.amazon.com/lambda/latest/dg/invocation-async.html>), measured
+    ///   from within a Region in the tens of milliseconds. `lambda.cold_start` and the
+    ///   function's own queue come on top, as on AWS.
     pub fn aws() -> Latency {
         Latency {
             dynamodb: with_transactions(5, BTreeMap::new()),
@@ -194,6 +206,10 @@ impl Latency {
                 default_ms: 25,
                 operations: BTreeMap::new(),
             },
+            lambda: ServiceLatency {
+                default_ms: 20,
+                operations: BTreeMap::new(),
+            },
         }
     }
 
@@ -203,6 +219,7 @@ impl Latency {
             dynamodb: ServiceLatency::default(),
             dynamodb_streams: ServiceLatency::default(),
             s3: ServiceLatency::default(),
+            lambda: ServiceLatency::default(),
         }
     }
 
@@ -237,9 +254,18 @@ impl Latency {
                             latency.s3 =
                                 service_latency(service, v, "first_byte_ms", S3_METHODS, 25)?
                         }
+                        "lambda" => {
+                            latency.lambda = service_latency(
+                                service,
+                                v,
+                                "default_ms",
+                                LAMBDA_INVOCATION_TYPES,
+                                20,
+                            )?
+                        }
                         other => {
                             return Err(format!(
-                                "unknown service {other:?} (use dynamodb, dynamodb_streams, s3)"
+                                "unknown service {other:?} (use dynamodb, dynamodb_streams, s3, lambda)"
                             ))
                         }
                     }
@@ -437,6 +463,7 @@ mod tests {
         assert_eq!(c.latency.dynamodb.get("TransactWriteItems").as_millis(), 10);
         assert_eq!(c.latency.dynamodb_streams.get("GetRecords").as_millis(), 5);
         assert_eq!(c.latency.s3.get("GET").as_millis(), 25);
+        assert_eq!(c.latency.lambda.get("Event").as_millis(), 20);
         assert_eq!(c.throughput, Throughput::aws());
         assert!(c.transaction_conflicts);
     }
@@ -452,7 +479,7 @@ mod tests {
 
         let c = parse(json!({"upstream": "http://127.0.0.1:5050",
             "latency": {"dynamodb": {"default_ms": 2, "GetItem": 7}, "s3": {"first_byte_ms": 40, "PUT": 60},
-                        "dynamodb_streams": "off"},
+                        "dynamodb_streams": "off", "lambda": {"Event": 3}},
             "throughput": {"write_units_per_s": 10}}))
         .unwrap();
         let l = &c.latency;
@@ -466,6 +493,12 @@ mod tests {
         assert_eq!(l.s3.get("GET").as_millis(), 40);
         assert_eq!(l.s3.get("PUT").as_millis(), 60);
         assert_eq!(l.dynamodb_streams.get("GetRecords").as_millis(), 0);
+        assert_eq!(l.lambda.get("Event").as_millis(), 3);
+        assert_eq!(
+            l.lambda.get("RequestResponse").as_millis(),
+            20,
+            "the AWS default"
+        );
         assert_eq!(c.throughput.write_units_per_s, 10.0);
         assert_eq!(c.throughput.read_units_per_s, 3000.0);
 
