@@ -5,7 +5,10 @@
 #   3. tests the patched moto_server against plain moto (local/localstack/test_moto_server.py),
 #   4. runs every Rust test: unit, embedded end to end, TPC-H against DataFusion, the
 #      end-to-end tests against the local AWS stack and the chaos soak's short run,
-#   5. checks formatting and clippy lints.
+#   5. tests the Python client against `lambdafusion serve` and the local stack
+#      (clients/python/test.sh) and the web console in Debian's Chromium
+#      (tests/browser/run.sh, which installs chromium and chromium-driver if missing),
+#   6. checks formatting and clippy lints.
 set -euo pipefail
 
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -34,6 +37,13 @@ cargo build --workspace --all-targets --locked
 
 step "cargo test --workspace"
 cargo test --workspace --locked "$@"
+
+step "python client (clients/python/test.sh)"
+# The stack half (SigV4, presigned pieces through moto) must run here, never skip.
+LAMBDAFUSION_PY_STACK=1 clients/python/test.sh
+
+step "web console in a real browser (tests/browser/run.sh)"
+tests/browser/run.sh
 
 step "lints (rustfmt, clippy)"
 cargo fmt --all --check

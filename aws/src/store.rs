@@ -644,6 +644,13 @@ impl JobStore for DynamoDbJobStore {
             ]);
             writes.push(self.put(active, None)?);
         }
+        // The owner's history entry expires (TTL) with the job.
+        let history = HashMap::from([
+            ("pk".to_string(), s(history_pk(&job.owner))),
+            ("sk".to_string(), s(history_sk(job.created_ms, &job.job_id))),
+            ("expires_at".to_string(), n(job.expires_at)),
+        ]);
+        writes.push(self.put(history, None)?);
         match self
             .transact("TransactWriteItems (create job)", writes)
             .await?
@@ -1042,6 +1049,24 @@ impl JobStore for DynamoDbJobStore {
             .into_iter()
             .filter_map(|item| match item.get("sk") {
                 Some(AttributeValue::S(id)) => Some(id.clone()),
+                _ => None,
+            })
+            .take(limit)
+            .collect())
+    }
+
+    async fn job_history(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>> {
+        Ok(self
+            .query(&history_pk(owner), "", after, Some(limit))
+            .await?
+            .into_iter()
+            .filter_map(|item| match item.get("sk") {
+                Some(AttributeValue::S(sk)) => Some(sk.clone()),
                 _ => None,
             })
             .take(limit)

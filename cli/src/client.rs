@@ -99,8 +99,10 @@ impl Client {
         self
     }
 
-    /// Sends a request, signed when the endpoint is an AWS one.
-    async fn send(
+    /// Sends a request to `path_and_query` of the endpoint, signed when the endpoint is
+    /// an AWS one (or `LAMBDAFUSION_SIGV4_SERVICE` says so), with the bearer token when
+    /// there is one; a body is sent as JSON.
+    pub async fn send(
         &self,
         method: reqwest::Method,
         path_and_query: &str,
@@ -224,6 +226,16 @@ impl Client {
     pub async fn status(&self, id: &str, wait: Duration) -> Result<JobStatus, ClientError> {
         let path = format!("/v1/queries/{id}?wait={}", wait.as_secs_f64());
         let response = self.send(reqwest::Method::GET, &path, None).await?;
+        self.check(response)
+            .await?
+            .json()
+            .await
+            .map_err(|e| ClientError::Protocol(e.to_string()))
+    }
+
+    /// The catalog: every table with its columns.
+    pub async fn tables(&self) -> Result<lambdafusion::api::Tables, ClientError> {
+        let response = self.send(reqwest::Method::GET, "/v1/tables", None).await?;
         self.check(response)
             .await?
             .json()

@@ -1,8 +1,11 @@
-//! The `lambdafusion` command line: embedded server and one-shot queries, a client for
+//! The `lambdafusion` command line: embedded server, one-shot queries and a shell, a client for
 //! a deployed (or emulated) endpoint, TPC-H data generation, the demo and the benchmark.
 //! The library half holds what the tests share with the binary.
 
 pub mod bench;
 pub mod client;
+pub mod console;
 pub mod display;
+pub mod session;
+pub mod shell;
 pub mod tpch;

@@ -9,7 +9,8 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand};
 use lambdafusion::embedded::{Embedded, EmbeddedOptions};
 use lambdafusion::EngineConfig;
-use lambdafusion_cli::{bench, client, display, tpch};
+use lambdafusion_cli::session::{split_statements, write_rows, OutputFormat, Session};
+use lambdafusion_cli::{bench, client, display, shell, tpch};
 
 #[derive(Parser)]
 #[command(
@@ -28,8 +29,13 @@ enum Command {
     Demo(DemoArgs),
     /// Serves the HTTP API with the embedded engine.
     Serve(ServeArgs),
-    /// Runs one SQL statement, embedded or against --endpoint.
+    /// Runs SQL (an argument, a file or standard input), embedded or against --endpoint.
     Query(QueryArgs),
+    /// An interactive SQL shell, embedded or against --endpoint.
+    Shell(ShellArgs),
+    /// The web console for a deployment (or any endpoint): served here on 127.0.0.1,
+    /// every API call forwarded signed with your AWS credentials.
+    Console(ConsoleArgs),
     /// TPC-H data generation.
     Tpch {
         #[command(subcommand)]
@@ -150,29 +156,83 @@ struct ServeArgs {
 
 #[derive(Args)]
 struct QueryArgs {
-    /// The SQL statement.
-    sql: String,
-    /// Send it to this endpoint (`lambdafusion serve`, the local stack, a deployment).
+    /// The SQL: one statement, or several separated by `;` (it may start with a `--`
+    /// comment).
+    #[arg(
+        allow_hyphen_values = true,
+        required_unless_present = "file",
+        conflicts_with = "file"
+    )]
+    sql: Option<String>,
+    /// Read the SQL from FILE (`-`: standard input).
+    #[arg(short = 'f', long = "file", value_name = "FILE")]
+    file: Option<PathBuf>,
+    /// Output format of the rows.
+    #[arg(long, value_enum, default_value = "table")]
+    format: OutputFormat,
+    /// Write the rows to FILE instead of standard output.
+    #[arg(short = 'o', long = "output", value_name = "FILE")]
+    output: Option<PathBuf>,
+    /// A time limit for each statement, in seconds (at most the engine's).
+    #[arg(long)]
+    max_seconds: Option<f64>,
+    #[command(flatten)]
+    target: TargetArgs,
+}
+
+#[derive(Args)]
+struct ConsoleArgs {
+    /// The endpoint: a deployment's function URL or API, the local stack, a `serve`.
+    #[arg(long, env = "LAMBDAFUSION_ENDPOINT")]
+    endpoint: String,
+    /// Bearer token for an endpoint served with `lambdafusion serve --token`.
+    #[arg(long, env = "LAMBDAFUSION_TOKEN", hide_env_values = true)]
+    token: Option<String>,
+    /// Loopback address to serve the console on.
+    #[arg(long, default_value = "127.0.0.1:8081")]
+    bind: SocketAddr,
+}
+
+#[derive(Args)]
+struct ShellArgs {
+    /// A time limit for each statement, in seconds (at most the engine's).
+    #[arg(long)]
+    max_seconds: Option<f64>,
+    #[command(flatten)]
+    target: TargetArgs,
+}
+
+/// Where statements run: an endpoint, or the engine embedded in this process.
+#[derive(Args)]
+struct TargetArgs {
+    /// Send statements to this endpoint (`lambdafusion serve`, the local stack, a
+    /// deployment) instead of running them here.
     #[arg(long, env = "LAMBDAFUSION_ENDPOINT")]
     endpoint: Option<String>,
     /// Bearer token for an endpoint served with `lambdafusion serve --token`.
     #[arg(long, env = "LAMBDAFUSION_TOKEN", hide_env_values = true)]
     token: Option<String>,
-    /// A time limit for this query, in seconds (at most the engine's).
-    #[arg(long)]
-    max_seconds: Option<f64>,
-    /// Output: a table, CSV or JSON lines.
-    #[arg(long, value_enum, default_value = "table")]
-    format: OutputFormat,
     #[command(flatten)]
     engine: EngineArgs,
 }
 
-#[derive(Clone, Copy, clap::ValueEnum)]
-enum OutputFormat {
-    Table,
-    Csv,
-    Json,
+impl TargetArgs {
+    async fn session(&self, max_seconds: Option<f64>) -> Result<Session, String> {
+        Ok(match &self.endpoint {
+            Some(endpoint) => {
+                Session::Remote(client::Client::new(endpoint).with_token(self.token.clone()))
+            }
+            None => {
+                let mut options = self.engine.options()?;
+                if let Some(limit) = max_seconds {
+                    options.config = options
+                        .config
+                        .with_max_query_time(Duration::from_secs_f64(limit.max(0.001)));
+                }
+                Session::Embedded(Embedded::start(options).await.map_err(|e| e.to_string())?)
+            }
+        })
+    }
 }
 
 #[derive(Subcommand)]
@@ -245,6 +305,11 @@ async fn run(cli: Cli) -> Result<(), String> {
         Command::Demo(args) => demo(args).await,
         Command::Serve(args) => serve(args).await,
         Command::Query(args) => query(args).await,
+        Command::Console(args) => console(args).await,
+        Command::Shell(args) => {
+            let session = args.target.session(args.max_seconds).await?;
+            shell::run(&session, args.max_seconds).await
+        }
         Command::Tpch {
             command: TpchCommand::Gen { sf, out },
         } => generate(&out, sf).map(|_| ()),
@@ -341,7 +406,8 @@ async fn demo(args: DemoArgs) -> Result<(), String> {
         args.sf
     );
     println!("to an in-process function slot, shuffled through files, results read back:\n");
-    let (status, schema, batches) = run_embedded(&engine, sql).await?;
+    let outcome = Session::Embedded(engine.clone()).run(sql, None).await?;
+    let (status, schema, batches) = (outcome.status, outcome.schema, outcome.batches);
     println!("{}", display::rows_table(&schema, &batches));
     println!("{}\n", display::status_line(&status));
     println!("{}", display::stage_summary(&status));
@@ -374,43 +440,30 @@ async fn demo(args: DemoArgs) -> Result<(), String> {
     Ok(())
 }
 
-/// Runs `sql` on `engine` with a progress bar; a failed query is an error.
-async fn run_embedded(
-    engine: &Embedded,
-    sql: &str,
-) -> Result<
-    (
-        lambdafusion::status::JobStatus,
-        datafusion::arrow::datatypes::SchemaRef,
-        Vec<datafusion::arrow::array::RecordBatch>,
-    ),
-    String,
-> {
-    let id = engine.submit(sql).await.map_err(|e| e.to_string())?;
-    let bar = display::task_progress();
-    let status = loop {
-        let status = engine
-            .wait(&id, Duration::from_millis(200))
-            .await
-            .map_err(|e| e.to_string())?;
-        display::update_progress(&bar, &status);
-        if status.is_terminal() {
-            break status;
-        }
-    };
-    bar.finish_and_clear();
-    if status.state != "succeeded" {
+async fn console(args: ConsoleArgs) -> Result<(), String> {
+    if !args.bind.ip().is_loopback() {
         return Err(format!(
-            "query {} {}: {}",
-            status.id,
-            status.state,
-            status.error.unwrap_or_default()
+            "the console acts with your credentials: it listens on loopback only, not {}",
+            args.bind
         ));
     }
-    let (schema, batches) = lambdafusion::results::collect(engine.services(), &id)
+    let client = client::Client::new(&args.endpoint).with_token(args.token.clone());
+    let token = lambdafusion_cli::console::session_token();
+    let router = lambdafusion_cli::console::router(client, token.clone());
+    let listener = tokio::net::TcpListener::bind(args.bind)
         .await
-        .map_err(|e| e.to_string())?;
-    Ok((status, schema, batches))
+        .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
+    eprintln!(
+        "console for {} (API calls signed with your AWS credentials when it is an AWS \
+         endpoint); open:\n  http://{}/#token={token}",
+        args.endpoint, args.bind
+    );
+    axum::serve(listener, router)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await
+        .map_err(|e| e.to_string())
 }
 
 async fn serve(args: ServeArgs) -> Result<(), String> {
@@ -449,50 +502,46 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
 }
 
 async fn query(args: QueryArgs) -> Result<(), String> {
-    let (status, schema, batches) = match &args.endpoint {
-        Some(endpoint) => {
-            let client = client::Client::new(endpoint).with_token(args.token.clone());
-            let bar = display::task_progress();
-            let result = client
-                .run_with(&args.sql, args.max_seconds, &mut |s| {
-                    display::update_progress(&bar, s)
-                })
-                .await
-                .map_err(|e| e.to_string());
-            bar.finish_and_clear();
-            result?
+    let script = match (&args.sql, &args.file) {
+        (Some(sql), _) => sql.clone(),
+        (None, Some(path)) if path.as_os_str() == "-" => {
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut std::io::stdin(), &mut text)
+                .map_err(|e| format!("reading SQL from standard input: {e}"))?;
+            text
         }
-        None => {
-            let mut options = args.engine.options()?;
-            if let Some(limit) = args.max_seconds {
-                options.config = options
-                    .config
-                    .with_max_query_time(Duration::from_secs_f64(limit.max(0.001)));
-            }
-            let engine = Embedded::start(options).await.map_err(|e| e.to_string())?;
-            run_embedded(&engine, &args.sql).await?
-        }
+        (None, Some(path)) => std::fs::read_to_string(path)
+            .map_err(|e| format!("reading SQL from {}: {e}", path.display()))?,
+        (None, None) => return Err("give the SQL as an argument or with -f FILE".into()),
     };
-    match args.format {
-        OutputFormat::Table => {
-            println!("{}", display::rows_table(&schema, &batches));
-            eprintln!("{}", display::status_line(&status));
-        }
-        OutputFormat::Csv => {
-            let mut writer = datafusion::arrow::csv::WriterBuilder::new()
-                .with_header(true)
-                .build(std::io::stdout());
-            for b in &batches {
-                writer.write(b).map_err(|e| e.to_string())?;
-            }
-        }
-        OutputFormat::Json => {
-            let mut writer = datafusion::arrow::json::LineDelimitedWriter::new(std::io::stdout());
-            for b in &batches {
-                writer.write(b).map_err(|e| e.to_string())?;
-            }
-            writer.finish().map_err(|e| e.to_string())?;
-        }
+    let statements = split_statements(&script)?;
+    let to_terminal = args.output.is_none() && std::io::IsTerminal::is_terminal(&std::io::stdout());
+    if args.format == OutputFormat::Parquet && to_terminal {
+        return Err(
+            "Parquet is binary: write it with --output FILE or redirect standard output".into(),
+        );
     }
-    Ok(())
+    let mut out: Box<dyn std::io::Write + Send> = match &args.output {
+        Some(path) => Box::new(std::io::BufWriter::new(
+            std::fs::File::create(path).map_err(|e| format!("writing {}: {e}", path.display()))?,
+        )),
+        None => Box::new(std::io::stdout()),
+    };
+    let session = args.target.session(args.max_seconds).await?;
+    let last = statements.len() - 1;
+    for (i, sql) in statements.iter().enumerate() {
+        let outcome = session.run(sql, args.max_seconds).await?;
+        // A script's earlier statements show their rows as tables; the file formats
+        // hold the last statement's rows alone.
+        if i == last || args.format == OutputFormat::Table {
+            let format = if i == last {
+                args.format
+            } else {
+                OutputFormat::Table
+            };
+            write_rows(format, &outcome.schema, &outcome.batches, out.as_mut())?;
+        }
+        eprintln!("{}", display::status_line(&outcome.status));
+    }
+    out.flush().map_err(|e| e.to_string())
 }

@@ -128,3 +128,118 @@ async fn a_table_on_etc_hostname_is_a_400_and_nothing_is_stored() {
         .unwrap();
     assert_eq!(tables["tables"], serde_json::json!([]));
 }
+
+/// `lambdafusion console --endpoint`: the page from this binary, API calls forwarded
+/// with the endpoint's credentials (here a `serve --token`), and only for a page that
+/// presents the session token the command printed.
+#[tokio::test]
+async fn the_console_command_forwards_the_api_with_its_own_credentials() {
+    let dir = tempfile::tempdir().unwrap();
+    let bind = format!("127.0.0.1:{}", free_port());
+    let _server = serve(dir.path(), &["--bind", &bind, "--token", "endpoint-secret"]);
+    let refused = lambdafusion()
+        .args(["console", "--endpoint", "http://x", "--bind", "0.0.0.0:0"])
+        .output()
+        .unwrap();
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("loopback"));
+
+    let console_bind = format!("127.0.0.1:{}", free_port());
+    let mut child = lambdafusion()
+        .args([
+            "console",
+            "--endpoint",
+            &format!("http://{bind}"),
+            "--bind",
+            &console_bind,
+        ])
+        .env("LAMBDAFUSION_TOKEN", "endpoint-secret")
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (url_tx, url_rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+            if let Some(url) = line.trim().strip_prefix("http://") {
+                let _ = url_tx.send(url.to_string());
+            }
+        }
+    });
+    let _console = Server(child);
+    let url = url_rx
+        .recv_timeout(Duration::from_secs(60))
+        .expect("console started");
+    let session = url
+        .split("#token=")
+        .nth(1)
+        .expect("the address carries a token")
+        .to_string();
+    let base = format!("http://{console_bind}");
+    let http = reqwest::Client::new();
+
+    let page = http.get(format!("{base}/")).send().await.unwrap();
+    assert_eq!(page.status(), 200);
+    assert!(page.text().await.unwrap().contains("console.js"));
+    let anonymous = http.get(format!("{base}/v1/tables")).send().await.unwrap();
+    assert_eq!(anonymous.status(), 401, "no session token, no forwarding");
+    let wrong = http
+        .get(format!("{base}/v1/tables"))
+        .bearer_auth("endpoint-secret")
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        wrong.status(),
+        401,
+        "the endpoint's own secret is not the session token"
+    );
+
+    let submitted: serde_json::Value = http
+        .post(format!("{base}/v1/queries"))
+        .bearer_auth(&session)
+        .json(&serde_json::json!({"sql": "SELECT 6 * 7 AS answer"}))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let id = submitted["id"]
+        .as_str()
+        .expect("submitted through the console")
+        .to_string();
+    let status: serde_json::Value = http
+        .get(format!("{base}/v1/queries/{id}?wait=10"))
+        .bearer_auth(&session)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(status["state"], "succeeded", "{status}");
+    let rows: serde_json::Value = http
+        .get(format!("{base}/v1/queries/{id}/result"))
+        .bearer_auth(&session)
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(rows, serde_json::json!([{"answer": 42}]));
+    let missing = http
+        .get(format!("{base}/v1/queries/nope"))
+        .bearer_auth(&session)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        missing.status(),
+        404,
+        "the endpoint's errors come through as they are"
+    );
+    let body: serde_json::Value = missing.json().await.unwrap();
+    assert!(body["error"]["message"].as_str().unwrap().contains("nope"));
+}

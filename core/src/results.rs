@@ -121,7 +121,7 @@ pub async fn collect(
 
 /// One downloadable piece of a result: an Arrow IPC stream at `url`, bytes
 /// `start..end` (a ranged GET), holding `rows` rows. Pieces concatenate in order.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct ResultPiece {
     /// Presigned GET URL of the object holding the piece.
     pub url: String,
@@ -132,7 +132,7 @@ pub struct ResultPiece {
 }
 
 /// A result as presigned downloads, for results too large for one HTTP response.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct ResultObjects {
     /// Query id.
     pub id: String,

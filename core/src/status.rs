@@ -24,7 +24,7 @@ pub mod prices {
 pub const ASSUMED_EXECUTOR_MB: f64 = 3008.0;
 
 /// Per-stage progress and metrics.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct StageStatus {
     /// Stage id.
     pub stage: u32,
@@ -58,7 +58,7 @@ pub struct StageStatus {
 }
 
 /// A job's status. `GET /v1/queries/{id}` returns it as JSON.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
 pub struct JobStatus {
     /// Job id.
     pub id: String,

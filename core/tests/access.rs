@@ -257,6 +257,30 @@ async fn callers_see_only_their_own_queries_unless_admins() {
     assert_eq!(body[0]["n"], 30000);
     let (status, _) = call(&router, get("alice", &format!("/v1/queries/{id}/result"))).await;
     assert_eq!(status, StatusCode::OK);
+
+    // The history lists each caller's own queries only.
+    let ids = |body: &Value| -> Vec<String> {
+        body["queries"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|q| q["id"].as_str().unwrap().to_string())
+            .collect()
+    };
+    let (status, alice) = call(&router, get("alice", "/v1/queries")).await;
+    assert_eq!(status, StatusCode::OK, "{alice}");
+    assert_eq!(ids(&alice).first(), Some(&id), "alice's newest query first");
+    assert_eq!(alice["queries"][0]["result_rows"], 1);
+    let (_, bob) = call(&router, get("bob", "/v1/queries")).await;
+    assert!(
+        !ids(&bob).contains(&id),
+        "bob does not see alice's query: {bob}"
+    );
+    let (_, root) = call(&router, get("root", "/v1/queries")).await;
+    assert!(
+        !ids(&root).contains(&id),
+        "the history is one's own, admin or not"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

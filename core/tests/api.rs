@@ -194,6 +194,11 @@ async fn bad_input_gets_a_clear_4xx() {
         ),
         (post(r#"{"sql": ""}"#), StatusCode::BAD_REQUEST, "empty"),
         (
+            post(r#"{"sql": "SELECT CAST('x' AS INT)"}"#),
+            StatusCode::BAD_REQUEST,
+            "Cast error",
+        ),
+        (
             post(r#"{"sql": "SELECT 1; SELECT 2"}"#),
             StatusCode::BAD_REQUEST,
             "single",
@@ -304,6 +309,25 @@ async fn bad_input_gets_a_clear_4xx() {
             )),
             StatusCode::PAYLOAD_TOO_LARGE,
             "SQL text",
+        ),
+        (
+            // 180 KB of SQL whose 200 columns' names make a result schema that, with
+            // the SQL, no job record can hold (before: stored embedded, a 500 on
+            // DynamoDB, past its 400 KB item limit).
+            post(
+                serde_json::json!({
+                    "sql": format!(
+                        "SELECT {}",
+                        (0..200)
+                            .map(|i| format!("1 AS c{i}_{}", "n".repeat(900)))
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    )
+                })
+                .to_string(),
+            ),
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "result schema (200 columns",
         ),
         (
             post(r#"{"sql": "SELECT 1", "max_seconds": 0}"#),
@@ -452,4 +476,266 @@ async fn cancel_through_the_api() {
     assert!(state == "cancelled" || state == "succeeded", "{state}");
     let status = wait(&engine, &id).await;
     assert_eq!(status["state"], state.as_str());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_history_lists_queries_newest_first_a_page_at_a_time() {
+    let (engine, _dir) = engine().await;
+    let mut ids = Vec::new();
+    for n in 0..5 {
+        let id = submit(&engine, &format!("SELECT {n} AS n")).await;
+        wait(&engine, &id).await;
+        ids.push(id);
+        // Distinct submission times, so that newest-first is one order.
+        tokio::time::sleep(std::time::Duration::from_millis(3)).await;
+    }
+    ids.reverse();
+    let mut seen = Vec::new();
+    let mut uri = "/v1/queries?limit=2".to_string();
+    loop {
+        let (status, body) = call(&engine, get(&uri)).await;
+        assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+        let page = json(&body);
+        let queries = page["queries"].as_array().unwrap();
+        assert!(queries.len() <= 2);
+        for q in queries {
+            seen.push(q["id"].as_str().unwrap().to_string());
+            for field in [
+                "sql",
+                "state",
+                "created_ms",
+                "elapsed_ms",
+                "estimated_cost_usd",
+            ] {
+                assert!(!q[field].is_null(), "{field} in {q}");
+            }
+        }
+        match page["next"].as_str() {
+            Some(next) => uri = format!("/v1/queries?limit=2&next={next}"),
+            None => break,
+        }
+    }
+    // The engine's CREATE statements came first, so they are last.
+    assert_eq!(seen[..5], ids[..], "newest first, each once");
+    let (_, body) = call(&engine, get("/v1/queries?limit=1")).await;
+    let first = &json(&body)["queries"][0];
+    assert_eq!(first["sql"], "SELECT 4 AS n");
+    assert_eq!(
+        (first["state"].as_str(), first["result_rows"].as_u64()),
+        (Some("succeeded"), Some(1))
+    );
+    for bad in [
+        "limit=0",
+        "limit=101",
+        "limit=x",
+        "next=garbage",
+        "next=MDAwMDAwMDAwMDAwMA",
+    ] {
+        let (status, body) = call(&engine, get(&format!("/v1/queries?{bad}"))).await;
+        assert_eq!(status, StatusCode::BAD_REQUEST, "{bad}");
+        let message = error_message(&body);
+        assert!(
+            message.contains("limit") || message.contains("next"),
+            "{bad}: {message}"
+        );
+    }
+}
+
+/// The OpenAPI document lists exactly the routes the router serves, with their
+/// parameters, and every error the router answers has the documented shape and a
+/// documented status.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_openapi_document_describes_every_route() {
+    let (engine, _dir) = engine().await;
+    let (status, body) = call(&engine, get("/v1/openapi.json")).await;
+    assert_eq!(status, StatusCode::OK);
+    let doc = json(&body);
+    assert!(
+        doc["openapi"].as_str().unwrap().starts_with("3.1"),
+        "OpenAPI 3.1"
+    );
+    let mut operations = Vec::new();
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in item.as_object().unwrap().keys() {
+            if ["get", "post", "put", "delete", "patch"].contains(&method.as_str()) {
+                operations.push(format!("{} {path}", method.to_uppercase()));
+            }
+        }
+    }
+    operations.sort();
+    assert_eq!(
+        operations,
+        [
+            "DELETE /v1/queries/{id}",
+            "GET /",
+            "GET /console.css",
+            "GET /console.js",
+            "GET /health",
+            "GET /v1/openapi.json",
+            "GET /v1/queries",
+            "GET /v1/queries/{id}",
+            "GET /v1/queries/{id}/result",
+            "GET /v1/queries/{id}/result/objects",
+            "GET /v1/tables",
+            "POST /v1/queries",
+        ]
+    );
+    let params = |path: &str, method: &str| -> Vec<String> {
+        doc["paths"][path][method]["parameters"]
+            .as_array()
+            .map(|ps| {
+                ps.iter()
+                    .map(|p| p["name"].as_str().unwrap().to_string())
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    assert_eq!(params("/v1/queries", "get"), ["limit", "next"]);
+    assert_eq!(params("/v1/queries/{id}", "get"), ["id", "wait"]);
+    assert_eq!(params("/v1/queries/{id}/result", "get"), ["id", "format"]);
+    assert_eq!(
+        params("/v1/queries/{id}/result/objects", "get"),
+        ["id", "expires"]
+    );
+    assert!(doc["components"]["schemas"]["JobStatus"]["properties"]["stages"].is_object());
+    assert!(doc["components"]["securitySchemes"]["bearer"].is_object());
+
+    // Each route, called: served (not the fallback) and, when it fails, with a status the
+    // document lists for it and the documented error body.
+    let id = submit(&engine, "SELECT 1 AS x").await;
+    wait(&engine, &id).await;
+    let calls: Vec<(&str, &str, String, Option<&str>)> = vec![
+        ("get", "/", "/".into(), None),
+        ("get", "/console.js", "/console.js".into(), None),
+        ("get", "/console.css", "/console.css".into(), None),
+        ("get", "/health", "/health".into(), None),
+        ("get", "/v1/openapi.json", "/v1/openapi.json".into(), None),
+        ("get", "/v1/tables", "/v1/tables".into(), None),
+        ("get", "/v1/queries", "/v1/queries?limit=nope".into(), None),
+        (
+            "post",
+            "/v1/queries",
+            "/v1/queries".into(),
+            Some(r#"{"sql": "SELEC 1"}"#),
+        ),
+        (
+            "post",
+            "/v1/queries",
+            "/v1/queries".into(),
+            Some(r#"{"sql": "SELECT 1"}"#),
+        ),
+        (
+            "get",
+            "/v1/queries/{id}",
+            format!("/v1/queries/{id}?wait=-1"),
+            None,
+        ),
+        ("get", "/v1/queries/{id}", "/v1/queries/nope".into(), None),
+        (
+            "get",
+            "/v1/queries/{id}/result",
+            format!("/v1/queries/{id}/result?format=xml"),
+            None,
+        ),
+        (
+            "get",
+            "/v1/queries/{id}/result",
+            format!("/v1/queries/{id}/result?format=csv"),
+            None,
+        ),
+        (
+            "get",
+            "/v1/queries/{id}/result/objects",
+            format!("/v1/queries/{id}/result/objects"),
+            None,
+        ),
+        (
+            "delete",
+            "/v1/queries/{id}",
+            "/v1/queries/nope".into(),
+            None,
+        ),
+        (
+            "delete",
+            "/v1/queries/{id}",
+            format!("/v1/queries/{id}"),
+            None,
+        ),
+    ];
+    for (method, path, uri, body) in calls {
+        let request = Request::builder()
+            .method(method.to_uppercase().as_str())
+            .uri(&uri)
+            .header("content-type", "application/json")
+            .body(body.map_or_else(Body::empty, |b| Body::from(b.to_string())))
+            .unwrap();
+        let (status, body) = call(&engine, request).await;
+        let documented = doc["paths"][path][method]["responses"]
+            .as_object()
+            .unwrap_or_else(|| panic!("{method} {path} is not documented"));
+        assert!(
+            documented.contains_key(status.as_str()),
+            "{method} {uri} answered {status}, which the document does not list for it: {}",
+            String::from_utf8_lossy(&body)
+        );
+        if !status.is_success() {
+            let error = json(&body);
+            assert_eq!(error["error"]["status"], status.as_u16(), "{error}");
+            assert!(error["error"]["message"].is_string(), "{error}");
+            let schema =
+                &documented[status.as_str()]["content"]["application/json"]["schema"]["$ref"];
+            assert_eq!(
+                schema, "#/components/schemas/ErrorBody",
+                "{method} {path} {status}"
+            );
+        }
+    }
+    let (status, body) = call(&engine, get("/v1/nope")).await;
+    assert_eq!(status, StatusCode::NOT_FOUND);
+    assert!(error_message(&body).contains("/v1/openapi.json"));
+    // A method a route does not take: the same error body, not axum's empty 405.
+    let (status, body) = call(
+        &engine,
+        Request::put("/v1/tables").body(Body::empty()).unwrap(),
+    )
+    .await;
+    assert_eq!(status, StatusCode::METHOD_NOT_ALLOWED);
+    assert!(error_message(&body).contains("/v1/openapi.json"));
+
+    // Behind `serve --token`, every API operation answers 401 without the token, as the
+    // document says (the console's page and assets stay open: they hold no data).
+    let guarded = lambdafusion::api::with_bearer_token(engine.router(), "s3cret".into());
+    for (path, item) in doc["paths"].as_object().unwrap() {
+        for method in ["get", "post", "delete"] {
+            let Some(operation) = item.get(method) else {
+                continue;
+            };
+            let uri = path.replace("{id}", &id);
+            let request = Request::builder()
+                .method(method.to_uppercase().as_str())
+                .uri(&uri)
+                .body(Body::empty())
+                .unwrap();
+            let response = guarded.clone().oneshot(request).await.unwrap();
+            let status = response.status();
+            let console = ["/", "/console.js", "/console.css"].contains(&path.as_str());
+            if console {
+                assert_eq!(status, StatusCode::OK, "{method} {path}");
+                assert!(operation.get("security").is_none(), "{method} {path}");
+                continue;
+            }
+            assert_eq!(status, StatusCode::UNAUTHORIZED, "{method} {path}");
+            assert_eq!(
+                operation["responses"]["401"]["content"]["application/json"]["schema"]["$ref"],
+                "#/components/schemas/ErrorBody",
+                "{method} {path}"
+            );
+            assert!(operation["responses"]["500"].is_object(), "{method} {path}");
+            assert_eq!(
+                operation["security"],
+                serde_json::json!([{}, {"bearer": []}]),
+                "{method} {path}: the token is optional (none on loopback)"
+            );
+        }
+    }
 }

@@ -6,7 +6,7 @@ mod common;
 use std::time::Duration;
 
 use lambdafusion::embedded::{Embedded, EmbeddedOptions};
-use lambdafusion::state::{JobKind, JobRecord, JobState, NewJob};
+use lambdafusion::state::{EmbeddedStore, JobKind, JobRecord, JobState, JobStore, NewJob};
 use lambdafusion::EngineConfig;
 
 fn options(dir: &std::path::Path, data: &std::path::Path) -> EmbeddedOptions {
@@ -65,9 +65,21 @@ async fn catalog_and_results_survive_a_restart() {
         error: None,
         expires_at: u64::MAX,
     };
-    engine
-        .services()
-        .store
+    drop(engine);
+    // Written while no engine runs, so that no scheduler sees it before the restart.
+    // (The dropped engine's background tasks let go of the file a moment later.)
+    let mut tries = 0;
+    let store = loop {
+        match EmbeddedStore::open(&state.path().join("state.redb")) {
+            Ok(store) => break store,
+            Err(_) if tries < 100 => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+            Err(e) => panic!("{e}"),
+        }
+    };
+    store
         .create_job(&NewJob {
             job: orphan,
             stages: vec![],
@@ -76,7 +88,7 @@ async fn catalog_and_results_survive_a_restart() {
         })
         .await
         .unwrap();
-    drop(engine);
+    drop(store);
 
     let engine = start(state.path(), data.path()).await;
     let out = engine.sql("SHOW TABLES").await.unwrap();

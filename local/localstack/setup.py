@@ -8,8 +8,15 @@ Not a setuptools script. Subcommands:
   setup.py resources --endpoint URL --table NAME --bucket NAME [--region R]
       creates, idempotently, on moto_server: the DynamoDB table (pk S hash, sk S range,
       PAY_PER_REQUEST, stream NEW_IMAGE, TTL on expires_at) and the S3 bucket.
+  setup.py unpack --package-dir DIR --out DIR
+      extracts the `bootstrap` of DIR/scheduler-fn/bootstrap.zip and
+      DIR/executor-fn/bootstrap.zip (what scripts/package and `cargo lambda build
+      --output-format zip` write) to OUT/<function>/bootstrap, checking that each zip holds
+      an executable ELF `bootstrap` for this machine's architecture; prints one line per
+      function: `<function> <path>`.
   setup.py config --out FILE --state-dir DIR --bin-dir DIR --terraform DIR --moto-port P
                   --invoke-port P --url-port P --front-port P
+                  [--scheduler-command PATH --executor-command PATH]
       writes the lambdafusion-local config; see local/README.md. This script writes only
       the local part (endpoints, credentials, commands, instances, listen addresses,
       timing, the DynamoDB / S3 front, the sweep's local period) to
@@ -26,6 +33,8 @@ Not a setuptools script. Subcommands:
       of the module, as for terraform plan); every other LAMBDAFUSION_* variable is an
       environment override (replacing the variable on the functions Terraform sets it
       on, or going to both functions when Terraform sets it on neither).
+      The functions run <bin dir>/scheduler-fn and <bin dir>/executor-fn, or the given
+      commands (`up` passes the `bootstrap` it extracted from FUNCTION_PACKAGE_DIR's zips).
 
 Only 127.0.0.1 endpoints with the dummy credentials "test"/"test" are ever used.
 """
@@ -133,6 +142,57 @@ def resources(endpoint: str, table: str, bucket: str, region: str) -> int:
     return 0
 
 
+# ELF e_machine values (https://refspecs.linuxfoundation.org/elf/gabi4+/ch4.eheader.html)
+# of the two architectures Lambda runs, and the names `uname -m` gives them.
+ELF_MACHINES = {0x3E: "x86_64", 0xB7: "aarch64"}
+PACKAGED_FUNCTIONS = ("scheduler-fn", "executor-fn")
+
+
+def unpack(package_dir: str, out: str) -> int:
+    """Extracts each function's `bootstrap` from its deployment zip, so the local stack runs
+    exactly what Lambda would: the zip's only entry, as Lambda's provided.al2023 runtime
+    starts it."""
+    import platform
+    import zipfile
+
+    host = platform.machine()
+    for function in PACKAGED_FUNCTIONS:
+        zip_path = os.path.join(package_dir, function, "bootstrap.zip")
+        if not os.path.isfile(zip_path):
+            print(
+                f"setup.py: {zip_path} is missing: FUNCTION_PACKAGE_DIR must hold <function>/bootstrap.zip "
+                "for scheduler-fn and executor-fn (build them with scripts/package --arch x86_64)",
+                file=sys.stderr,
+            )
+            return 2
+        with zipfile.ZipFile(zip_path) as archive:
+            names = archive.namelist()
+            if "bootstrap" not in names:
+                print(f"setup.py: {zip_path} has no `bootstrap` (entries: {names})", file=sys.stderr)
+                return 2
+            data = archive.read("bootstrap")
+        if data[:4] != b"\x7fELF":
+            print(f"setup.py: the bootstrap in {zip_path} is not an ELF executable", file=sys.stderr)
+            return 2
+        machine = ELF_MACHINES.get(int.from_bytes(data[18:20], "little"), "unknown")
+        if machine != host:
+            print(
+                f"setup.py: the bootstrap in {zip_path} is built for {machine}, this machine is {host}: "
+                f"package for this machine (scripts/package --arch {'x86_64' if host == 'x86_64' else 'arm64'})",
+                file=sys.stderr,
+            )
+            return 2
+        target = os.path.join(out, function, "bootstrap")
+        os.makedirs(os.path.dirname(target), exist_ok=True)
+        tmp = target + ".tmp"
+        with open(tmp, "wb") as f:
+            f.write(data)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, target)
+        print(f"{function} {target}")
+    return 0
+
+
 def front_config(front_port: str, moto: str) -> dict:
     """The emulator's DynamoDB / S3 front, between every client and moto (local/README.md,
     "The DynamoDB / S3 front"). FRONT_LATENCY and FRONT_THROUGHPUT are "aws" (the
@@ -200,16 +260,16 @@ def config(args: argparse.Namespace) -> int:
             {"access_key": "test", "secret_key": "test", "arn": "arn:aws:iam::000000000000:user/test"},
             {"access_key": "other", "secret_key": "other", "arn": "arn:aws:iam::000000000000:user/other"},
         ],
-        # Lambda's own waits: "fast" (async retries after 200 / 400 ms) for tests, or
-        # LAMBDA_TIMING=aws for AWS's (about 1 and 2 minutes).
-        "timing": env.get("LAMBDA_TIMING", "fast"),
+        # Lambda's own waits: AWS's by default (async retries after about 1 and 2
+        # minutes), or LAMBDA_TIMING=fast (200 / 400 ms) as the tests ask for.
+        "timing": env.get("LAMBDA_TIMING", "aws"),
         "account": "000000000000",
         "invoke_listen": f"127.0.0.1:{args.invoke_port}",
         "state_dir": args.state_dir,
         "functions": [
             {
                 "name": scheduler,
-                "command": [os.path.join(args.bin_dir, "scheduler-fn")],
+                "command": [args.scheduler_command or os.path.join(args.bin_dir, "scheduler-fn")],
                 "env": local_env,
                 # Capped by the module's reserved concurrency, if it sets one.
                 "instances": instances("SCHEDULER_INSTANCES", 2),
@@ -219,7 +279,7 @@ def config(args: argparse.Namespace) -> int:
             },
             {
                 "name": executor,
-                "command": [os.path.join(args.bin_dir, "executor-fn")],
+                "command": [args.executor_command or os.path.join(args.bin_dir, "executor-fn")],
                 "env": local_env,
                 "instances": instances("EXECUTOR_INSTANCES", 4),
             },
@@ -289,6 +349,9 @@ def main() -> int:
     r.add_argument("--table", required=True)
     r.add_argument("--bucket", required=True)
     r.add_argument("--region", default=REGION)
+    u = sub.add_parser("unpack")
+    u.add_argument("--package-dir", required=True)
+    u.add_argument("--out", required=True)
     c = sub.add_parser("config")
     for name in (
         "--out",
@@ -301,11 +364,15 @@ def main() -> int:
         "--front-port",
     ):
         c.add_argument(name, required=True)
+    c.add_argument("--scheduler-command")
+    c.add_argument("--executor-command")
     args = parser.parse_args()
     if args.cmd == "wait":
         return wait(args.url, args.timeout)
     if args.cmd == "resources":
         return resources(args.endpoint, args.table, args.bucket, args.region)
+    if args.cmd == "unpack":
+        return unpack(args.package_dir, args.out)
     return config(args)
 
 

@@ -8,7 +8,14 @@
 //!   exactly the intended resources, statement by statement (matched by `sid`), plus a short,
 //!   explicit list of actions the Lambda service needs on the function's behalf;
 //! - the wiring the design relies on: executor async settings (no Lambda retries, failures to
-//!   the scheduler), the stream trigger and its filter, the table's keys, TTL and stream.
+//!   the scheduler), the stream trigger and its filter, the table's keys, TTL and stream;
+//! - a first `terraform apply` that works: every resource Lambda validates against an
+//!   execution role at creation depends on the role *policy* that grants what is checked;
+//!   the HTTP API's routes reach every path and method of the router's OpenAPI document
+//!   (`lambdafusion::api::openapi`, so `/health` and the console at `/` too); the caller
+//!   policy output grants both `lambda:InvokeFunctionUrl` and `lambda:InvokeFunction`;
+//!   no lifecycle rule has an empty or missing filter; a zip too large for the request goes
+//!   through S3; the architecture is a variable whose default is the contract's.
 //!
 //! Every comparison is an exact set equality, so an action added to the Terraform or to the
 //! contract without the other fails this test. A contract list that is empty (such as
@@ -261,6 +268,8 @@ struct Module {
     resources: BTreeMap<(String, String), Body>,
     data: BTreeMap<(String, String), Body>,
     locals: BTreeMap<String, Expression>,
+    variables: BTreeMap<String, Body>,
+    outputs: BTreeMap<String, Body>,
 }
 
 fn labels(block: &Block) -> Vec<&str> {
@@ -273,6 +282,8 @@ fn parse_module(src: &str) -> Module {
         resources: BTreeMap::new(),
         data: BTreeMap::new(),
         locals: BTreeMap::new(),
+        variables: BTreeMap::new(),
+        outputs: BTreeMap::new(),
     };
     for block in body.blocks() {
         let l = labels(block);
@@ -290,6 +301,18 @@ fn parse_module(src: &str) -> Module {
                     module.data.insert(key, block.body().clone()).is_none(),
                     "duplicate data {l:?}"
                 );
+            }
+            "variable" if l.len() == 1 => {
+                let dup = module
+                    .variables
+                    .insert(l[0].to_string(), block.body().clone());
+                assert!(dup.is_none(), "duplicate variable {}", l[0]);
+            }
+            "output" if l.len() == 1 => {
+                let dup = module
+                    .outputs
+                    .insert(l[0].to_string(), block.body().clone());
+                assert!(dup.is_none(), "duplicate output {}", l[0]);
             }
             "locals" => {
                 for attr in block.body().attributes() {
@@ -381,6 +404,11 @@ fn check(src: &str, contract: &Contract) -> Vec<String> {
     check_environment(&module, contract, &mut errors);
     check_iam(&module, contract, &mut errors);
     check_wiring(&module, &mut errors);
+    check_ordering(&module, &mut errors);
+    check_routes(&module, &router_routes(), &mut errors);
+    check_caller_policy(&module, &mut errors);
+    check_lifecycle_filters(&module, &mut errors);
+    check_code_upload(&module, &mut errors);
     errors
 }
 
@@ -421,10 +449,20 @@ fn check_functions(module: &Module, contract: &Contract, errors: &mut Vec<String
                 contract.handler
             ));
         }
+        // `[var.architecture]`, whose default is the contract's architecture (a deployment
+        // may pick x86_64 to match its zips), or the contract's architecture literally.
         let arch: Option<Vec<String>> = match attr(body, "architectures") {
             Some(Expression::Array(items)) => items
                 .iter()
-                .map(|e| string_literal(e).map(str::to_string))
+                .map(|e| match traversal_path(e).as_deref() {
+                    Some([v, name]) if v == "var" => module
+                        .variables
+                        .get(name)
+                        .and_then(|var| attr(var, "default"))
+                        .and_then(string_literal)
+                        .map(str::to_string),
+                    _ => string_literal(e).map(str::to_string),
+                })
                 .collect(),
             _ => None,
         };
@@ -433,6 +471,21 @@ fn check_functions(module: &Module, contract: &Contract, errors: &mut Vec<String
                 "{name}: architectures is {arch:?}, contract says [{:?}]",
                 contract.architecture
             ));
+        }
+    }
+    // The variable, if used, admits exactly the two architectures Lambda runs.
+    if let Some(var) = module.variables.get("architecture") {
+        let condition = blocks(var, "validation")
+            .filter_map(|v| attr(v.body(), "condition"))
+            .map(render)
+            .collect::<Vec<_>>()
+            .join(" ");
+        for wanted in ["\"arm64\"", "\"x86_64\""] {
+            if !condition.contains(wanted) {
+                errors.push(format!(
+                    "variable architecture: its validation does not admit {wanted}"
+                ));
+            }
         }
     }
 }
@@ -912,6 +965,347 @@ fn check_wiring(module: &Module, errors: &mut Vec<String>) {
 }
 
 // ---------------------------------------------------------------------------------------
+// A first apply that works
+// ---------------------------------------------------------------------------------------
+
+/// `depends_on` of a resource, as rendered traversals (`aws_iam_role_policy.scheduler`).
+fn depends_on(body: &Body) -> BTreeSet<String> {
+    match attr(body, "depends_on") {
+        Some(Expression::Array(items)) => items.iter().map(render).collect(),
+        _ => BTreeSet::new(),
+    }
+}
+
+/// The resources Lambda validates against an execution role when it creates them, and the
+/// role policies that grant what it checks (iam.tf, "Ordering"). Depending on the role is
+/// not enough: the role exists before its policies do.
+const ORDERING: &[(&str, &str, &[&str])] = &[
+    // dead-letter queue (sqs:SendMessage) and Active tracing (X-Ray)
+    (
+        "aws_lambda_function",
+        "scheduler",
+        &["aws_iam_role_policy.scheduler_runtime"],
+    ),
+    // Active tracing (X-Ray)
+    (
+        "aws_lambda_function",
+        "executor",
+        &["aws_iam_role_policy.executor_runtime"],
+    ),
+    // stream reads (engine policy) and the on-failure queue (runtime policy)
+    (
+        "aws_lambda_event_source_mapping",
+        "stream",
+        &[
+            "aws_iam_role_policy.scheduler",
+            "aws_iam_role_policy.scheduler_runtime",
+        ],
+    ),
+    // lambda:InvokeFunction on the destination (the scheduler)
+    (
+        "aws_lambda_function_event_invoke_config",
+        "executor",
+        &["aws_iam_role_policy.executor"],
+    ),
+    // nothing invokes the scheduler before it may read its table
+    (
+        "aws_cloudwatch_event_target",
+        "sweep",
+        &["aws_iam_role_policy.scheduler"],
+    ),
+    (
+        "aws_lambda_permission",
+        "api",
+        &["aws_iam_role_policy.scheduler"],
+    ),
+    (
+        "aws_lambda_function_url",
+        "scheduler",
+        &["aws_iam_role_policy.scheduler"],
+    ),
+];
+
+fn check_ordering(module: &Module, errors: &mut Vec<String>) {
+    for (kind, name, needs) in ORDERING {
+        let Some(body) = module.resources.get(&(kind.to_string(), name.to_string())) else {
+            errors.push(format!("ordering: no {kind}.{name}"));
+            continue;
+        };
+        let deps = depends_on(body);
+        for need in *needs {
+            if !deps.contains(*need) {
+                errors.push(format!(
+                    "ordering: {kind}.{name} does not depend_on {need}, which grants what Lambda checks when it is created"
+                ));
+            }
+        }
+    }
+}
+
+/// (method, path template) of every operation the API router serves, from its OpenAPI
+/// document: the router and the document are built from the same list of routes.
+fn router_routes() -> BTreeSet<(String, String)> {
+    let doc: serde_json::Value = serde_json::from_str(
+        &lambdafusion::api::openapi()
+            .to_json()
+            .expect("the OpenAPI document serializes"),
+    )
+    .expect("the OpenAPI document is JSON");
+    let paths = doc["paths"].as_object().expect("the document has paths");
+    let mut out = BTreeSet::new();
+    for (path, item) in paths {
+        for method in [
+            "get", "put", "post", "delete", "options", "head", "patch", "trace",
+        ] {
+            if item.get(method).is_some() {
+                out.insert((method.to_uppercase(), path.clone()));
+            }
+        }
+    }
+    assert!(!out.is_empty(), "the OpenAPI document has no operations");
+    out
+}
+
+/// Whether an HTTP API route key (`GET /health`, `ANY /v1/{proxy+}`) takes a request for
+/// `method` on `path` (an OpenAPI template: `{id}` stands for one segment). API Gateway's
+/// matching (https://docs.aws.amazon.com/apigateway/latest/developerguide/http-api-develop-routes.html):
+/// `ANY` takes every method; `{name}` one segment; a greedy `{name+}`, last in the route,
+/// one or more segments.
+fn route_matches(route_key: &str, method: &str, path: &str) -> bool {
+    let Some((route_method, route_path)) = route_key.split_once(' ') else {
+        return false;
+    };
+    if route_method != "ANY" && route_method != method {
+        return false;
+    }
+    let route: Vec<&str> = route_path.split('/').skip(1).collect();
+    let wanted: Vec<&str> = path.split('/').skip(1).collect();
+    for (i, part) in route.iter().enumerate() {
+        if part.starts_with('{') && part.ends_with("+}") {
+            return i == route.len() - 1
+                && wanted.len() > i
+                && wanted[i..].iter().all(|s| !s.is_empty());
+        }
+        let Some(segment) = wanted.get(i) else {
+            return false;
+        };
+        // A `{name}` takes any one non-empty segment; anything else only itself.
+        let variable = part.starts_with('{') && part.ends_with('}');
+        let takes = if variable {
+            !segment.is_empty()
+        } else {
+            part == segment
+        };
+        if !takes {
+            return false;
+        }
+    }
+    route.len() == wanted.len()
+}
+
+fn check_routes(module: &Module, served: &BTreeSet<(String, String)>, errors: &mut Vec<String>) {
+    let route = module
+        .resources
+        .get(&("aws_apigatewayv2_route".to_string(), "api".to_string()));
+    let Some(route) = route else {
+        errors.push("routes: no aws_apigatewayv2_route.api".into());
+        return;
+    };
+    // One route resource per key of local.api_routes, all to the scheduler's integration.
+    let for_each = attr(route, "for_each").map(render).unwrap_or_default();
+    if !for_each.contains("local.api_routes") {
+        errors.push(format!(
+            "routes: aws_apigatewayv2_route.api iterates {for_each:?}, expected local.api_routes"
+        ));
+    }
+    let target = attr(route, "target").map(render).unwrap_or_default();
+    if !target.contains("aws_apigatewayv2_integration.scheduler") {
+        errors.push(format!(
+            "routes: target is {target}, expected the scheduler's integration"
+        ));
+    }
+    let keys: Vec<String> = match module.locals.get("api_routes") {
+        Some(Expression::Object(object)) => object
+            .keys()
+            .map(|k| match k {
+                ObjectKey::Expression(Expression::String(s)) => s.clone(),
+                ObjectKey::Identifier(id) => id.as_str().to_string(),
+                other => format!("{other:?}"),
+            })
+            .collect(),
+        _ => {
+            errors.push("routes: local.api_routes is not an object literal".into());
+            return;
+        }
+    };
+    for (method, path) in served {
+        if !keys.iter().any(|k| route_matches(k, method, path)) {
+            errors.push(format!(
+                "routes: no route of the HTTP API takes {method} {path}, which the router serves (API Gateway answers 404 before the scheduler runs)"
+            ));
+        }
+    }
+    for key in &keys {
+        if !served.iter().any(|(m, p)| route_matches(key, m, p)) {
+            errors.push(format!(
+                "routes: route {key:?} takes nothing the router serves"
+            ));
+        }
+    }
+}
+
+/// The caller policy output: the function URL needs both actions (since October 2025,
+/// https://docs.aws.amazon.com/lambda/latest/dg/urls-auth.html), InvokeFunction only through
+/// the URL; the API needs execute-api:Invoke.
+fn check_caller_policy(module: &Module, errors: &mut Vec<String>) {
+    match module
+        .outputs
+        .get("caller_policy_json")
+        .and_then(|o| attr(o, "value"))
+    {
+        Some(value) if render(value).contains("data.aws_iam_policy_document.caller.json") => {}
+        other => errors.push(format!(
+            "caller policy: output caller_policy_json is {:?}, expected data.aws_iam_policy_document.caller.json",
+            other.map(render)
+        )),
+    }
+    let Some(doc) = module
+        .data
+        .get(&("aws_iam_policy_document".to_string(), "caller".to_string()))
+    else {
+        errors.push("caller policy: no data.aws_iam_policy_document.caller".into());
+        return;
+    };
+    let mut bodies: Vec<&Body> = blocks(doc, "statement").map(|b| b.body()).collect();
+    for dynamic in blocks(doc, "dynamic") {
+        bodies.extend(blocks(dynamic.body(), "content").map(|b| b.body()));
+    }
+    let actions_of = |body: &Body| -> BTreeSet<String> {
+        match attr(body, "actions") {
+            Some(Expression::Array(items)) => items
+                .iter()
+                .filter_map(string_literal)
+                .map(str::to_string)
+                .collect(),
+            _ => BTreeSet::new(),
+        }
+    };
+    let conditions_of = |body: &Body| -> Vec<(String, String, String)> {
+        blocks(body, "condition")
+            .map(|c| {
+                let b = c.body();
+                (
+                    attr(b, "test").map(render).unwrap_or_default(),
+                    attr(b, "variable").map(render).unwrap_or_default(),
+                    attr(b, "values").map(render).unwrap_or_default(),
+                )
+            })
+            .collect()
+    };
+    let mut granted = BTreeSet::new();
+    for body in &bodies {
+        let actions = actions_of(body);
+        let resources: Vec<String> = match attr(body, "resources") {
+            Some(Expression::Array(items)) => items.iter().map(render).collect(),
+            other => other.map(render).into_iter().collect(),
+        };
+        for action in &actions {
+            granted.insert(action.clone());
+            if action.starts_with("lambda:") && resources != [SCHEDULER_FN] {
+                errors.push(format!(
+                    "caller policy: {action} is on {resources:?}, expected [{SCHEDULER_FN}]"
+                ));
+            }
+        }
+        if actions.contains("lambda:InvokeFunction") {
+            let through_url = conditions_of(body).iter().any(|(test, var, values)| {
+                test == "\"Bool\""
+                    && var == "\"lambda:InvokedViaFunctionUrl\""
+                    && values.contains("\"true\"")
+            });
+            if !through_url {
+                errors.push("caller policy: lambda:InvokeFunction is not limited to the function URL (condition Bool lambda:InvokedViaFunctionUrl = true): a direct Invoke could forge an HTTP event".into());
+            }
+        }
+    }
+    for wanted in [
+        "lambda:InvokeFunctionUrl",
+        "lambda:InvokeFunction",
+        "execute-api:Invoke",
+    ] {
+        if !granted.contains(wanted) {
+            errors.push(format!("caller policy: does not grant {wanted}"));
+        }
+    }
+}
+
+/// Every lifecycle rule names its objects: an empty `filter {}`, or none, draws a warning
+/// ("Invalid Attribute Combination") from AWS provider 5.90 to 5.98; `prefix = ""` does not.
+fn check_lifecycle_filters(module: &Module, errors: &mut Vec<String>) {
+    for ((kind, name), body) in &module.resources {
+        if kind != "aws_s3_bucket_lifecycle_configuration" {
+            continue;
+        }
+        for rule in blocks(body, "rule") {
+            let id = attr(rule.body(), "id").map(render).unwrap_or_default();
+            let filters: Vec<&Block> = blocks(rule.body(), "filter").collect();
+            let set = filters.iter().any(|f| {
+                f.body().attributes().next().is_some() || f.body().blocks().next().is_some()
+            });
+            if !set {
+                errors.push(format!(
+                    "lifecycle {name} rule {id}: an empty or missing filter (use filter {{ prefix = \"\" }} for the whole bucket)"
+                ));
+            }
+        }
+    }
+}
+
+/// Lambda takes at most 50 MB zipped in the request itself
+/// (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html): each function
+/// takes its code through S3 when `local.code_in_s3` says so, which it must say below that.
+fn check_code_upload(module: &Module, errors: &mut Vec<String>) {
+    use hcl::eval::Evaluate;
+    match module.locals.get("direct_upload_max_bytes").map(|e| e.evaluate(&hcl::eval::Context::new())) {
+        Some(Ok(hcl::Value::Number(n))) if n.as_f64().is_some_and(|b| b > 0.0 && b < 50.0 * 1024.0 * 1024.0) => {}
+        other => errors.push(format!(
+            "code upload: local.direct_upload_max_bytes is {other:?}, expected a number of bytes below Lambda's 50 MB direct-upload limit"
+        )),
+    }
+    for name in ["scheduler", "executor"] {
+        let Some(body) = function(module, name) else {
+            continue;
+        };
+        let wanted = [
+            (
+                "filename",
+                format!("local.code_in_s3.{name} ? null : var.{name}_zip_path"),
+            ),
+            (
+                "s3_bucket",
+                format!("local.code_in_s3.{name} ? aws_s3_object.code[\"{name}\"].bucket : null"),
+            ),
+            (
+                "s3_key",
+                format!("local.code_in_s3.{name} ? aws_s3_object.code[\"{name}\"].key : null"),
+            ),
+            (
+                "source_code_hash",
+                format!("filebase64sha256(var.{name}_zip_path)"),
+            ),
+        ];
+        for (key, expected) in wanted {
+            let actual = attr(body, key).map(render).unwrap_or_default();
+            if actual != expected {
+                errors.push(format!(
+                    "code upload: {name}.{key} is {actual:?}, expected {expected:?}"
+                ));
+            }
+        }
+    }
+}
+
+// ---------------------------------------------------------------------------------------
 // Tests
 // ---------------------------------------------------------------------------------------
 
@@ -1142,14 +1536,180 @@ fn negative_wrong_runtime_and_architecture_are_detected() {
         "runtime          = \"provided.al2023\"",
         "runtime          = \"provided.al2\"",
     );
-    let src = mutate(
-        &src,
-        "architectures    = [\"arm64\"]",
-        "architectures    = [\"x86_64\"]",
-    );
+    let src = mutate(&src, "default     = \"arm64\"", "default     = \"x86_64\"");
     let errors = check(&src, &contract());
     assert_detected(errors.clone(), "runtime is Some(\"provided.al2\")");
     assert_detected(errors, "architectures is Some([\"x86_64\"])");
+
+    // A literal other than the contract's is refused too.
+    let src = mutate(
+        &module_source(),
+        "architectures    = [var.architecture]",
+        "architectures    = [\"x86_64\"]",
+    );
+    assert_detected(
+        check(&src, &contract()),
+        "architectures is Some([\"x86_64\"])",
+    );
+}
+
+#[test]
+fn negative_architecture_validation_without_x86_is_detected() {
+    let src = mutate(
+        &module_source(),
+        "contains([\"arm64\", \"x86_64\"], var.architecture)",
+        "contains([\"arm64\"], var.architecture)",
+    );
+    assert_detected(
+        check(&src, &contract()),
+        "variable architecture: its validation does not admit \"x86_64\"",
+    );
+}
+
+/// The mapping depended on the roles' policies before this test existed; dropping one is
+/// the failure a first apply would meet (the on-failure queue checked before it is granted).
+#[test]
+fn negative_missing_policy_dependency_is_detected() {
+    let src = mutate(
+        &module_source(),
+        "    aws_iam_role_policy.scheduler,\n    aws_iam_role_policy.scheduler_runtime,\n  ]\n}",
+        "    aws_iam_role_policy.scheduler,\n  ]\n}",
+    );
+    assert_detected(
+        check(&src, &contract()),
+        "ordering: aws_lambda_event_source_mapping.stream does not depend_on aws_iam_role_policy.scheduler_runtime",
+    );
+    let src = mutate(
+        &module_source(),
+        "depends_on = [aws_iam_role_policy.executor]",
+        "depends_on = [aws_iam_role.executor]",
+    );
+    assert_detected(
+        check(&src, &contract()),
+        "ordering: aws_lambda_function_event_invoke_config.executor does not depend_on aws_iam_role_policy.executor",
+    );
+}
+
+/// `/health` and the console's `/` are outside `ANY /v1/{proxy+}`: without their routes
+/// API Gateway answers 404 (the gap this check was written for).
+#[test]
+fn negative_missing_routes_are_detected() {
+    let src = mutate(&module_source(), "\"GET /health\"      = true\n", "");
+    let src = mutate(&src, "\"GET /\"            = true\n", "");
+    let errors = check(&src, &contract());
+    assert_detected(errors.clone(), "no route of the HTTP API takes GET /health");
+    assert_detected(errors, "no route of the HTTP API takes GET /,");
+    // A route to nowhere is refused as well.
+    let src = mutate(
+        &module_source(),
+        "\"GET /health\"      = true\n",
+        "\"GET /health\"      = true\n    \"GET /metrics\" = true\n",
+    );
+    assert_detected(
+        check(&src, &contract()),
+        "route \"GET /metrics\" takes nothing the router serves",
+    );
+}
+
+/// What the route check covers: the router's own list, liveness and the console included.
+#[test]
+fn router_routes_include_health_console_and_openapi() {
+    let served = router_routes();
+    for (method, path) in [
+        ("GET", "/health"),
+        ("GET", "/"),
+        ("GET", "/console.js"),
+        ("GET", "/console.css"),
+        ("GET", "/v1/openapi.json"),
+        ("POST", "/v1/queries"),
+    ] {
+        assert!(
+            served.contains(&(method.to_string(), path.to_string())),
+            "the router's OpenAPI document lacks {method} {path}: {served:?}"
+        );
+    }
+}
+
+#[test]
+fn route_matching_follows_api_gateway() {
+    assert!(route_matches(
+        "ANY /v1/{proxy+}",
+        "GET",
+        "/v1/queries/{id}/result"
+    ));
+    assert!(route_matches("ANY /v1/{proxy+}", "POST", "/v1/queries"));
+    assert!(!route_matches("ANY /v1/{proxy+}", "GET", "/v1"));
+    assert!(!route_matches("ANY /v1/{proxy+}", "GET", "/health"));
+    assert!(!route_matches("ANY /v1/{proxy+}", "GET", "/"));
+    assert!(route_matches("GET /", "GET", "/"));
+    assert!(!route_matches("GET /", "POST", "/"));
+    assert!(!route_matches("GET /", "GET", "/health"));
+    assert!(route_matches(
+        "GET /v1/queries/{id}",
+        "GET",
+        "/v1/queries/{id}"
+    ));
+    assert!(!route_matches(
+        "GET /v1/queries/{id}",
+        "GET",
+        "/v1/queries/{id}/result"
+    ));
+}
+
+#[test]
+fn negative_caller_policy_without_invoke_function_is_detected() {
+    let src = mutate(
+        &module_source(),
+        "actions   = [\"lambda:InvokeFunction\"]",
+        "actions   = [\"lambda:GetFunctionUrlConfig\"]",
+    );
+    assert_detected(
+        check(&src, &contract()),
+        "caller policy: does not grant lambda:InvokeFunction",
+    );
+    let src = mutate(
+        &module_source(),
+        "variable = \"lambda:InvokedViaFunctionUrl\"",
+        "variable = \"aws:SecureTransport\"",
+    );
+    assert_detected(
+        check(&src, &contract()),
+        "lambda:InvokeFunction is not limited to the function URL",
+    );
+}
+
+/// A zip over the limit must not go in the request: a threshold at or past 50 MB, or a
+/// function that always takes the file, is refused.
+#[test]
+fn negative_code_upload_past_the_limit_is_detected() {
+    let src = mutate(
+        &module_source(),
+        "direct_upload_max_bytes = 49 * 1024 * 1024",
+        "direct_upload_max_bytes = 60 * 1024 * 1024",
+    );
+    assert_detected(
+        check(&src, &contract()),
+        "code upload: local.direct_upload_max_bytes",
+    );
+    let src = mutate(
+        &module_source(),
+        "filename         = local.code_in_s3.executor ? null : var.executor_zip_path",
+        "filename         = var.executor_zip_path",
+    );
+    assert_detected(check(&src, &contract()), "code upload: executor.filename");
+}
+
+#[test]
+fn negative_empty_lifecycle_filter_is_detected() {
+    let src = mutate(
+        &module_source(),
+        "filter {\n      prefix = \"\"\n    }",
+        "filter {}",
+    );
+    assert_detected(
+        check(&src, &contract()),
+        "rule \"abort-incomplete-multipart-uploads\": an empty or missing filter",
+    );
 }
 
 #[test]

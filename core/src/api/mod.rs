@@ -4,6 +4,7 @@
 //! | method | path | what |
 //! |---|---|---|
 //! | `POST` | `/v1/queries` `{"sql": "...", "max_seconds": N}` | submit; `202` with the id |
+//! | `GET` | `/v1/queries?limit=N&next=T` | the caller's queries, newest first, a page at a time |
 //! | `GET` | `/v1/queries/{id}[?wait=S]` | state, per-stage progress, error, timings (waits up to `S` s for the end) |
 //! | `GET` | `/v1/queries/{id}/result?format=json\|ndjson\|csv\|arrow\|parquet` | the rows |
 //! | `GET` | `/v1/queries/{id}/result/objects` | presigned downloads of a large result |
@@ -19,6 +20,7 @@
 //! one caller, `local`): a caller sees, reads and cancels only its own queries (others'
 //! are 404), unless it is an admin. [`with_bearer_token`] guards a router with a token.
 
+pub mod console;
 mod encode;
 
 use std::time::Duration;
@@ -27,12 +29,15 @@ use axum::extract::rejection::{JsonRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
 use axum::Extension;
 use axum::{Json, Router};
+use base64::engine::general_purpose::URL_SAFE_NO_PAD;
+use base64::Engine;
+use futures::StreamExt;
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use tracing::error;
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
 
 pub use encode::ResultFormat;
 
@@ -44,39 +49,172 @@ use crate::{Error, Services};
 /// Longest `?wait=` accepted, in seconds (API Gateway cuts requests at 30 s).
 pub const MAX_WAIT_SECS: u64 = 20;
 
+/// The API's OpenAPI description: title, version, the bearer scheme of `serve --token`.
+#[derive(utoipa::OpenApi)]
+#[openapi(
+    info(
+        title = "lambdafusion",
+        description = "Serverless distributed SQL: submit a statement, follow its stages, \
+                       read its result. On AWS requests are signed with SigV4 (IAM auth of \
+                       the function URL or API Gateway); `lambdafusion serve --token` asks \
+                       for a bearer token; on loopback without a token, nothing."
+    ),
+    modifiers(&Security),
+    tags((name = "queries", description = "Submit, follow, read and cancel queries"),
+         (name = "catalog", description = "Tables queries may read"),
+         (name = "service", description = "Liveness, this document and the web console"))
+)]
+struct ApiDoc;
+
+/// Adds the bearer scheme (`serve --token`) to the document's components, and to every
+/// operation but the console's page and assets: the scheme as an optional requirement
+/// (no token on loopback), a 401 for a missing or wrong token and a 500 for a failed
+/// store, both with the error body.
+struct Security;
+
+impl utoipa::Modify for Security {
+    fn modify(&self, openapi: &mut utoipa::openapi::OpenApi) {
+        use utoipa::openapi::security::{
+            HttpAuthScheme, HttpBuilder, SecurityRequirement, SecurityScheme,
+        };
+        use utoipa::openapi::{Content, Ref, RefOr, ResponseBuilder};
+        let error = |description: &str| -> RefOr<utoipa::openapi::Response> {
+            RefOr::T(
+                ResponseBuilder::new()
+                    .description(description)
+                    .content(
+                        "application/json",
+                        Content::new(Some(Ref::from_schema_name("ErrorBody"))),
+                    )
+                    .build(),
+            )
+        };
+        for (path, item) in openapi.paths.paths.iter_mut() {
+            if console::PATHS.contains(&path.as_str()) {
+                continue;
+            }
+            for operation in [&mut item.get, &mut item.post, &mut item.delete]
+                .into_iter()
+                .flatten()
+            {
+                operation.security = Some(vec![
+                    SecurityRequirement::default(),
+                    SecurityRequirement::new("bearer", Vec::<String>::new()),
+                ]);
+                let responses = &mut operation.responses.responses;
+                responses.insert(
+                    "401".into(),
+                    error("Missing or wrong bearer token (a `serve --token` server only)"),
+                );
+                responses
+                    .entry("500".into())
+                    .or_insert_with(|| error("The engine's store or object store failed; retry"));
+            }
+        }
+        openapi
+            .components
+            .get_or_insert_default()
+            .add_security_scheme(
+                "bearer",
+                SecurityScheme::Http(
+                    HttpBuilder::new()
+                        .scheme(HttpAuthScheme::Bearer)
+                        .description(Some(
+                            "The token `lambdafusion serve --token` was started with",
+                        ))
+                        .build(),
+                ),
+            );
+    }
+}
+
+/// Every route, each with its part of the OpenAPI document: the router and the document
+/// come from the same list, so neither can have a route the other lacks.
+fn api_routes() -> OpenApiRouter<Services> {
+    OpenApiRouter::with_openapi(<ApiDoc as utoipa::OpenApi>::openapi())
+        .routes(routes!(list, submit))
+        .routes(routes!(status, cancel))
+        .routes(routes!(result))
+        .routes(routes!(result_objects))
+        .routes(routes!(tables))
+        .routes(routes!(openapi_json))
+        .routes(routes!(health))
+        .routes(routes!(console::index))
+        .routes(routes!(console::script))
+        .routes(routes!(console::style))
+}
+
+/// The OpenAPI 3.1 document of the API (served at `GET /v1/openapi.json`).
+pub fn openapi() -> utoipa::openapi::OpenApi {
+    api_routes().split_for_parts().1
+}
+
 /// Builds the API router over `services`.
 pub fn router(services: Services) -> Router {
     let limit = services.config.max_request_bytes;
-    Router::new()
-        .route("/v1/queries", axum::routing::post(submit))
-        .route("/v1/queries/{id}", get(status).delete(cancel))
-        .route("/v1/queries/{id}/result", get(result))
-        .route("/v1/queries/{id}/result/objects", get(result_objects))
-        .route("/v1/tables", get(tables))
-        .route("/health", get(|| async { Json(json!({"status": "ok"})) }))
+    let (routes, _) = api_routes().split_for_parts();
+    routes
         .fallback(|| async {
-            ApiError::new(StatusCode::NOT_FOUND, "no such endpoint; see /v1/queries")
+            ApiError::new(
+                StatusCode::NOT_FOUND,
+                "no such endpoint; see /v1/openapi.json",
+            )
+        })
+        .method_not_allowed_fallback(|| async {
+            ApiError::new(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "this endpoint does not take that method; see /v1/openapi.json",
+            )
         })
         .layer(DefaultBodyLimit::max(limit))
         .with_state(services)
 }
 
-/// Guards `router` with a bearer token: every request without `Authorization: Bearer
-/// <token>` is answered 401 (the comparison takes the same time whatever the guess).
+/// The OpenAPI document.
+#[utoipa::path(get, path = "/v1/openapi.json", tag = "service",
+    responses((status = 200, description = "This API's OpenAPI 3.1 document", content_type = "application/json")))]
+async fn openapi_json() -> Response {
+    static DOCUMENT: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let body = DOCUMENT.get_or_init(|| {
+        openapi()
+            .to_pretty_json()
+            .unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+    });
+    ([(header::CONTENT_TYPE, "application/json")], body.clone()).into_response()
+}
+
+/// Liveness.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Health {
+    /// Always `ok`.
+    pub status: String,
+}
+
+/// Answers while the service runs.
+#[utoipa::path(get, path = "/health", tag = "service",
+    responses((status = 200, body = Health)))]
+async fn health() -> Json<Health> {
+    Json(Health {
+        status: "ok".into(),
+    })
+}
+
+/// Guards `router` with a bearer token: every request but the console's page and
+/// assets without `Authorization: Bearer <token>` is answered 401 (the comparison takes the same time whatever the guess).
 pub fn with_bearer_token(router: Router, token: String) -> Router {
     let expected = std::sync::Arc::new(token.into_bytes());
     router.layer(axum::middleware::from_fn(
         move |request: axum::extract::Request, next: axum::middleware::Next| {
             let expected = expected.clone();
             async move {
-                let given = request
-                    .headers()
-                    .get(header::AUTHORIZATION)
-                    .and_then(|v| v.to_str().ok())
-                    .and_then(|v| v.strip_prefix("Bearer "))
-                    .unwrap_or_default()
-                    .as_bytes();
-                if tokens_match(given, &expected) {
+                // The console's page and assets hold no data (a browser must load them
+                // to ask for the token); everything they call carries it.
+                if request.method() == axum::http::Method::GET
+                    && console::PATHS.contains(&request.uri().path())
+                {
+                    return next.run(request).await;
+                }
+                if bearer_token_is(request.headers(), &expected) {
                     next.run(request).await
                 } else {
                     let mut response = ApiError::new(
@@ -94,6 +232,18 @@ pub fn with_bearer_token(router: Router, token: String) -> Router {
             }
         },
     ))
+}
+
+/// Whether `headers` carry `Authorization: Bearer <expected>` (compared in constant
+/// time).
+pub fn bearer_token_is(headers: &axum::http::HeaderMap, expected: &[u8]) -> bool {
+    let given = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.strip_prefix("Bearer "))
+        .unwrap_or_default()
+        .as_bytes();
+    tokens_match(given, expected)
 }
 
 /// Constant-time token comparison (only the length can be learnt from timing).
@@ -168,9 +318,30 @@ impl From<QueryRejection> for ApiError {
     }
 }
 
+/// Every error's body: `{"error": {"status", "message"}}`.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    /// What went wrong.
+    pub error: ErrorDetail,
+}
+
+/// The error of an [`ErrorBody`].
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// The HTTP status again.
+    pub status: u16,
+    /// What went wrong, in words (for SQL errors DataFusion's own message).
+    pub message: String,
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({"error": {"status": self.status.as_u16(), "message": self.message}});
+        let body = ErrorBody {
+            error: ErrorDetail {
+                status: self.status.as_u16(),
+                message: self.message,
+            },
+        };
         let mut response = (self.status, Json(body)).into_response();
         if let Some(after) = self.retry_after {
             let secs = after.as_secs().max(1).to_string();
@@ -189,7 +360,7 @@ fn caller_of(caller: Option<Extension<Caller>>) -> Caller {
 }
 
 /// Body of `POST /v1/queries`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct QueryRequest {
     /// One SQL statement.
@@ -201,7 +372,7 @@ pub struct QueryRequest {
 }
 
 /// Answer of `POST /v1/queries`.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct Submission {
     /// Query id.
     pub id: String,
@@ -213,6 +384,14 @@ pub struct Submission {
     pub result_url: String,
 }
 
+/// Submits one SQL statement. A query runs in the background (follow `status_url`); a
+/// statement such as CREATE EXTERNAL TABLE is done when this answers.
+#[utoipa::path(post, path = "/v1/queries", tag = "queries", request_body = QueryRequest,
+    responses((status = 202, description = "Accepted", body = Submission),
+              (status = 400, description = "SQL error, unknown table, bad request body", body = ErrorBody),
+              (status = 403, description = "A table location or statement this caller may not use", body = ErrorBody),
+              (status = 413, description = "Request or SQL too large", body = ErrorBody),
+              (status = 503, description = "Saturated; retry after the `Retry-After` seconds", body = ErrorBody)))]
 async fn submit(
     State(services): State<Services>,
     caller: Option<Extension<Caller>>,
@@ -238,11 +417,158 @@ async fn submit(
     ))
 }
 
+/// Most queries one page of `GET /v1/queries` lists.
+pub const MAX_PAGE: usize = 100;
+
+/// Query string of `GET /v1/queries`.
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+pub struct ListParams {
+    /// Queries per page, 1 to 100 (default 20).
+    #[serde(default)]
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 100)]
+    pub limit: Option<String>,
+    /// The `next` token of the previous page.
+    #[serde(default)]
+    pub next: Option<String>,
+}
+
+/// One query in the history: its status without the per-stage detail.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct QuerySummary {
+    /// Query id.
+    pub id: String,
+    /// `running`, `succeeded`, `failed` or `cancelled`.
+    pub state: String,
+    /// `query` (distributed) or `statement` (DDL, answered at once).
+    pub kind: String,
+    /// The statement as submitted.
+    pub sql: String,
+    /// Why it failed or was cancelled.
+    pub error: Option<String>,
+    /// Submission time, ms since the epoch.
+    pub created_ms: u64,
+    /// When it ended, ms since the epoch.
+    pub finished_ms: Option<u64>,
+    /// From submission to its end (or now).
+    pub elapsed_ms: u64,
+    /// Rows of the result, once it succeeded.
+    pub result_rows: Option<u64>,
+    /// Tasks done and in all.
+    pub tasks_done: u32,
+    /// Tasks in all.
+    pub tasks: u32,
+    /// What it would cost on Lambda (see the status).
+    pub estimated_cost_usd: f64,
+}
+
+impl From<JobStatus> for QuerySummary {
+    fn from(s: JobStatus) -> Self {
+        Self {
+            id: s.id,
+            state: s.state,
+            kind: s.kind,
+            sql: s.sql,
+            error: s.error,
+            created_ms: s.created_ms,
+            finished_ms: s.finished_ms,
+            elapsed_ms: s.elapsed_ms,
+            result_rows: s.result_rows,
+            tasks_done: s.tasks_done,
+            tasks: s.tasks,
+            estimated_cost_usd: s.estimated_cost_usd,
+        }
+    }
+}
+
+/// Answer of `GET /v1/queries`: the caller's queries, newest first.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+pub struct QueryPage {
+    /// This page's queries.
+    pub queries: Vec<QuerySummary>,
+    /// Pass as `?next=` for the following page; absent on the last page.
+    pub next: Option<String>,
+}
+
+/// The history key a `next` token stands for (tokens are opaque and URL-safe), if it
+/// is one.
+fn history_key(token: &str) -> Option<String> {
+    let key = String::from_utf8(URL_SAFE_NO_PAD.decode(token).ok()?).ok()?;
+    let well_formed = key.len() > 14
+        && key.as_bytes()[..13].iter().all(u8::is_ascii_digit)
+        && crate::state::job_of_history_sk(&key).is_some();
+    well_formed.then_some(key)
+}
+
+/// The caller's queries, newest first, a page at a time (each caller sees only its own).
+#[utoipa::path(get, path = "/v1/queries", tag = "queries", params(ListParams),
+    responses((status = 200, body = QueryPage),
+              (status = 400, description = "A bad `limit` or `next`", body = ErrorBody)))]
+async fn list(
+    State(services): State<Services>,
+    caller: Option<Extension<Caller>>,
+    params: Result<Query<ListParams>, QueryRejection>,
+) -> Result<Json<QueryPage>, ApiError> {
+    let Query(params) = params?;
+    let limit = match params.limit.as_deref().map(|l| l.trim().parse::<usize>()) {
+        None => 20,
+        Some(Ok(n)) if (1..=MAX_PAGE).contains(&n) => n,
+        Some(_) => {
+            return Err(ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!(
+                    "limit must be a whole number from 1 to {MAX_PAGE}, not {:?}",
+                    params.limit.unwrap_or_default()
+                ),
+            ))
+        }
+    };
+    let after = match params.next.as_deref() {
+        None => None,
+        Some(token) => Some(history_key(token).ok_or_else(|| {
+            ApiError::new(
+                StatusCode::BAD_REQUEST,
+                format!("next must be the `next` token of an earlier page, not {token:?}"),
+            )
+        })?),
+    };
+    let after = after.as_deref();
+    let caller = caller_of(caller);
+    let store = &services.store;
+    let keys = store.job_history(caller.principal(), after, limit).await?;
+    let next = (keys.len() == limit)
+        .then(|| keys.last().map(|k| URL_SAFE_NO_PAD.encode(k)))
+        .flatten();
+    // One read per listed job, a few at a time; an entry whose job has just expired is
+    // left out.
+    let ids: Vec<String> = keys
+        .iter()
+        .filter_map(|sk| crate::state::job_of_history_sk(sk).map(str::to_string))
+        .collect();
+    let loaded: Vec<_> = futures::stream::iter(ids)
+        .map(|id| {
+            let store = store.clone();
+            async move { store.load_job(&id).await }
+        })
+        .buffered(8)
+        .collect()
+        .await;
+    let mut queries = Vec::with_capacity(loaded.len());
+    for snapshot in loaded {
+        if let Some(snapshot) = snapshot? {
+            queries.push(job_status(&snapshot).into());
+        }
+    }
+    Ok(Json(QueryPage { queries, next }))
+}
+
 /// Query string of `GET /v1/queries/{id}`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct StatusParams {
     /// Seconds to wait for the job to end before answering (0 to 20).
     #[serde(default)]
+    #[param(value_type = Option<f64>, minimum = 0, maximum = 20)]
     pub wait: Option<String>,
 }
 
@@ -262,6 +588,13 @@ fn parse_wait(wait: Option<&str>) -> Result<Duration, ApiError> {
     }
 }
 
+/// A query's state, per-stage progress, error and timings; with `wait`, answers as soon
+/// as the query ends or after `wait` seconds.
+#[utoipa::path(get, path = "/v1/queries/{id}", tag = "queries",
+    params(("id" = String, Path, description = "Query id"), StatusParams),
+    responses((status = 200, body = JobStatus),
+              (status = 400, description = "A bad `wait`", body = ErrorBody),
+              (status = 404, description = "No such query of this caller's", body = ErrorBody)))]
 async fn status(
     State(services): State<Services>,
     caller: Option<Extension<Caller>>,
@@ -322,25 +655,71 @@ pub async fn wait_for_status_as(
     }
 }
 
+/// What `DELETE /v1/queries/{id}` answers.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Cancelled {
+    /// Query id.
+    pub id: String,
+    /// Its state afterwards: `cancelled`, or how it had already ended.
+    pub state: String,
+}
+
+/// Cancels a query: dispatch stops at once and running tasks at their next batch. A query
+/// that already ended keeps its state and result.
+#[utoipa::path(delete, path = "/v1/queries/{id}", tag = "queries",
+    params(("id" = String, Path, description = "Query id")),
+    responses((status = 200, body = Cancelled),
+              (status = 404, description = "No such query of this caller's", body = ErrorBody)))]
 async fn cancel(
     State(services): State<Services>,
     caller: Option<Extension<Caller>>,
     Path(id): Path<String>,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<Cancelled>, ApiError> {
     let state = Scheduler::new(services)
         .cancel(&id, &caller_of(caller))
         .await?;
-    Ok(Json(json!({"id": id, "state": state.as_str()})))
+    Ok(Json(Cancelled {
+        id,
+        state: state.as_str().to_string(),
+    }))
 }
 
 /// Query string of the result endpoint.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ResultParams {
     /// Output format (default `json`).
     #[serde(default)]
+    #[param(value_type = Option<FormatName>)]
     pub format: Option<String>,
 }
 
+/// The result formats, as `?format=` names them.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum FormatName {
+    /// A JSON array of row objects.
+    Json,
+    /// One JSON object per line.
+    Ndjson,
+    /// CSV with a header line.
+    Csv,
+    /// An Arrow IPC stream.
+    Arrow,
+    /// A Parquet file.
+    Parquet,
+}
+
+/// The rows of a query that succeeded, in the format asked for.
+#[utoipa::path(get, path = "/v1/queries/{id}/result", tag = "queries",
+    params(("id" = String, Path, description = "Query id"), ResultParams),
+    responses((status = 200, description = "The rows",
+               content(("application/json"), ("application/x-ndjson"), ("text/csv"),
+                       ("application/vnd.apache.arrow.stream"), ("application/vnd.apache.parquet"))),
+              (status = 400, description = "An unknown format", body = ErrorBody),
+              (status = 404, description = "No such query of this caller's", body = ErrorBody),
+              (status = 409, description = "The query has not succeeded (running, failed or cancelled)", body = ErrorBody),
+              (status = 413, description = "Larger than one response may carry here: use the result objects", body = ErrorBody)))]
 async fn result(
     State(services): State<Services>,
     caller: Option<Extension<Caller>>,
@@ -374,7 +753,8 @@ async fn result(
 }
 
 /// Query string of the result objects endpoint.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 pub struct ObjectsParams {
     /// Seconds the URLs stay valid (default 900, at most the deployment's
     /// `max_presign_seconds`, itself 900 by default).
@@ -382,6 +762,13 @@ pub struct ObjectsParams {
     pub expires: Option<u64>,
 }
 
+/// A large result as presigned downloads (Arrow IPC pieces, in order).
+#[utoipa::path(get, path = "/v1/queries/{id}/result/objects", tag = "queries",
+    params(("id" = String, Path, description = "Query id"), ObjectsParams),
+    responses((status = 200, body = crate::results::ResultObjects),
+              (status = 400, description = "This server cannot presign (embedded: read /result)", body = ErrorBody),
+              (status = 404, description = "No such query of this caller's", body = ErrorBody),
+              (status = 409, description = "The query has not succeeded", body = ErrorBody)))]
 async fn result_objects(
     State(services): State<Services>,
     caller: Option<Extension<Caller>>,
@@ -395,21 +782,66 @@ async fn result_objects(
     ))
 }
 
-async fn tables(State(services): State<Services>) -> Result<Json<serde_json::Value>, ApiError> {
+/// The catalog: `GET /v1/tables`.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct Tables {
+    /// Every table, by name.
+    pub tables: Vec<TableInfo>,
+}
+
+/// A table of the catalog.
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct TableInfo {
+    /// Its name in SQL.
+    pub name: String,
+    /// `PARQUET`, `CSV`, `JSON` ...
+    pub format: String,
+    /// Where its files are.
+    pub locations: Vec<String>,
+    /// Its columns, in order.
+    pub columns: Vec<ColumnInfo>,
+}
+
+/// A column of a [`TableInfo`].
+#[derive(Debug, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct ColumnInfo {
+    /// Column name.
+    pub name: String,
+    /// Arrow data type, as DataFusion prints it.
+    #[serde(rename = "type")]
+    pub data_type: String,
+}
+
+/// The tables queries may read, with their columns.
+#[utoipa::path(get, path = "/v1/tables", tag = "catalog", responses((status = 200, body = Tables)))]
+async fn tables(State(services): State<Services>) -> Result<Json<Tables>, ApiError> {
+    Ok(Json(catalog(&services).await?))
+}
+
+/// The catalog as `GET /v1/tables` shows it.
+pub async fn catalog(services: &Services) -> Result<Tables, Error> {
     let tables = services.store.list_tables().await?;
-    let rows: Vec<_> = tables
-        .iter()
+    let tables = tables
+        .into_iter()
         .map(|t| {
-            let columns: Vec<_> = crate::plan::decode_schema(&t.schema)
+            let columns = crate::plan::decode_schema(&t.schema)
                 .map(|s| {
                     s.fields()
                         .iter()
-                        .map(|f| json!({"name": f.name(), "type": f.data_type().to_string()}))
+                        .map(|f| ColumnInfo {
+                            name: f.name().clone(),
+                            data_type: f.data_type().to_string(),
+                        })
                         .collect()
                 })
                 .unwrap_or_default();
-            json!({"name": t.name, "format": t.format, "locations": t.locations, "columns": columns})
+            TableInfo {
+                name: t.name,
+                format: t.format,
+                locations: t.locations,
+                columns,
+            }
         })
         .collect();
-    Ok(Json(json!({"tables": rows})))
+    Ok(Tables { tables })
 }

@@ -155,6 +155,7 @@ pub async fn run_all(store: &dyn JobStore) -> Vec<&'static str> {
     finishing_is_final(store).await;
     the_active_index_pages_in_id_order(store).await;
     the_catalog_keeps_one_table_per_name(store).await;
+    each_owner_sees_its_own_history_newest_first(store).await;
     vec![
         "jobs_are_created_once",
         "claims_and_confirmations_have_one_winner",
@@ -165,6 +166,7 @@ pub async fn run_all(store: &dyn JobStore) -> Vec<&'static str> {
         "finishing_is_final",
         "the_active_index_pages_in_id_order",
         "the_catalog_keeps_one_table_per_name",
+        "each_owner_sees_its_own_history_newest_first",
     ]
 }
 
@@ -593,6 +595,86 @@ pub async fn the_active_index_pages_in_id_order(store: &dyn JobStore) {
     store.set_sweep_cursor(None).await.unwrap();
     assert_eq!(store.sweep_cursor().await.unwrap(), None);
     for id in &ids {
+        store
+            .finish_job(id, JobState::Cancelled, None, 1)
+            .await
+            .unwrap();
+    }
+}
+
+/// Each job enters its owner's history when it is created; an owner's history pages
+/// newest first from a cursor and holds nobody else's jobs, finished or not.
+pub async fn each_owner_sees_its_own_history_newest_first(store: &dyn JobStore) {
+    let (alice, bob) = (new_id("alice"), new_id("bob"));
+    let mut created = Vec::new();
+    for (i, owner) in [&alice, &bob, &alice, &alice, &bob].into_iter().enumerate() {
+        let id = new_id("history");
+        let mut record = job(&id, 1);
+        record.owner = owner.clone();
+        record.created_ms = 1_700_000_000_000 + i as u64 * 1_000;
+        let new = NewJob {
+            job: record,
+            stages: vec![stage(&id, 0, 1)],
+            plans: vec![plan(&id, 0)],
+            tasks: vec![],
+        };
+        store.create_job(&new).await.expect("create_job");
+        created.push((owner.clone(), id));
+    }
+    let ids_of = |owner: &str| -> Vec<String> {
+        created
+            .iter()
+            .rev()
+            .filter(|(o, _)| o == owner)
+            .map(|(_, id)| id.clone())
+            .collect()
+    };
+    let history = |keys: Vec<String>| -> Vec<String> {
+        keys.iter()
+            .map(|k| {
+                job_of_history_sk(k)
+                    .expect("a history key names its job")
+                    .to_string()
+            })
+            .collect()
+    };
+    let all = store.job_history(&alice, None, 100).await.unwrap();
+    assert_eq!(
+        history(all.clone()),
+        ids_of(&alice),
+        "alice's jobs, newest first"
+    );
+    assert_eq!(
+        history(store.job_history(&bob, None, 100).await.unwrap()),
+        ids_of(&bob),
+        "bob's jobs only"
+    );
+    let first = store.job_history(&alice, None, 2).await.unwrap();
+    assert_eq!(first, all[..2].to_vec(), "a page of two");
+    let rest = store
+        .job_history(&alice, first.last().map(String::as_str), 2)
+        .await
+        .unwrap();
+    assert_eq!(
+        rest,
+        all[2..].to_vec(),
+        "the next page starts after the cursor"
+    );
+    store
+        .finish_job(&ids_of(&alice)[0], JobState::Succeeded, None, 1)
+        .await
+        .unwrap();
+    assert_eq!(
+        history(store.job_history(&alice, None, 100).await.unwrap()),
+        ids_of(&alice),
+        "finished jobs stay in the history"
+    );
+    assert!(store
+        .job_history(&new_id("nobody"), None, 10)
+        .await
+        .unwrap()
+        .is_empty());
+    for (_, id) in &created {
         store
             .finish_job(id, JobState::Cancelled, None, 1)
             .await

@@ -157,7 +157,7 @@ impl EmbeddedStore {
     /// Deletes every item of the jobs whose `expires_at` (seconds since epoch) is before
     /// `now_secs` — what DynamoDB's TTL does for the deployed store — and returns their ids.
     pub async fn expire_jobs(&self, now_secs: u64) -> Result<Vec<String>> {
-        let expired: Vec<String> = self
+        let expired: Vec<JobRecord> = self
             .read(move |t| {
                 let mut ids = Vec::new();
                 for entry in t.iter().map_err(store_err)? {
@@ -167,16 +167,19 @@ impl EmbeddedStore {
                     {
                         let job: JobRecord = decode(v.value())?;
                         if job.expires_at < now_secs && job.state.is_terminal() {
-                            ids.push(job.job_id);
+                            ids.push(job);
                         }
                     }
                 }
                 Ok(ids)
             })
             .await?;
-        let ids = expired.clone();
+        let ids: Vec<String> = expired.iter().map(|j| j.job_id.clone()).collect();
         self.write(false, move |t| {
-            for id in &ids {
+            for job in &expired {
+                let id = &job.job_id;
+                let history = key(&history_pk(&job.owner), &history_sk(job.created_ms, id));
+                t.remove(history.as_str()).map_err(store_err)?;
                 for pk in [job_pk(id), plan_pk(id)] {
                     let (start, end) = prefix_range(&pk, "");
                     let keys: Vec<String> = t
@@ -192,7 +195,7 @@ impl EmbeddedStore {
             Ok(((), vec![]))
         })
         .await?;
-        Ok(expired)
+        Ok(ids)
     }
 
     /// Reads a task item, lets `f` decide its new value (`None`: the condition failed,
@@ -296,6 +299,8 @@ impl JobStore for EmbeddedStore {
             if job.state == JobState::Running {
                 put(t, &key(ACTIVE_PK, &job.job_id), &job.job_id)?;
             }
+            let history = history_sk(job.created_ms, &job.job_id);
+            put(t, &key(&history_pk(&job.owner), &history), &history)?;
             Ok(((), changes))
         })
         .await
@@ -658,6 +663,25 @@ impl JobStore for EmbeddedStore {
             Ok(ids
                 .into_iter()
                 .filter(|id| after.as_ref().is_none_or(|a| id > a))
+                .take(limit)
+                .collect())
+        })
+        .await
+    }
+
+    async fn job_history(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>> {
+        let pk = history_pk(owner);
+        let after = after.map(str::to_string);
+        self.read(move |t| {
+            let sks: Vec<String> = scan(t, &pk, "")?;
+            Ok(sks
+                .into_iter()
+                .filter(|sk| after.as_ref().is_none_or(|a| sk > a))
                 .take(limit)
                 .collect())
         })

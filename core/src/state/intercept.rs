@@ -270,6 +270,20 @@ impl JobStore for Intercepted {
             .await
     }
 
+    async fn job_history(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>> {
+        self.around(
+            "job_history",
+            None,
+            self.inner.job_history(owner, after, limit),
+        )
+        .await
+    }
+
     async fn remove_active(&self, job_id: &str) -> Result<()> {
         self.around(
             "remove_active",

@@ -292,6 +292,16 @@ pub trait JobStore: Send + Sync + std::fmt::Debug {
     /// Ids of running jobs in the active index, in id order, after `after`, at most `limit`.
     async fn active_jobs(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>>;
 
+    /// The history of `owner`'s jobs, newest first: [`history_sk`] sort keys after
+    /// `after` (a sort key from an earlier page), at most `limit`. An entry is written with
+    /// its job and expires with it.
+    async fn job_history(
+        &self,
+        owner: &str,
+        after: Option<&str>,
+        limit: usize,
+    ) -> Result<Vec<String>>;
+
     /// Removes a job from the active index (repair of an index entry left behind).
     async fn remove_active(&self, job_id: &str) -> Result<()>;
 
@@ -363,6 +373,26 @@ pub fn table_sk(name: &str) -> String {
 
 /// Partition key of the active-job index.
 pub const ACTIVE_PK: &str = "ACTIVE";
+
+/// Partition key of a caller's job history.
+pub fn history_pk(owner: &str) -> String {
+    format!("HISTORY#{owner}")
+}
+
+/// Sort key of a job in its owner's history: the submission time counted down from
+/// year 2286, zero-padded, so that ascending order (the only order a store scans in)
+/// is newest first; then the job id.
+pub fn history_sk(created_ms: u64, job_id: &str) -> String {
+    const LATEST_MS: u64 = 9_999_999_999_999;
+    format!("{:013}#{job_id}", LATEST_MS.saturating_sub(created_ms))
+}
+
+/// The job id in a [`history_sk`].
+pub fn job_of_history_sk(sk: &str) -> Option<&str> {
+    sk.split_once('#')
+        .map(|(_, id)| id)
+        .filter(|id| !id.is_empty())
+}
 
 /// Partition key of the sweep's bookmark.
 pub const SWEEP_PK: &str = "SWEEP";

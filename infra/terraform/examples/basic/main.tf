@@ -6,16 +6,23 @@ module "lambdafusion" {
 
   name_prefix = var.name_prefix
 
-  # cargo lambda build --release --arm64 --output-format zip -p scheduler-fn -p executor-fn
+  # scripts/package (arm64 by default; --arch x86_64 with -var architecture=x86_64)
   scheduler_zip_path = coalesce(var.scheduler_zip_path, "${path.module}/../../../../target/lambda/scheduler-fn/bootstrap.zip")
   executor_zip_path  = coalesce(var.executor_zip_path, "${path.module}/../../../../target/lambda/executor-fn/bootstrap.zip")
+  architecture       = var.architecture
+  code_upload        = var.code_upload
 
   data_buckets  = var.data_buckets
   force_destroy = var.force_destroy
 
-  enable_http_api      = var.enable_http_api
-  enable_function_url  = var.enable_function_url
-  allow_recursive_loop = var.allow_recursive_loop
+  admin_principals    = var.admin_principals
+  catalog_writers     = var.catalog_writers
+  max_presign_seconds = var.max_presign_seconds
+
+  enable_http_api       = var.enable_http_api
+  enable_function_url   = var.enable_function_url
+  public_console_routes = var.public_console_routes
+  allow_recursive_loop  = var.allow_recursive_loop
 
   tags = merge({ Project = "lambdafusion" }, var.tags)
 }

@@ -8,6 +8,11 @@ output "api_id" {
   value       = module.lambdafusion.api_id
 }
 
+output "caller_policy_json" {
+  description = "IAM policy to attach to whoever queries: execute-api:Invoke on the API, and for the function URL both lambda:InvokeFunctionUrl and lambda:InvokeFunction (required since October 2025)."
+  value       = module.lambdafusion.caller_policy_json
+}
+
 output "function_url" {
   description = "Scheduler function URL, when enable_function_url is true."
   value       = module.lambdafusion.function_url

@@ -22,10 +22,40 @@ variable "executor_zip_path" {
   default     = null
 }
 
+variable "architecture" {
+  description = "arm64 (default) or x86_64: what the zips were built for (scripts/package --arch)."
+  type        = string
+  default     = "arm64"
+}
+
+variable "code_upload" {
+  description = "auto (default: through S3 for a zip of 49 MiB or more), direct or s3."
+  type        = string
+  default     = "auto"
+}
+
 variable "data_buckets" {
   description = "Names of buckets holding table data the engine may read (read-only access)."
   type        = list(string)
   default     = []
+}
+
+variable "admin_principals" {
+  description = "Principals that may read and cancel every caller's queries (see the module)."
+  type        = list(string)
+  default     = []
+}
+
+variable "catalog_writers" {
+  description = "Principals that may CREATE and DROP tables; null: every authorized caller, []: nobody."
+  type        = list(string)
+  default     = null
+}
+
+variable "max_presign_seconds" {
+  description = "Longest lifetime of a presigned result URL, in seconds."
+  type        = number
+  default     = 900
 }
 
 variable "force_destroy" {
@@ -42,6 +72,12 @@ variable "enable_http_api" {
 
 variable "enable_function_url" {
   description = "Create an AWS_IAM-authorized function URL for the scheduler (the HTTP entry on LocalStack Community)."
+  type        = bool
+  default     = false
+}
+
+variable "public_console_routes" {
+  description = "Open GET /, /console.js, /console.css and /health of the HTTP API to unsigned requests (for the console with JWT authorization)."
   type        = bool
   default     = false
 }

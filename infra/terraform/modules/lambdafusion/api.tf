@@ -1,9 +1,26 @@
-# HTTP entry: an API Gateway HTTP API (payload format 2.0) whose one route, ANY /v1/{proxy+},
-# goes to the scheduler. IAM (SigV4) authorization by default, JWT as an option.
+# HTTP entry: an API Gateway HTTP API (payload format 2.0) whose routes all go to the
+# scheduler, which serves the whole API router (core/src/api): the API under /v1/, liveness at
+# /health and the web console at /, /console.js and /console.css. IAM (SigV4) authorization by
+# default, JWT as an option. A function URL, when enabled, reaches every path without routes.
 
 locals {
   api_count = var.enable_http_api ? 1 : 0
   jwt_count = var.enable_http_api && var.authorization_type == "JWT" ? 1 : 0
+
+  # Every path the router serves needs a route: an HTTP API answers 404 {"message":"Not
+  # Found"} for a request no route matches, before any Lambda runs. `ANY /v1/{proxy+}` is
+  # greedy (it takes /v1/queries/{id}/result, /v1/openapi.json, ...) but does not match
+  # /health or /, which are routes of their own. tests/tests/terraform_contract.rs checks
+  # these keys against the router's OpenAPI document, path by path and method by method.
+  # The value: whether the route is one of the console's data-free ones (the page, its
+  # script and style, liveness) that public_console_routes may open.
+  api_routes = {
+    "ANY /v1/{proxy+}" = false
+    "GET /health"      = true
+    "GET /"            = true
+    "GET /console.js"  = true
+    "GET /console.css" = true
+  }
 }
 
 resource "aws_apigatewayv2_api" "http" {
@@ -37,13 +54,17 @@ resource "aws_apigatewayv2_authorizer" "jwt" {
   }
 }
 
-resource "aws_apigatewayv2_route" "v1" {
-  count              = local.api_count
-  api_id             = aws_apigatewayv2_api.http[0].id
-  route_key          = "ANY /v1/{proxy+}"
-  target             = "integrations/${aws_apigatewayv2_integration.scheduler[0].id}"
-  authorization_type = var.authorization_type
-  authorizer_id      = one(aws_apigatewayv2_authorizer.jwt[*].id) # null unless JWT
+resource "aws_apigatewayv2_route" "api" {
+  for_each  = { for key, open in local.api_routes : key => open if var.enable_http_api }
+  api_id    = aws_apigatewayv2_api.http[0].id
+  route_key = each.key
+  target    = "integrations/${aws_apigatewayv2_integration.scheduler[0].id}"
+
+  # The console's page, script and style and /health carry no data, so they may be opened to
+  # unsigned browsers (public_console_routes); everything under /v1/ always needs the API's
+  # authorization.
+  authorization_type = each.value && var.public_console_routes ? "NONE" : var.authorization_type
+  authorizer_id      = each.value && var.public_console_routes ? null : one(aws_apigatewayv2_authorizer.jwt[*].id) # null unless JWT
 
   lifecycle {
     precondition {
@@ -51,6 +72,12 @@ resource "aws_apigatewayv2_route" "v1" {
       error_message = "authorization_type = \"JWT\" needs jwt_issuer and at least one jwt_audience."
     }
   }
+}
+
+# The single route of earlier versions of this module is the first of the map now.
+moved {
+  from = aws_apigatewayv2_route.v1[0]
+  to   = aws_apigatewayv2_route.api["ANY /v1/{proxy+}"]
 }
 
 resource "aws_cloudwatch_log_group" "api" {
@@ -104,11 +131,75 @@ resource "aws_lambda_permission" "api" {
   function_name = aws_lambda_function.scheduler.function_name
   principal     = "apigateway.amazonaws.com"
   source_arn    = "${aws_apigatewayv2_api.http[0].execution_arn}/*/*"
+
+  # No request reaches the scheduler before it may read its table.
+  depends_on = [aws_iam_role_policy.scheduler]
 }
 
-# Optional function URL (LocalStack Community has no HTTP APIs). Never without auth.
+# Optional function URL (LocalStack Community has no HTTP APIs). Never without auth. It
+# reaches every path of the router (no routes). Callers in this account need no resource
+# policy: their own identity policy decides (output caller_policy_json).
 resource "aws_lambda_function_url" "scheduler" {
   count              = var.enable_function_url ? 1 : 0
   function_name      = aws_lambda_function.scheduler.function_name
   authorization_type = "AWS_IAM"
+
+  # No request reaches the scheduler before it may read its table.
+  depends_on = [aws_iam_role_policy.scheduler]
+}
+
+# ---------------------------------------------------------------------------------------
+# What a caller needs: the identity policy to attach to the users or roles that query
+# (output caller_policy_json).
+# ---------------------------------------------------------------------------------------
+
+locals {
+  caller_uses_api = var.enable_http_api && var.authorization_type == "AWS_IAM"
+}
+
+data "aws_iam_policy_document" "caller" {
+  # The HTTP API with AWS_IAM authorization: every route, every method.
+  dynamic "statement" {
+    for_each = local.caller_uses_api ? [1] : []
+    content {
+      sid       = "InvokeHttpApi"
+      actions   = ["execute-api:Invoke"]
+      resources = ["${aws_apigatewayv2_api.http[0].execution_arn}/*"]
+    }
+  }
+
+  # The function URL. Since October 2025 a new function URL with AWS_IAM auth needs both
+  # lambda:InvokeFunctionUrl and lambda:InvokeFunction
+  # (https://docs.aws.amazon.com/lambda/latest/dg/urls-auth.html). InvokeFunction is limited
+  # to requests that come through the URL (condition key lambda:InvokedViaFunctionUrl):
+  # a direct Invoke could hand the scheduler a forged HTTP event naming any principal.
+  dynamic "statement" {
+    for_each = var.enable_function_url ? [1] : []
+    content {
+      sid       = "InvokeFunctionUrl"
+      actions   = ["lambda:InvokeFunctionUrl"]
+      resources = [aws_lambda_function.scheduler.arn]
+
+      condition {
+        test     = "StringEquals"
+        variable = "lambda:FunctionUrlAuthType"
+        values   = ["AWS_IAM"]
+      }
+    }
+  }
+
+  dynamic "statement" {
+    for_each = var.enable_function_url ? [1] : []
+    content {
+      sid       = "InvokeFunctionThroughUrl"
+      actions   = ["lambda:InvokeFunction"]
+      resources = [aws_lambda_function.scheduler.arn]
+
+      condition {
+        test     = "Bool"
+        variable = "lambda:InvokedViaFunctionUrl"
+        values   = ["true"]
+      }
+    }
+  }
 }

@@ -6,6 +6,10 @@ locals {
   # environment without a dependency cycle.
   scheduler_function_name = "${var.name_prefix}-scheduler"
   executor_function_name  = "${var.name_prefix}-executor"
+  function_names = {
+    scheduler = local.scheduler_function_name
+    executor  = local.executor_function_name
+  }
 
   # The longest a task can legitimately take from dispatch to commit: waiting in the async
   # queue (at most executor_max_event_age_seconds), then running (at most the executor's
@@ -47,6 +51,54 @@ locals {
 }
 
 # ---------------------------------------------------------------------------------------
+# Code: each zip goes to Lambda in the API request, or through S3 when it is too large
+# ---------------------------------------------------------------------------------------
+
+locals {
+  zip_paths = {
+    scheduler = var.scheduler_zip_path
+    executor  = var.executor_zip_path
+  }
+
+  # Lambda takes a zip of at most 50 MB in the CreateFunction / UpdateFunctionCode request
+  # itself and larger ones (up to 250 MB unzipped) from S3
+  # (https://docs.aws.amazon.com/lambda/latest/dg/gettingstarted-limits.html). 1 MiB of
+  # slack for the rest of the request (environment, configuration).
+  direct_upload_max_bytes = 49 * 1024 * 1024
+
+  # Terraform has no file-size function; base64 takes 4 characters per 3 bytes.
+  zip_bytes = { for f, path in local.zip_paths : f => floor(length(filebase64(path)) * 3 / 4) }
+
+  code_in_s3 = {
+    for f, bytes in local.zip_bytes :
+    f => var.code_upload == "s3" || (var.code_upload == "auto" && bytes >= local.direct_upload_max_bytes)
+  }
+
+  # Objects outside "<prefix>/": the functions' own roles can neither read nor replace them.
+  # Named by content, so new code is a new object and the function's s3_key changes.
+  code_key_prefix = "lambda-code/"
+}
+
+resource "aws_s3_object" "code" {
+  #checkov:skip=CKV_AWS_186:The bucket's default encryption (SSE-S3) covers the zips; a customer-managed KMS key would also have to be granted to Lambda for no protection the code needs.
+  for_each = { for f, in_s3 in local.code_in_s3 : f => local.zip_paths[f] if in_s3 }
+
+  bucket = aws_s3_bucket.shuffle.id
+  key    = "${local.code_key_prefix}${local.function_names[each.key]}/${filesha256(each.value)}.zip"
+  source = each.value
+  tags   = var.tags
+
+  lifecycle {
+    precondition {
+      condition     = !startswith("${var.prefix}/", local.code_key_prefix)
+      error_message = "prefix must not start with lambda-code/: the function zips live there, out of the functions' reach."
+    }
+  }
+
+  depends_on = [aws_s3_bucket_server_side_encryption_configuration.shuffle]
+}
+
+# ---------------------------------------------------------------------------------------
 # scheduler-fn: HTTP API, DynamoDB stream batches, sweep, and executor failure records
 # ---------------------------------------------------------------------------------------
 
@@ -66,11 +118,14 @@ resource "aws_lambda_function" "scheduler" {
   description   = "lambdafusion scheduler: plans SQL, keeps the stage DAG in DynamoDB, dispatches tasks to ${local.executor_function_name}"
   role          = aws_iam_role.scheduler.arn
 
-  filename         = var.scheduler_zip_path
+  # The zip itself, or its S3 copy (code_upload); the hash is the zip's either way.
+  filename         = local.code_in_s3.scheduler ? null : var.scheduler_zip_path
+  s3_bucket        = local.code_in_s3.scheduler ? aws_s3_object.code["scheduler"].bucket : null
+  s3_key           = local.code_in_s3.scheduler ? aws_s3_object.code["scheduler"].key : null
   source_code_hash = filebase64sha256(var.scheduler_zip_path)
   runtime          = "provided.al2023"
   handler          = "bootstrap"
-  architectures    = ["arm64"]
+  architectures    = [var.architecture]
 
   memory_size                    = var.scheduler_memory_mb
   timeout                        = var.scheduler_timeout_seconds
@@ -99,7 +154,8 @@ resource "aws_lambda_function" "scheduler" {
   tags = var.tags
 
   # The log group must exist before Lambda creates its own without retention, and Lambda
-  # checks at creation that the role may send to the dead-letter queue and to X-Ray.
+  # checks at creation that the role may send to the dead-letter queue and to X-Ray (the
+  # runtime policy; see "Ordering" in iam.tf).
   depends_on = [
     aws_cloudwatch_log_group.scheduler,
     aws_iam_role_policy.scheduler_runtime,
@@ -133,11 +189,14 @@ resource "aws_lambda_function" "executor" {
   description   = "lambdafusion executor: runs one task of a stage against S3 and commits to DynamoDB"
   role          = aws_iam_role.executor.arn
 
-  filename         = var.executor_zip_path
+  # The zip itself, or its S3 copy (code_upload); the hash is the zip's either way.
+  filename         = local.code_in_s3.executor ? null : var.executor_zip_path
+  s3_bucket        = local.code_in_s3.executor ? aws_s3_object.code["executor"].bucket : null
+  s3_key           = local.code_in_s3.executor ? aws_s3_object.code["executor"].key : null
   source_code_hash = filebase64sha256(var.executor_zip_path)
   runtime          = "provided.al2023"
   handler          = "bootstrap"
-  architectures    = ["arm64"]
+  architectures    = [var.architecture]
 
   memory_size                    = var.executor_memory_mb
   timeout                        = var.executor_timeout_seconds
@@ -159,6 +218,8 @@ resource "aws_lambda_function" "executor" {
 
   tags = var.tags
 
+  # As the scheduler: the log group first, and Lambda checks the X-Ray permissions of the
+  # role at creation.
   depends_on = [
     aws_cloudwatch_log_group.executor,
     aws_iam_role_policy.executor_runtime,
@@ -187,6 +248,7 @@ resource "aws_lambda_function_event_invoke_config" "executor" {
     }
   }
 
-  # Lambda checks that the executor's role may invoke the destination.
+  # Lambda checks that the executor's role may invoke the destination (WakeScheduler in
+  # the executor's engine policy; see "Ordering" in iam.tf).
   depends_on = [aws_iam_role_policy.executor]
 }

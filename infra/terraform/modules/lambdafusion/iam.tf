@@ -14,6 +14,31 @@
 #    depend on it;
 #  - the data policy: table, stream, bucket and the other function, which names the other
 #    function's ARN and so is attached after the functions exist.
+#
+# Ordering, so that one `terraform apply` succeeds. Lambda checks the execution role's
+# permissions when it creates a function with a dead-letter queue (sqs:SendMessage), an
+# Active-traced function (X-Ray), an event-source mapping (the stream reads and the
+# on-failure queue) and an async destination (lambda:InvokeFunction on the target). A
+# role alone is not enough: each of those resources depends_on the aws_iam_role_policy
+# that grants what is checked (tests/tests/terraform_contract.rs holds these edges):
+#
+#   scheduler function      <- scheduler_runtime  (poison queue, X-Ray, logs)
+#   executor function       <- executor_runtime   (X-Ray, logs)
+#   stream mapping          <- scheduler, scheduler_runtime (stream reads, poison queue)
+#   executor invoke config  <- executor           (InvokeFunction on the scheduler)
+#   sweep target, API permission, function URL <- scheduler (nothing invokes the scheduler
+#                           before it may read its table)
+#
+# IAM is eventually consistent: a policy just attached can still be refused for some
+# seconds (https://docs.aws.amazon.com/IAM/latest/UserGuide/troubleshoot_general.html#troubleshoot_general_eventual-consistency).
+# The AWS provider retries exactly these refusals, for up to 5 minutes (functions,
+# mappings) or 2 minutes (invoke configs): "The provided execution role does not have
+# permissions" / "cannot be assumed by Lambda" on CreateFunction, "ensure the role can
+# perform" on CreateEventSourceMapping, "does not have permissions" on
+# PutFunctionEventInvokeConfig (terraform-provider-aws internal/service/lambda: function.go,
+# event_source_mapping.go, function_event_invoke_config.go). With the edges above, the
+# retries only ever wait for propagation, never for a policy not yet created, so no
+# time_sleep (and no extra hashicorp/time provider) is needed.
 
 data "aws_partition" "current" {}
 

@@ -8,6 +8,11 @@ output "api_id" {
   value       = one(aws_apigatewayv2_api.http[*].id)
 }
 
+output "caller_policy_json" {
+  description = "IAM policy (JSON) to attach to the users or roles that query: execute-api:Invoke on the HTTP API (with AWS_IAM authorization) and, with the function URL, both lambda:InvokeFunctionUrl and lambda:InvokeFunction (the latter only through the URL), which new function URLs require since October 2025. null when neither entry uses IAM (JWT without a function URL)."
+  value       = local.caller_uses_api || var.enable_function_url ? data.aws_iam_policy_document.caller.json : null
+}
+
 output "function_url" {
   description = "Function URL of the scheduler (AWS_IAM auth); null unless enable_function_url is true."
   value       = one(aws_lambda_function_url.scheduler[*].function_url)

@@ -18,6 +18,9 @@ resource "aws_cloudwatch_event_target" "sweep" {
     maximum_event_age_in_seconds = 60
     maximum_retry_attempts       = 0
   }
+
+  # No sweep before the scheduler may read its table (it would fail into the poison queue).
+  depends_on = [aws_iam_role_policy.scheduler]
 }
 
 resource "aws_lambda_permission" "sweep" {

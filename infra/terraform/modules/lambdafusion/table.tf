@@ -102,8 +102,8 @@ resource "aws_lambda_event_source_mapping" "stream" {
 
   tags = var.tags
 
-  # Lambda checks at creation that the scheduler's role may read the stream and send to
-  # the failure destination.
+  # Lambda checks at creation that the scheduler's role may read the stream (engine
+  # policy) and send to the failure destination (runtime policy); see "Ordering" in iam.tf.
   depends_on = [
     aws_iam_role_policy.scheduler,
     aws_iam_role_policy.scheduler_runtime,

@@ -24,7 +24,7 @@ variable "tags" {
 # ---------------------------------------------------------------------------------------
 
 variable "scheduler_zip_path" {
-  description = "Path to scheduler-fn's deployment zip, as written by `cargo lambda build --release --arm64 --output-format zip -p scheduler-fn` (target/lambda/scheduler-fn/bootstrap.zip)."
+  description = "Path to scheduler-fn's deployment zip, as written by `scripts/package` (target/lambda/scheduler-fn/bootstrap.zip), built for `architecture`."
   type        = string
 
   validation {
@@ -34,12 +34,34 @@ variable "scheduler_zip_path" {
 }
 
 variable "executor_zip_path" {
-  description = "Path to executor-fn's deployment zip, as written by `cargo lambda build --release --arm64 --output-format zip -p executor-fn` (target/lambda/executor-fn/bootstrap.zip)."
+  description = "Path to executor-fn's deployment zip, as written by `scripts/package` (target/lambda/executor-fn/bootstrap.zip), built for `architecture`."
   type        = string
 
   validation {
     condition     = endswith(var.executor_zip_path, ".zip")
     error_message = "executor_zip_path must point at a .zip file (build with --output-format zip)."
+  }
+}
+
+variable "architecture" {
+  description = "Instruction set of both functions: arm64 (Graviton, the default: about 20% cheaper per GB-second than x86_64 at Lambda's list prices) or x86_64. It must match how the zips were built: `scripts/package --arch arm64` (the default) or `--arch x86_64`."
+  type        = string
+  default     = "arm64"
+
+  validation {
+    condition     = contains(["arm64", "x86_64"], var.architecture)
+    error_message = "architecture must be arm64 or x86_64 (and match the zips: scripts/package --arch ...)."
+  }
+}
+
+variable "code_upload" {
+  description = "How the zips reach Lambda: \"direct\" (in the CreateFunction / UpdateFunctionCode request, which Lambda limits to 50 MB zipped), \"s3\" (uploaded as objects under lambda-code/ in the module's bucket, then referenced by s3_bucket / s3_key), or \"auto\" (the default: S3 for a zip of 49 MiB or more, direct below; the 1 MiB of slack is for the rest of the request)."
+  type        = string
+  default     = "auto"
+
+  validation {
+    condition     = contains(["auto", "direct", "s3"], var.code_upload)
+    error_message = "code_upload must be auto, direct or s3."
   }
 }
 
@@ -357,6 +379,12 @@ variable "api_throttling_rate_limit" {
   }
 }
 
+variable "public_console_routes" {
+  description = "Let unsigned requests reach the routes that carry no data: GET / (the web console's page), /console.js, /console.css and /health (authorization NONE on those routes only; every /v1/ route keeps authorization_type). Off by default. Turn it on with authorization_type = \"JWT\" so a browser can load the console, which then sends the user's token (Authorization: Bearer) on every API call. Each such request still invokes the scheduler, within the API's throttling limits."
+  type        = bool
+  default     = false
+}
+
 variable "enable_function_url" {
   description = "Also create a Lambda function URL for the scheduler, always with AWS_IAM auth (for LocalStack Community, which has no HTTP APIs, or to skip API Gateway)."
   type        = bool
@@ -411,7 +439,7 @@ variable "admin_principals" {
 }
 
 variable "catalog_writers" {
-  description = "Principals that may CREATE and DROP tables (LAMBDAFUSION_CATALOG_WRITERS); others get 403. null (the default): every caller that passes the API's authorization may."
+  description = "Principals that may CREATE and DROP tables (LAMBDAFUSION_CATALOG_WRITERS); others get 403. null (the default): every caller that passes the API's authorization may; [] (an empty list): nobody may, the catalog is frozen."
   type        = list(string)
   default     = null
 }

@@ -1,0 +1,195 @@
+//! What `query` and `shell` share: a session on the embedded engine or on an endpoint,
+//! statements split out of a script, and results written in the format asked for.
+
+use std::io::Write;
+use std::sync::Arc;
+use std::time::Duration;
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::sql::parser::DFParser;
+use lambdafusion::api::Tables;
+use lambdafusion::embedded::Embedded;
+use lambdafusion::status::JobStatus;
+
+use crate::{client, display};
+
+/// Where statements run.
+pub enum Session {
+    /// The engine in this process.
+    Embedded(Arc<Embedded>),
+    /// A `lambdafusion serve`, the local stack or a deployment.
+    Remote(client::Client),
+}
+
+/// A statement's end: its status and its rows.
+pub struct Outcome {
+    /// The final status.
+    pub status: JobStatus,
+    /// Schema of the rows (also when there are none).
+    pub schema: SchemaRef,
+    /// The rows.
+    pub batches: Vec<RecordBatch>,
+}
+
+impl Session {
+    /// Runs one statement to its end, with a progress bar on a terminal. A statement
+    /// that did not succeed is an error carrying its message.
+    pub async fn run(&self, sql: &str, max_seconds: Option<f64>) -> Result<Outcome, String> {
+        let bar = display::task_progress();
+        let result = match self {
+            Session::Remote(client) => client
+                .run_with(sql, max_seconds, &mut |s| display::update_progress(&bar, s))
+                .await
+                .map_err(|e| e.to_string()),
+            Session::Embedded(engine) => run_embedded(engine, sql, &bar).await,
+        };
+        bar.finish_and_clear();
+        let (status, schema, batches) = result?;
+        Ok(Outcome {
+            status,
+            schema,
+            batches,
+        })
+    }
+
+    /// The catalog.
+    pub async fn tables(&self) -> Result<Tables, String> {
+        match self {
+            Session::Remote(client) => client.tables().await.map_err(|e| e.to_string()),
+            Session::Embedded(engine) => lambdafusion::api::catalog(engine.services())
+                .await
+                .map_err(|e| e.to_string()),
+        }
+    }
+}
+
+async fn run_embedded(
+    engine: &Embedded,
+    sql: &str,
+    bar: &indicatif::ProgressBar,
+) -> Result<(JobStatus, SchemaRef, Vec<RecordBatch>), String> {
+    let id = engine.submit(sql).await.map_err(|e| e.to_string())?;
+    let status = loop {
+        let status = engine
+            .wait(&id, Duration::from_millis(200))
+            .await
+            .map_err(|e| e.to_string())?;
+        display::update_progress(bar, &status);
+        if status.is_terminal() {
+            break status;
+        }
+    };
+    if status.state != "succeeded" {
+        return Err(format!(
+            "query {} {}: {}",
+            status.id,
+            status.state,
+            status.error.unwrap_or_default()
+        ));
+    }
+    let (schema, batches) = lambdafusion::results::collect(engine.services(), &id)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((status, schema, batches))
+}
+
+/// The statements of a script, in order. A script of one statement is sent as written
+/// (comments and all); several are parsed apart and each sent as the parser prints it.
+pub fn split_statements(script: &str) -> Result<Vec<String>, String> {
+    let statements = DFParser::parse_sql(script).map_err(|e| e.to_string())?;
+    match statements.len() {
+        0 => Err("no SQL statement given (only comments or blanks)".into()),
+        1 => Ok(vec![script.trim().trim_end_matches(';').trim().to_string()]),
+        _ => Ok(statements.iter().map(|s| s.to_string()).collect()),
+    }
+}
+
+/// How rows are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum OutputFormat {
+    /// An aligned text table.
+    Table,
+    /// CSV with a header line.
+    Csv,
+    /// One JSON object per line.
+    Json,
+    /// A Parquet file (needs --output, or a standard output that is not a terminal).
+    Parquet,
+}
+
+/// Writes `batches` to `out` in `format`.
+pub fn write_rows(
+    format: OutputFormat,
+    schema: &SchemaRef,
+    batches: &[RecordBatch],
+    out: &mut (dyn Write + Send),
+) -> Result<(), String> {
+    let err = |e: &dyn std::fmt::Display| e.to_string();
+    match format {
+        OutputFormat::Table => {
+            writeln!(out, "{}", display::rows_table(schema, batches)).map_err(|e| err(&e))
+        }
+        OutputFormat::Csv => {
+            let mut writer = datafusion::arrow::csv::WriterBuilder::new()
+                .with_header(true)
+                .build(out);
+            if batches.is_empty() {
+                writer
+                    .write(&RecordBatch::new_empty(schema.clone()))
+                    .map_err(|e| err(&e))?;
+            }
+            for b in batches {
+                writer.write(b).map_err(|e| err(&e))?;
+            }
+            Ok(())
+        }
+        OutputFormat::Json => {
+            let mut writer = datafusion::arrow::json::LineDelimitedWriter::new(out);
+            for b in batches {
+                writer.write(b).map_err(|e| err(&e))?;
+            }
+            writer.finish().map_err(|e| err(&e))
+        }
+        OutputFormat::Parquet => {
+            let mut writer =
+                datafusion::parquet::arrow::ArrowWriter::try_new(out, schema.clone(), None)
+                    .map_err(|e| err(&e))?;
+            for b in batches {
+                writer.write(b).map_err(|e| err(&e))?;
+            }
+            writer.close().map(|_| ()).map_err(|e| err(&e))
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_single_statement_is_sent_as_written() {
+        let sql = "-- TPC-H Q6\nSELECT 1 -- one\n;\n";
+        assert_eq!(
+            split_statements(sql).unwrap(),
+            vec!["-- TPC-H Q6\nSELECT 1 -- one"]
+        );
+    }
+
+    #[test]
+    fn a_script_splits_into_its_statements() {
+        let sql = "CREATE VIEW v AS SELECT 1 AS x; -- then\nSELECT x FROM v;\nDROP VIEW v";
+        let parts = split_statements(sql).unwrap();
+        assert_eq!(parts.len(), 3, "{parts:?}");
+        assert!(parts[0].starts_with("CREATE VIEW v AS SELECT 1 AS x"));
+        assert_eq!(parts[1], "SELECT x FROM v");
+        assert_eq!(parts[2], "DROP VIEW v");
+    }
+
+    #[test]
+    fn comments_alone_are_no_statement() {
+        let e = split_statements("-- nothing\n  ").unwrap_err();
+        assert!(e.contains("no SQL statement"), "{e}");
+        assert!(split_statements("SELEC 1").is_err());
+    }
+}

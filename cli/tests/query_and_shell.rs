@@ -1,0 +1,156 @@
+//! `lambdafusion query` and `lambdafusion shell` as daily tools: SQL from an argument
+//! that starts with a comment, from a file or standard input, several statements in a
+//! script, every output format, and the shell's multi-line statements and `\d`.
+
+use std::io::Write;
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+
+fn lambdafusion(dir: &Path) -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_lambdafusion"));
+    command
+        .current_dir(dir)
+        .env("RUST_LOG", "off")
+        .env("HOME", dir)
+        .env_remove("LAMBDAFUSION_ENDPOINT")
+        .env_remove("LAMBDAFUSION_DATA_DIR");
+    command
+}
+
+fn run(dir: &Path, args: &[&str], stdin: &str) -> Output {
+    let mut child = lambdafusion(dir)
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    child.wait_with_output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+const CREATE: &str = "CREATE EXTERNAL TABLE t STORED AS CSV LOCATION 't.csv' \
+                      OPTIONS ('format.has_header' 'true')";
+
+fn workdir() -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("t.csv"), "a,b\n1,x\n2,y\n3,z\n").unwrap();
+    dir
+}
+
+#[test]
+fn sql_starting_with_a_comment_is_sql_not_a_flag() {
+    let dir = workdir();
+    let out = run(
+        dir.path(),
+        &["query", "-- TPC-H style\nSELECT 41 + 1 AS answer"],
+        "",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(text(&out.stdout).contains("| 42 "), "{}", text(&out.stdout));
+}
+
+#[test]
+fn a_script_from_a_file_or_stdin_in_every_format() {
+    let dir = workdir();
+    let script = format!(
+        "-- make the table, then read it\n{CREATE};\nSELECT a, b FROM t WHERE a > 1 ORDER BY a;\n"
+    );
+    std::fs::write(dir.path().join("q.sql"), &script).unwrap();
+    let out = run(dir.path(), &["query", "-f", "q.sql", "--format", "csv"], "");
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(
+        text(&out.stdout),
+        "a,b\n2,y\n3,z\n",
+        "CSV of the last statement only"
+    );
+
+    let out = run(
+        dir.path(),
+        &["query", "-f", "-", "--format", "json"],
+        "SELECT a FROM t ORDER BY a DESC LIMIT 2",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "{\"a\":3}\n{\"a\":2}\n");
+
+    let out = run(
+        dir.path(),
+        &[
+            "query",
+            "--format",
+            "parquet",
+            "--output",
+            "out.parquet",
+            "SELECT sum(a) AS s FROM t",
+        ],
+        "",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let file = std::fs::File::open(dir.path().join("out.parquet")).unwrap();
+    let reader =
+        datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(file)
+            .unwrap()
+            .build()
+            .unwrap();
+    let batches: Vec<_> = reader.map(Result::unwrap).collect();
+    let s = batches[0]
+        .column(0)
+        .as_any()
+        .downcast_ref::<datafusion::arrow::array::Int64Array>()
+        .unwrap()
+        .value(0);
+    assert_eq!(s, 6);
+
+    let out = run(dir.path(), &["query", "-f", "missing.sql"], "");
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("missing.sql"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(dir.path(), &["query", "-f", "-"], "-- only a comment\n");
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("no SQL statement"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn the_shell_runs_multi_line_statements_and_describes_tables() {
+    let dir = workdir();
+    let input = format!(
+        "{CREATE};\nSELECT a,\n       b\n  FROM t\n  ORDER BY a DESC\n  LIMIT 1;\n\\d\n\\d t\n\\d nope\nSELEC 1;\nSELECT 'still here' AS s;\n\\q\nSELECT 'after quit';\n"
+    );
+    let out = run(dir.path(), &["shell"], &input);
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("| 3 | z |"),
+        "the multi-line query: {stdout}"
+    );
+    assert!(stdout.contains("t      CSV     2"), "\\d: {stdout}");
+    assert!(
+        stdout.contains("a       Int64") && stdout.contains("b       Utf8"),
+        "\\d t: {stdout}"
+    );
+    assert!(stderr.contains("no table nope"), "{stderr}");
+    assert!(stderr.contains("SELEC"), "the SQL error is shown: {stderr}");
+    assert!(
+        stdout.contains("still here"),
+        "an error does not end the shell: {stdout}"
+    );
+    assert!(!stdout.contains("after quit"), "\\q quits: {stdout}");
+    let history = std::fs::read_to_string(dir.path().join(".lambdafusion_history")).unwrap();
+    assert!(history.contains("still here"), "{history}");
+}
