@@ -161,8 +161,6 @@ pub struct Function {
     pub(crate) warm_instances: AtomicUsize,
     /// Fault injection (shared by all functions of a registry).
     pub(crate) injector: Injector,
-    /// `lambda.concurrency_limit`'s limit, when the plan has it.
-    limit: Option<usize>,
     /// Invocations seen so far per normalized-payload hash (the `<n>` of event keys).
     seen: Mutex<HashMap<u64, u64>>,
     /// `<state_dir>/tmp`: the parent of the environments' `/tmp` directories.
@@ -182,7 +180,6 @@ impl Function {
             state: Mutex::new(QueueState::default()),
             notify: Notify::new(),
             warm_instances: AtomicUsize::new(0),
-            limit: injector.concurrency_limit(),
             injector,
             seen: Mutex::new(HashMap::new()),
             tmp_root: top.state_dir.join("tmp"),
@@ -233,8 +230,14 @@ impl Function {
 
     /// Whether `lambda.concurrency_limit` invocations run or wait already.
     fn at_limit(&self, q: &QueueState) -> bool {
-        self.limit
+        self.limit()
             .is_some_and(|limit| q.running + q.items.len() >= limit)
+    }
+
+    /// `lambda.concurrency_limit`'s limit in the plan as it is now (a test may swap the
+    /// plan while the emulator runs).
+    fn limit(&self) -> Option<usize> {
+        self.injector.concurrency_limit()
     }
 
     /// Queues a synchronous invocation, unless `max_queue` synchronous invocations
@@ -286,7 +289,7 @@ impl Function {
     /// Takes the oldest invocation without waiting, if the concurrency limit allows.
     pub(crate) fn try_take(self: &Arc<Self>) -> Option<Invocation> {
         let mut q = self.lock();
-        if self.limit.is_some_and(|limit| q.running >= limit) {
+        if self.limit().is_some_and(|limit| q.running >= limit) {
             return None;
         }
         let mut inv = q.items.pop_front()?;
@@ -818,6 +821,45 @@ mod tests {
             counts["lambda.concurrency_limit"], 2,
             "one refusal, one held event"
         );
+    }
+
+    /// The limit follows the plan as it is swapped (PUT /_lambdafusion/faults): before,
+    /// it was read once when the function was built, so a plan swapped in later never
+    /// limited anything (the chaos soak's long run found it never injected).
+    #[tokio::test]
+    async fn the_concurrency_limit_follows_a_swapped_plan() {
+        let c = Config::from_json(
+            r#"{"functions":[{"name":"f","command":["x"]}]}"#,
+            Path::new("/"),
+        )
+        .unwrap();
+        let plan = lambdafusion_faults::LivePlan::fixed(FaultPlan::none());
+        let r = Arc::new(Registry::with_faults(
+            &c,
+            plan.clone(),
+            Arc::new(Counters::new()),
+        ));
+        let t = r.resolve("f", None).unwrap();
+        let _a = r
+            .invoke_sync(&t, Bytes::from_static(b"1"), None, "k1")
+            .unwrap();
+        let first = t.function.take().await;
+        plan.replace(
+            FaultPlan::parse(r#"{"faults": {"lambda.concurrency_limit": {"limit": 1}}}"#).unwrap(),
+        )
+        .unwrap();
+        assert!(
+            r.invoke_sync(&t, Bytes::from_static(b"2"), None, "k2")
+                .is_err(),
+            "the swapped-in limit refuses a second synchronous invocation"
+        );
+        r.invoke_async(&t, Bytes::from_static(b"{}"), "k3".into());
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(t.function.try_take().is_none(), "held back by the limit");
+        plan.replace(FaultPlan::none()).unwrap();
+        assert!(t.function.try_take().is_some(), "no limit once it is gone");
+        drop(first);
+        assert_eq!(r.counters().snapshot()["lambda.concurrency_limit"], 2);
     }
 
     #[test]
