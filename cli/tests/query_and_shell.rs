@@ -154,3 +154,51 @@ fn the_shell_runs_multi_line_statements_and_describes_tables() {
     let history = std::fs::read_to_string(dir.path().join(".lambdafusion_history")).unwrap();
     assert!(history.contains("still here"), "{history}");
 }
+
+/// The same shell against a server (`--endpoint`): statements go over the API, `\d`
+/// reads its catalog.
+#[test]
+fn the_shell_works_against_an_endpoint() {
+    let dir = workdir();
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let bind = format!("127.0.0.1:{port}");
+    let mut server = lambdafusion(dir.path())
+        .args(["serve", "--bind", &bind])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let up = (0..300).any(|_| {
+        std::thread::sleep(std::time::Duration::from_millis(100));
+        std::net::TcpStream::connect(&bind).is_ok()
+    });
+    let endpoint = format!("http://{bind}");
+    let out = up.then(|| {
+        run(
+            dir.path(),
+            &["shell", "--endpoint", &endpoint],
+            &format!("{CREATE};\nSELECT max(a) AS top\n  FROM t;\n\\d t\nSELEC 1;\n\\q\n"),
+        )
+    });
+    let _ = server.kill();
+    let _ = server.wait();
+    let out = out.expect("serve started");
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stdout.contains("| 3   |"),
+        "the query over the API: {stdout}"
+    );
+    assert!(
+        stdout.contains("a       Int64") && stdout.contains("b       Utf8"),
+        "\\d t over the API: {stdout}"
+    );
+    assert!(
+        stderr.contains("SELEC"),
+        "the API's SQL error is shown: {stderr}"
+    );
+}

@@ -99,6 +99,21 @@ impl Stack {
         repo_root().join("local/localstack/.state")
     }
 
+    /// moto_server's resident memory now, in MiB (from /proc).
+    pub fn moto_rss_mb(&self) -> f64 {
+        let pid = std::fs::read_to_string(self.state_dir().join("moto.pid"))
+            .expect("local/localstack/.state/moto.pid");
+        let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim()))
+            .expect("moto_server is running");
+        let kb: f64 = status
+            .lines()
+            .find(|l| l.starts_with("VmRSS:"))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .expect("VmRSS in /proc/<pid>/status");
+        kb / 1024.0
+    }
+
     /// SDK configuration for a service whose endpoint is in `var`.
     pub async fn sdk(&self, var: &str) -> SdkConfig {
         let credentials =

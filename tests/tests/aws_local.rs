@@ -6,7 +6,9 @@
 //! `s3://` tables equal single-process DataFusion; the API through the function URL; a
 //! task event delivered twice commits once; an executor that crashes mid-task is retried;
 //! the sweep event is routed. `measure_stage_handoff` (ignored; run it by hand) prints the
-//! hand-off latency with and without the fast path and the requests per task.
+//! hand-off latency with and without the fast path and the requests per task;
+//! `measure_a_real_workload` (ignored) runs TPC-H at SF 0.1 in 1 MiB tasks, one query at a
+//! time, and prints each query's tasks, time and moto's memory after it.
 
 use std::time::Duration;
 
@@ -363,5 +365,140 @@ fn iam_authorized_function_url_and_callers() {
             owner(mine.id.clone()).await,
             "arn:aws:iam::000000000000:user/other"
         );
+
+        // `lambdafusion console` in front of the IAM-auth URL: the page's calls carry only
+        // the session token; the console signs them with the user's credentials, which
+        // the stack verifies (a wrong secret is refused there, not at the console).
+        for (secret, expected) in [("test", 200), ("wrong", 403)] {
+            let console = Console::start(&endpoint, secret);
+            let http = reqwest::Client::new();
+            let tables = http
+                .get(format!("{}/v1/tables", console.base))
+                .bearer_auth(&console.session)
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(tables.status(), expected, "secret {secret}");
+            if expected == 200 {
+                let submitted: serde_json::Value = http
+                    .post(format!("{}/v1/queries", console.base))
+                    .bearer_auth(&console.session)
+                    .json(&serde_json::json!({"sql": "SELECT 7 AS seven"}))
+                    .send()
+                    .await
+                    .unwrap()
+                    .json()
+                    .await
+                    .unwrap();
+                let id = submitted["id"].as_str().expect("an id").to_string();
+                assert_eq!(owner(id).await, "arn:aws:iam::000000000000:user/test");
+            }
+        }
+    });
+}
+
+/// A `lambdafusion console` process forwarding to `endpoint` with SigV4 (forced for a
+/// local endpoint by `LAMBDAFUSION_SIGV4_SERVICE`), signing as access key `test`.
+struct Console {
+    child: std::process::Child,
+    base: String,
+    session: String,
+}
+
+impl Console {
+    fn start(endpoint: &str, secret: &str) -> Console {
+        use std::io::BufRead as _;
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let bind = format!("127.0.0.1:{port}");
+        let mut child = std::process::Command::new(
+            lambdafusion_tests::stack::repo_root().join("target/debug/lambdafusion"),
+        )
+        .args(["console", "--endpoint", endpoint, "--bind", &bind])
+        .env("LAMBDAFUSION_SIGV4_SERVICE", "lambda")
+        .env("AWS_ACCESS_KEY_ID", "test")
+        .env("AWS_SECRET_ACCESS_KEY", secret)
+        .env("AWS_REGION", "us-east-1")
+        .env_remove("AWS_PROFILE")
+        .env_remove("AWS_SESSION_TOKEN")
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("target/debug/lambdafusion (cargo build --workspace)");
+        let stderr = child.stderr.take().unwrap();
+        let (tx, rx) = std::sync::mpsc::channel();
+        // Read on to the end: a closed pipe would fail the console's later writes.
+        std::thread::spawn(move || {
+            for line in std::io::BufReader::new(stderr)
+                .lines()
+                .map_while(Result::ok)
+            {
+                if let Some((_, token)) = line.split_once("#token=") {
+                    let _ = tx.send(token.trim().to_string());
+                }
+            }
+        });
+        let session = rx
+            .recv_timeout(Duration::from_secs(60))
+            .expect("the console printed its address");
+        Console {
+            child,
+            base: format!("http://{bind}"),
+            session,
+        }
+    }
+}
+
+impl Drop for Console {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The workload that once took moto_server to 24 GB: TPC-H SF 0.1 in moto's S3, tasks of
+/// 1 MiB of input (`LAMBDAFUSION_BYTES_PER_TASK=1048576`), one query at a time, each
+/// result checked against DataFusion. Prints per query the tasks, the time and moto's
+/// memory after it. A measurement, not an assertion on time: run it with
+/// `cargo test -p lambdafusion-tests --test aws_local measure_a_real_workload -- --ignored
+/// --nocapture` (`WORKLOAD_QUERIES=1,3,6` for another list; default the six, then
+/// six more).
+#[test]
+#[ignore]
+fn measure_a_real_workload() {
+    let queries: Vec<usize> = std::env::var("WORKLOAD_QUERIES")
+        .unwrap_or_else(|_| "1,3,6,12,5,9,10,18,4,7,8,14".into())
+        .split(',')
+        .map(|q| q.trim().parse().expect("query numbers"))
+        .collect();
+    let data = tempfile::tempdir().unwrap();
+    let stack = Stack::up(&[
+        ("LAMBDAFUSION_BYTES_PER_TASK", "1048576"),
+        ("LAMBDAFUSION_DATA_BUCKETS", "lambdafusion/data"),
+    ]);
+    runtime().block_on(async {
+        let client = Client::new(&stack.endpoint());
+        workload::load_tpch(&stack, &client, data.path(), 0.1).await;
+        let ctx = baseline(data.path()).await;
+        let mut table = format!(
+            "query  tasks  seconds  moto RSS MiB\nsetup  -      -        {:.0}\n",
+            stack.moto_rss_mb()
+        );
+        let mut total_tasks = 0;
+        for q in queries {
+            let started = std::time::Instant::now();
+            let status = check_query(&client, &ctx, q).await;
+            total_tasks += status.tasks;
+            table.push_str(&format!(
+                "q{q:<4}  {:<5}  {:<7.1}  {:.0}\n",
+                status.tasks,
+                started.elapsed().as_secs_f64(),
+                stack.moto_rss_mb()
+            ));
+            println!("q{q}: {} tasks in {:?}", status.tasks, started.elapsed());
+        }
+        println!("\n{table}{total_tasks} tasks in all, every result equal to DataFusion's");
     });
 }

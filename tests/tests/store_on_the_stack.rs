@@ -112,18 +112,6 @@ fn commit(job: &str, partition: u32, tasks: u32) -> TaskCommit {
     }
 }
 
-fn moto_rss_mb(stack: &Stack) -> f64 {
-    let pid = std::fs::read_to_string(stack.state_dir().join("moto.pid")).unwrap();
-    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim())).unwrap();
-    let kb: f64 = status
-        .lines()
-        .find(|l| l.starts_with("VmRSS:"))
-        .and_then(|l| l.split_whitespace().nth(1))
-        .and_then(|v| v.parse().ok())
-        .unwrap();
-    kb / 1024.0
-}
-
 async fn wait_for_state(store: &DynamoDbJobStore, job: &str, state: JobState) {
     for _ in 0..300 {
         if store.get_job(job).await.unwrap().map(|j| j.state) == Some(state) {
@@ -242,7 +230,7 @@ fn the_dynamodb_store_on_the_stack() {
         wait_for_state(&store, &job, JobState::Succeeded).await;
 
         // 2,000 more commits, eight at a time: memory and latency stay flat.
-        let rss_before = moto_rss_mb(&stack);
+        let rss_before = stack.moto_rss_mb();
         let mut latencies = Vec::new();
         for round in 0..10u64 {
             let job = wide_job(&store, 200).await;
@@ -268,7 +256,7 @@ fn the_dynamodb_store_on_the_stack() {
             wait_for_state(&store, &job, JobState::Succeeded).await;
             let _ = round;
         }
-        let rss_after = moto_rss_mb(&stack);
+        let rss_after = stack.moto_rss_mb();
         let mean = |d: &[Duration]| d.iter().sum::<Duration>() / d.len() as u32;
         let (first, last) = (mean(&latencies[..100]), mean(&latencies[latencies.len() - 100..]));
         println!(
