@@ -59,7 +59,6 @@ pub const MAX_WAIT_SECS: u64 = 20;
                        the function URL or API Gateway); `lambdafusion serve --token` asks \
                        for a bearer token; on loopback without a token, nothing."
     ),
-    modifiers(&Security),
     tags((name = "queries", description = "Submit, follow, read and cancel queries"),
          (name = "catalog", description = "Tables queries may read"),
          (name = "service", description = "Liveness, this document and the web console"))
@@ -69,7 +68,8 @@ struct ApiDoc;
 /// Adds the bearer scheme (`serve --token`) to the document's components, and to every
 /// operation but the console's page and assets: the scheme as an optional requirement
 /// (no token on loopback), a 401 for a missing or wrong token and a 500 for a failed
-/// store, both with the error body.
+/// store, both with the error body. Applied by [`openapi`] once every route is in the
+/// document (a `modifiers(...)` of the derive would run before the routes are added).
 struct Security;
 
 impl utoipa::Modify for Security {
@@ -146,7 +146,9 @@ fn api_routes() -> OpenApiRouter<Services> {
 
 /// The OpenAPI 3.1 document of the API (served at `GET /v1/openapi.json`).
 pub fn openapi() -> utoipa::openapi::OpenApi {
-    api_routes().split_for_parts().1
+    let mut document = api_routes().split_for_parts().1;
+    utoipa::Modify::modify(&Security, &mut document);
+    document
 }
 
 /// Builds the API router over `services`.
