@@ -314,6 +314,21 @@ impl DynamoDbJobStore {
         item.map(from_item).transpose()
     }
 
+    /// The sort keys under `pk` after `after`, in order, at most `limit`: a page of the
+    /// partitions whose items are only keys (the active index, the histories).
+    async fn sort_keys(&self, pk: &str, after: Option<&str>, limit: usize) -> Result<Vec<String>> {
+        Ok(self
+            .query(pk, "", after, Some(limit))
+            .await?
+            .into_iter()
+            .filter_map(|item| match item.get("sk") {
+                Some(AttributeValue::S(sk)) => Some(sk.clone()),
+                _ => None,
+            })
+            .take(limit)
+            .collect())
+    }
+
     /// Items under `pk` whose sort key starts with `prefix`, in sort-key order, starting
     /// after sort key `after`, at most `limit` (all when `None`).
     async fn query(
@@ -1043,16 +1058,7 @@ impl JobStore for DynamoDbJobStore {
     }
 
     async fn active_jobs(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>> {
-        Ok(self
-            .query(ACTIVE_PK, "", after, Some(limit))
-            .await?
-            .into_iter()
-            .filter_map(|item| match item.get("sk") {
-                Some(AttributeValue::S(id)) => Some(id.clone()),
-                _ => None,
-            })
-            .take(limit)
-            .collect())
+        self.sort_keys(ACTIVE_PK, after, limit).await
     }
 
     async fn job_history(
@@ -1061,16 +1067,7 @@ impl JobStore for DynamoDbJobStore {
         after: Option<&str>,
         limit: usize,
     ) -> Result<Vec<String>> {
-        Ok(self
-            .query(&history_pk(owner), "", after, Some(limit))
-            .await?
-            .into_iter()
-            .filter_map(|item| match item.get("sk") {
-                Some(AttributeValue::S(sk)) => Some(sk.clone()),
-                _ => None,
-            })
-            .take(limit)
-            .collect())
+        self.sort_keys(&history_pk(owner), after, limit).await
     }
 
     async fn remove_active(&self, job_id: &str) -> Result<()> {

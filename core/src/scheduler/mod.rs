@@ -213,13 +213,16 @@ impl Scheduler {
         let expires_at = self.services.expires_at();
         // The job item holds the SQL and the result schema (base64): refuse what cannot
         // fit in one store item before anything is written.
-        let result_schema = plan::encode_schema(&graph.final_stage().plan.schema())?;
+        let schema = graph.final_stage().plan.schema();
+        let result_schema = plan::encode_schema(&schema)?;
         let item_bytes = sql.len() + result_schema.len().div_ceil(3) * 4 + JOB_ITEM_OVERHEAD;
         if item_bytes > JOB_ITEM_LIMIT {
             return Err(Error::TooLarge(format!(
-                "the query's SQL text ({} bytes) and result schema ({} columns, {} bytes                  encoded) do not fit in one job record (at most {} KiB): select fewer or                  shorter-named columns",
+                "the query's SQL text ({} bytes) and result schema ({} columns, {} bytes \
+                 encoded) do not fit in one job record (at most {} KiB): select fewer or \
+                 shorter-named columns",
                 sql.len(),
-                graph.final_stage().plan.schema().fields().len(),
+                schema.fields().len(),
                 result_schema.len(),
                 JOB_ITEM_LIMIT / 1024
             )));

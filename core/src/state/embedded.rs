@@ -70,6 +70,34 @@ fn scan<T: DeserializeOwned>(
     Ok(out)
 }
 
+/// The sort keys of the items under `pk` after `after` (exclusive), in order, at most
+/// `limit` — a DynamoDB Query page with `ExclusiveStartKey` and `Limit`, for the
+/// partitions whose items hold their own sort key (the active index, the histories).
+fn page_of_sort_keys(
+    table: &impl ReadableTable<&'static str, &'static [u8]>,
+    pk: &str,
+    after: Option<&str>,
+    limit: usize,
+) -> Result<Vec<String>> {
+    use std::ops::Bound;
+    let (start, end) = prefix_range(pk, "");
+    let from = after.map(|a| key(pk, a));
+    let lower = match &from {
+        Some(k) => Bound::Excluded(k.as_str()),
+        None => Bound::Included(start.as_str()),
+    };
+    let mut out = Vec::new();
+    for entry in table
+        .range::<&str>((lower, Bound::Excluded(end.as_str())))
+        .map_err(store_err)?
+        .take(limit)
+    {
+        let (_, v) = entry.map_err(store_err)?;
+        out.push(decode(v.value())?);
+    }
+    Ok(out)
+}
+
 fn put<T: Serialize>(
     table: &mut Table<&'static str, &'static [u8]>,
     k: &str,
@@ -658,15 +686,8 @@ impl JobStore for EmbeddedStore {
 
     async fn active_jobs(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>> {
         let after = after.map(str::to_string);
-        self.read(move |t| {
-            let ids: Vec<String> = scan(t, ACTIVE_PK, "")?;
-            Ok(ids
-                .into_iter()
-                .filter(|id| after.as_ref().is_none_or(|a| id > a))
-                .take(limit)
-                .collect())
-        })
-        .await
+        self.read(move |t| page_of_sort_keys(t, ACTIVE_PK, after.as_deref(), limit))
+            .await
     }
 
     async fn job_history(
@@ -677,15 +698,8 @@ impl JobStore for EmbeddedStore {
     ) -> Result<Vec<String>> {
         let pk = history_pk(owner);
         let after = after.map(str::to_string);
-        self.read(move |t| {
-            let sks: Vec<String> = scan(t, &pk, "")?;
-            Ok(sks
-                .into_iter()
-                .filter(|sk| after.as_ref().is_none_or(|a| sk > a))
-                .take(limit)
-                .collect())
-        })
-        .await
+        self.read(move |t| page_of_sort_keys(t, &pk, after.as_deref(), limit))
+            .await
     }
 
     async fn remove_active(&self, job_id: &str) -> Result<()> {
