@@ -99,6 +99,15 @@ impl Stack {
         repo_root().join("local/localstack/.state")
     }
 
+    /// The emulator's fault-plan endpoint: GET reports the faults injected so far, PUT
+    /// swaps the plan while the stack runs (see [`set_fault_plan`], [`fault_report`]).
+    pub fn faults_url(&self) -> String {
+        format!(
+            "{}/_lambdafusion/faults",
+            self.var("AWS_ENDPOINT_URL_LAMBDA")
+        )
+    }
+
     /// moto_server's resident memory now, in MiB (from /proc).
     pub fn moto_rss_mb(&self) -> f64 {
         let pid = std::fs::read_to_string(self.state_dir().join("moto.pid"))
@@ -167,4 +176,30 @@ impl Drop for Stack {
             .current_dir(&root)
             .output();
     }
+}
+
+/// Swaps the running stack's fault plan (`{"seed": .., "faults": {..}}`) at `faults_url`
+/// ([`Stack::faults_url`]).
+pub async fn set_fault_plan(faults_url: &str, plan: &serde_json::Value) {
+    let response = reqwest::Client::new()
+        .put(faults_url)
+        .body(plan.to_string())
+        .send()
+        .await
+        .expect("the emulator's fault endpoint answers");
+    assert!(
+        response.status().is_success(),
+        "{:?}",
+        response.text().await
+    );
+}
+
+/// The emulator's report of the faults injected so far (`{"injected": {kind: n}, ..}`).
+pub async fn fault_report(faults_url: &str) -> serde_json::Value {
+    reqwest::get(faults_url)
+        .await
+        .expect("the emulator's fault endpoint answers")
+        .json()
+        .await
+        .expect("a JSON fault report")
 }

@@ -36,7 +36,7 @@ use lambdafusion::state::{JobStore, TaskState};
 use lambdafusion_aws::store::DynamoDbJobStore;
 use lambdafusion_cli::client::{Client, ClientError};
 use lambdafusion_cli::tpch;
-use lambdafusion_tests::stack::Stack;
+use lambdafusion_tests::stack::{fault_report, set_fault_plan, Stack};
 use lambdafusion_tests::workload;
 use serde_json::{json, Value};
 
@@ -224,10 +224,7 @@ impl Soak {
         );
         Soak {
             s3: stack.s3(),
-            faults_url: format!(
-                "{}/_lambdafusion/faults",
-                stack.var("AWS_ENDPOINT_URL_LAMBDA")
-            ),
+            faults_url: stack.faults_url(),
             client,
             store,
             expected,
@@ -239,26 +236,11 @@ impl Soak {
 
     async fn set_plan(&self, faults: &Value) {
         let plan = json!({"seed": self.seed, "faults": faults});
-        let response = reqwest::Client::new()
-            .put(&self.faults_url)
-            .body(plan.to_string())
-            .send()
-            .await
-            .unwrap();
-        assert!(
-            response.status().is_success(),
-            "{:?}",
-            response.text().await
-        );
+        set_fault_plan(&self.faults_url, &plan).await;
     }
 
     async fn injected(&self) -> BTreeMap<String, u64> {
-        let report: Value = reqwest::get(&self.faults_url)
-            .await
-            .unwrap()
-            .json()
-            .await
-            .unwrap();
+        let report = fault_report(&self.faults_url).await;
         serde_json::from_value(report["injected"].clone()).unwrap_or_default()
     }
 

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use lambdafusion::state::*;
 use lambdafusion_aws::store::DynamoDbJobStore;
-use lambdafusion_tests::stack::Stack;
+use lambdafusion_tests::stack::{fault_report, set_fault_plan, Stack};
 
 fn runtime() -> tokio::runtime::Runtime {
     tokio::runtime::Builder::new_multi_thread()
@@ -123,11 +123,7 @@ async fn wait_for_state(store: &DynamoDbJobStore, job: &str, state: JobState) {
 }
 
 async fn faults(stack: &Stack) -> serde_json::Value {
-    let url = format!(
-        "{}/_lambdafusion/faults",
-        stack.var("AWS_ENDPOINT_URL_LAMBDA")
-    );
-    reqwest::get(url).await.unwrap().json().await.unwrap()
+    fault_report(&stack.faults_url()).await
 }
 
 #[test]
@@ -289,23 +285,8 @@ fn transactions_whose_answer_was_lost_are_recognised_on_retry() {
             aws_sdk_dynamodb::Client::from_conf(config),
             stack.var("LAMBDAFUSION_TABLE"),
         );
-        let plan_url = format!(
-            "{}/_lambdafusion/faults",
-            stack.var("AWS_ENDPOINT_URL_LAMBDA")
-        );
-        let set_plan = |plan: serde_json::Value| {
-            let url = plan_url.clone();
-            async move {
-                let r = reqwest::Client::new()
-                    .put(url)
-                    .body(plan.to_string())
-                    .send()
-                    .await
-                    .unwrap();
-                assert!(r.status().is_success(), "{:?}", r.text().await);
-            }
-        };
-        set_plan(serde_json::json!({"seed": 11, "faults": {"dynamodb.internal_error": 0.3}})).await;
+        let plan = serde_json::json!({"seed": 11, "faults": {"dynamodb.internal_error": 0.3}});
+        set_fault_plan(&stack.faults_url(), &plan).await;
         let mut failures = Vec::new();
         for _ in 0..30 {
             let new = wide_records(1);
@@ -320,7 +301,7 @@ fn transactions_whose_answer_was_lost_are_recognised_on_retry() {
             }
         }
         let report = faults(&stack).await;
-        set_plan(serde_json::json!({})).await;
+        set_fault_plan(&stack.faults_url(), &serde_json::json!({})).await;
         let injected = report["injected"]["dynamodb.internal_error"]
             .as_u64()
             .unwrap_or(0);

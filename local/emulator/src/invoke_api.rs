@@ -96,7 +96,15 @@ async fn invoke(
         .and_then(|v| v.to_str().ok())
         .unwrap_or("RequestResponse")
         .to_string();
-    let mut response = invoke_inner(&registry, &function_name, &query, &headers, body).await;
+    let mut response = invoke_inner(
+        &registry,
+        &function_name,
+        &query,
+        &headers,
+        &invocation_type,
+        body,
+    )
+    .await;
     // Lambda's own time to answer (front.latency.lambda), counted from the request.
     tokio::time::sleep_until(started + registry.invoke_latency(&invocation_type)).await;
     if let Ok(v) = HeaderValue::from_str(&request_id) {
@@ -110,6 +118,7 @@ async fn invoke_inner(
     function_name: &str,
     query: &HashMap<String, String>,
     headers: &HeaderMap,
+    invocation_type: &str,
     body: Body,
 ) -> Response {
     let Some(target) = registry.resolve(function_name, query.get("Qualifier").map(String::as_str))
@@ -124,10 +133,6 @@ async fn invoke_inner(
             &format!("Function not found: {arn}"),
         );
     };
-    let invocation_type = headers
-        .get("x-amz-invocation-type")
-        .and_then(|v| v.to_str().ok())
-        .unwrap_or("RequestResponse");
     let limit = match invocation_type {
         "RequestResponse" | "DryRun" => MAX_SYNC_PAYLOAD,
         "Event" => MAX_ASYNC_PAYLOAD,
