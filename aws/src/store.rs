@@ -779,10 +779,20 @@ impl JobStore for DynamoDbJobStore {
             .collect()
     }
 
-    async fn claim_stage(&self, job_id: &str, stage: u32, now_ms: u64) -> Result<bool> {
+    async fn claim_stage(
+        &self,
+        job_id: &str,
+        stage: u32,
+        now_ms: u64,
+        decision: &StageDecision,
+    ) -> Result<bool> {
+        let recorded = serde_dynamo::to_attribute_value(decision)
+            .map_err(|e| encode_err(&stage_sk(stage), e))?;
         let mut expr = Expr::default()
             .set("state", state_value(StageState::Dispatched))
-            .set("dispatched_ms", n(now_ms));
+            .set("dispatched_ms", n(now_ms))
+            .set("tasks", n(decision.tasks))
+            .set("decision", recorded);
         let condition = expr.eq("state", state_value(StageState::Pending));
         self.update(
             "UpdateItem (claim stage)",

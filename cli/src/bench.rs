@@ -27,6 +27,8 @@ pub struct BenchOptions {
     pub config: EngineConfig,
     /// Function slots of the embedded engine.
     pub slots: usize,
+    /// Also run each query with adaptive stages off.
+    pub compare_planned: bool,
 }
 
 /// One query's figures.
@@ -38,6 +40,12 @@ pub struct BenchRow {
     pub datafusion: Duration,
     /// Fastest lambdafusion run.
     pub lambdafusion: Duration,
+    /// Fastest lambdafusion run with adaptive stages off, when compared.
+    pub planned: Option<Duration>,
+    /// Stages coalesced by the adaptive planner.
+    pub coalesced: usize,
+    /// Hand-off times of the stages with inputs (last input commit to first task start).
+    pub handoffs_ms: Vec<u64>,
     /// Stages of the lambdafusion plan.
     pub stages: usize,
     /// Tasks run.
@@ -70,20 +78,11 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
         .await
         .map_err(|e| e.to_string())?;
     let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
-    let engine = Embedded::start(EmbeddedOptions {
-        data_dir: Some(scratch.path().to_path_buf()),
-        config: options
-            .config
-            .clone()
-            .with_data_location(dir.display().to_string()),
-        slots: options.slots,
-        ..EmbeddedOptions::default()
-    })
-    .await
-    .map_err(|e| e.to_string())?;
-    for sql in tpch::create_statements(&dir.display().to_string()) {
-        engine.sql(&sql).await.map_err(|e| e.to_string())?;
-    }
+    let engine = start_engine(options, &dir, &scratch.path().join("adaptive"), true).await?;
+    let planned_engine = match options.compare_planned {
+        true => Some(start_engine(options, &dir, &scratch.path().join("planned"), false).await?),
+        false => None,
+    };
     let mut rows = Vec::new();
     for &q in &options.queries {
         let sql = tpch::query(q);
@@ -112,6 +111,23 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
             best_lf = best_lf.min(started.elapsed());
             last = Some(out);
         }
+        let mut best_planned = None;
+        if let Some(planned) = &planned_engine {
+            for _ in 0..options.iterations.max(1) {
+                let started = Instant::now();
+                let out = planned
+                    .sql(sql)
+                    .await
+                    .map_err(|e| format!("q{q} on lambdafusion (planned): {e}"))?;
+                let took = started.elapsed();
+                best_planned = Some(best_planned.map_or(took, |b: Duration| b.min(took)));
+                if let Err(e) =
+                    lambdafusion::verify::compare(&expected, &out.batches, tpch::is_ordered(q))
+                {
+                    return Err(format!("q{q} with adaptive stages off differs: {e}"));
+                }
+            }
+        }
         let out = last.expect("at least one iteration");
         let mismatch =
             lambdafusion::verify::compare(&expected, &out.batches, tpch::is_ordered(q)).err();
@@ -120,6 +136,19 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
             query: q,
             datafusion: best_df,
             lambdafusion: best_lf,
+            planned: best_planned,
+            coalesced: out
+                .status
+                .stages
+                .iter()
+                .filter(|s| s.decision.as_deref() == Some("coalesced"))
+                .count(),
+            handoffs_ms: out
+                .status
+                .stages
+                .iter()
+                .filter_map(|s| s.handoff_ms)
+                .collect(),
             stages: out.status.stages.len(),
             tasks: out.status.tasks,
             shuffle_objects: intermediate.iter().map(|s| s.objects).sum(),
@@ -142,6 +171,40 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
     Ok(rows)
 }
 
+/// An embedded engine over the generated tables, adaptive stages on or off.
+async fn start_engine(
+    options: &BenchOptions,
+    dir: &std::path::Path,
+    scratch: &std::path::Path,
+    adaptive: bool,
+) -> Result<std::sync::Arc<Embedded>, String> {
+    std::fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
+    let engine = Embedded::start(EmbeddedOptions {
+        data_dir: Some(scratch.to_path_buf()),
+        config: options
+            .config
+            .clone()
+            .with_adaptive(adaptive)
+            .with_data_location(dir.display().to_string()),
+        slots: options.slots,
+        ..EmbeddedOptions::default()
+    })
+    .await
+    .map_err(|e| e.to_string())?;
+    for sql in tpch::create_statements(&dir.display().to_string()) {
+        engine.sql(&sql).await.map_err(|e| e.to_string())?;
+    }
+    Ok(engine)
+}
+
+/// The `q`-quantile (0..=1) of `values` (nearest rank); `None` when empty.
+pub fn quantile(values: &[u64], q: f64) -> Option<u64> {
+    let mut sorted = values.to_vec();
+    sorted.sort_unstable();
+    let rank = ((q * sorted.len() as f64).ceil() as usize).clamp(1, sorted.len().max(1));
+    sorted.get(rank - 1).copied()
+}
+
 fn ms(d: Duration) -> f64 {
     d.as_secs_f64() * 1000.0
 }
@@ -156,7 +219,12 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
                 format!("{:.1}", ms(r.datafusion)),
                 format!("{:.1}", ms(r.lambdafusion)),
                 format!("{:.2}x", ms(r.lambdafusion) / ms(r.datafusion).max(0.001)),
+                r.planned.map_or("-".into(), |p| format!("{:.1}", ms(p))),
+                r.planned.map_or("-".into(), |p| {
+                    format!("{:.2}x", ms(p) / ms(r.datafusion).max(0.001))
+                }),
                 r.stages.to_string(),
+                r.coalesced.to_string(),
                 r.tasks.to_string(),
                 r.shuffle_objects.to_string(),
                 bytes(r.shuffle_bytes),
@@ -177,6 +245,16 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
         .sum::<f64>()
         / rows.len().max(1) as f64)
         .exp();
+    let planned_total: Option<f64> = rows.iter().map(|r| r.planned.map(ms)).sum::<Option<f64>>();
+    let planned_geo = (rows
+        .iter()
+        .filter_map(|r| {
+            r.planned
+                .map(|p| (ms(p) / ms(r.datafusion).max(0.001)).ln())
+        })
+        .sum::<f64>()
+        / rows.len().max(1) as f64)
+        .exp();
     table.push(vec![
         "total".into(),
         format!("{total_df:.1}"),
@@ -185,7 +263,16 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
             "{:.2}x (geo mean {geo:.2}x)",
             total_lf / total_df.max(0.001)
         ),
+        planned_total.map_or("-".into(), |t| format!("{t:.1}")),
+        planned_total.map_or("-".into(), |t| {
+            format!(
+                "{:.2}x (geo mean {:.2}x)",
+                t / total_df.max(0.001),
+                planned_geo
+            )
+        }),
         rows.iter().map(|r| r.stages).sum::<usize>().to_string(),
+        rows.iter().map(|r| r.coalesced).sum::<usize>().to_string(),
         rows.iter().map(|r| r.tasks).sum::<u32>().to_string(),
         rows.iter()
             .map(|r| r.shuffle_objects)
@@ -200,10 +287,11 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
         ),
     ]);
     let mut out = format!(
-        "TPC-H SF {} — single-process DataFusion vs lambdafusion embedded ({} function slots, {} bytes/task, at most {} tasks/stage); best of {} run{}\n\n",
+        "TPC-H SF {} — single-process DataFusion vs lambdafusion embedded ({} function slots, {} bytes/task, {} shuffle bytes/task, at most {} tasks/stage); best of {} run{}\n\n",
         options.sf,
         options.slots,
         bytes(options.config.bytes_per_task),
+        bytes(options.config.shuffle_bytes_per_task),
         options.config.max_tasks_per_stage,
         options.iterations,
         if options.iterations == 1 { "" } else { "s" },
@@ -214,7 +302,10 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
             "datafusion ms",
             "lambdafusion ms",
             "ratio",
+            "planned ms",
+            "planned ratio",
             "stages",
+            "coalesced",
             "tasks",
             "shuffle objects",
             "shuffle bytes",
@@ -223,6 +314,14 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
         ],
         &table,
     ));
+    let handoffs: Vec<u64> = rows.iter().flat_map(|r| r.handoffs_ms.clone()).collect();
+    if let (Some(p50), Some(p95)) = (quantile(&handoffs, 0.5), quantile(&handoffs, 0.95)) {
+        out.push_str(&format!(
+            "\nhand-off (last input commit to first task start), {} stages: p50 {p50} ms, \
+             p95 {p95} ms\n",
+            handoffs.len()
+        ));
+    }
     for r in rows.iter().filter(|r| r.mismatch.is_some()) {
         out.push_str(&format!(
             "\nq{} mismatch: {}\n",

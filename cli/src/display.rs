@@ -19,20 +19,9 @@ pub fn rows_table(schema: &SchemaRef, batches: &[RecordBatch]) -> String {
     }
 }
 
-/// Human-readable bytes.
+/// Human-readable bytes (the engine's own rendering, as in decision notes).
 pub fn bytes(n: u64) -> String {
-    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
-    let mut v = n as f64;
-    let mut unit = 0;
-    while v >= 1024.0 && unit + 1 < UNITS.len() {
-        v /= 1024.0;
-        unit += 1;
-    }
-    if unit == 0 {
-        format!("{n} B")
-    } else {
-        format!("{v:.1} {}", UNITS[unit])
-    }
+    lambdafusion::plan::human_bytes(n)
 }
 
 /// A plain text table with a header row; columns sized to fit.
@@ -82,6 +71,13 @@ pub fn stage_summary(status: &JobStatus) -> String {
                     s.inputs.join(", ")
                 },
                 s.summary.clone(),
+                match (&s.decision, s.planned_tasks) {
+                    (Some(rule), Some(planned)) if planned != s.tasks => {
+                        format!("{rule} from {planned}")
+                    }
+                    (Some(rule), _) => rule.clone(),
+                    (None, _) => "-".into(),
+                },
             ]
         })
         .collect();
@@ -94,6 +90,7 @@ pub fn stage_summary(status: &JobStatus) -> String {
             "time",
             "input",
             "operators",
+            "adaptive",
         ],
         &rows,
     )

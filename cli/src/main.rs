@@ -273,6 +273,13 @@ enum BenchCommand {
         /// Concurrent tasks; default: 2 per CPU.
         #[arg(long)]
         slots: Option<usize>,
+        /// Target shuffle input bytes per task of an adaptive (coalesced) stage.
+        #[arg(long, default_value_t = 64 * 1024 * 1024)]
+        shuffle_bytes_per_task: u64,
+        /// Also run every query with adaptive stages off (each stage exactly as planned
+        /// at submit) and print those times beside the adaptive ones.
+        #[arg(long)]
+        compare_planned: bool,
     },
 }
 
@@ -323,6 +330,8 @@ async fn run(cli: Cli) -> Result<(), String> {
                     bytes_per_task,
                     max_tasks_per_stage,
                     slots,
+                    shuffle_bytes_per_task,
+                    compare_planned,
                 },
         } => {
             let queries = if queries.is_empty() {
@@ -340,8 +349,10 @@ async fn run(cli: Cli) -> Result<(), String> {
                 iterations,
                 config: EngineConfig::default()
                     .with_bytes_per_task(bytes_per_task)
-                    .with_max_tasks_per_stage(max_tasks_per_stage),
+                    .with_max_tasks_per_stage(max_tasks_per_stage)
+                    .with_shuffle_bytes_per_task(shuffle_bytes_per_task),
                 slots: slots.unwrap_or(EmbeddedOptions::default().slots),
+                compare_planned,
             };
             let rows = bench::run(&options).await?;
             println!("{}", bench::report(&options, &rows));

@@ -10,6 +10,13 @@ pub struct EngineConfig {
     /// Target input bytes per task of a leaf stage: a scan of `n` bytes gets about
     /// `n / bytes_per_task` tasks (at least one, at most `max_tasks_per_stage`).
     pub bytes_per_task: u64,
+    /// Target shuffle input bytes per task of a stage reading hash shuffles: when the
+    /// stage becomes ready, its small partitions are merged into tasks of about this
+    /// much ([`crate::plan::adaptive`]).
+    pub shuffle_bytes_per_task: u64,
+    /// Whether stages are shaped from their inputs' committed sizes when they become
+    /// ready (`false`: every stage runs exactly as planned at submit).
+    pub adaptive: bool,
     /// Upper bound on the number of tasks of any stage (and on hash shuffle width).
     pub max_tasks_per_stage: usize,
     /// Attempts a task gets (first run included) before its job fails.
@@ -62,6 +69,8 @@ impl Default for EngineConfig {
     fn default() -> Self {
         Self {
             bytes_per_task: 128 * 1024 * 1024,
+            shuffle_bytes_per_task: 64 * 1024 * 1024,
+            adaptive: true,
             max_tasks_per_stage: 64,
             max_attempts: 3,
             task_timeout: Duration::from_secs(15 * 60),
@@ -87,6 +96,18 @@ impl EngineConfig {
     /// Sets [`EngineConfig::bytes_per_task`].
     pub fn with_bytes_per_task(mut self, bytes: u64) -> Self {
         self.bytes_per_task = bytes.max(1);
+        self
+    }
+
+    /// Sets [`EngineConfig::shuffle_bytes_per_task`].
+    pub fn with_shuffle_bytes_per_task(mut self, bytes: u64) -> Self {
+        self.shuffle_bytes_per_task = bytes.max(1);
+        self
+    }
+
+    /// Sets [`EngineConfig::adaptive`].
+    pub fn with_adaptive(mut self, on: bool) -> Self {
+        self.adaptive = on;
         self
     }
 

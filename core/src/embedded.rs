@@ -339,7 +339,9 @@ async fn drive_stream(
 /// were lost, re-sending throttled tasks and retrying tasks past their deadline; and the
 /// embedded TTL: finished jobs past `job_ttl` lose their records and result objects.
 async fn sweep_periodically(services: Services, store: EmbeddedStore, every: Duration) {
-    let mut every = tokio::time::interval(every);
+    // The first sweep runs one interval after start, not at once: `recover` must fail
+    // the jobs a previous process left running before any sweep advances them.
+    let mut every = tokio::time::interval_at(tokio::time::Instant::now() + every, every);
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         every.tick().await;

@@ -55,6 +55,17 @@ pub struct StageStatus {
     /// its first task — the scheduler's wake-up, claim and dispatch, and the invocation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff_ms: Option<u64>,
+    /// The adaptive decision taken when the stage became ready (`planned`, `coalesced`),
+    /// once it was claimed.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<String>,
+    /// Why: what the decision saw and did, e.g. `coalesced 64 shuffle partitions (3.1 MiB)
+    /// into 1 task of about 64.0 MiB each`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision_note: Option<String>,
+    /// Plan partitions of the stage as cut at submit (its tasks, unless coalesced).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub planned_tasks: Option<u32>,
 }
 
 /// A job's status. `GET /v1/queries/{id}` returns it as JSON.
@@ -177,6 +188,9 @@ pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
                 _ => None,
             },
             handoff_ms: handoff(snapshot, s, first_start),
+            decision: s.decision.as_ref().map(|d| d.rule.as_str().to_string()),
+            decision_note: s.decision.as_ref().map(|d| d.note.clone()),
+            planned_tasks: s.decision.as_ref().map(|d| d.partitions),
         });
     }
     let result_rows = (job.state == crate::state::JobState::Succeeded)

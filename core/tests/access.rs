@@ -524,6 +524,7 @@ async fn a_result_with_missing_task_outputs_is_refused() {
                 summary: "two tasks, one committed".into(),
                 dispatched_ms: Some(0),
                 confirmed_ms: Some(0),
+                decision: None,
                 expires_at,
             }],
             plans: vec![],

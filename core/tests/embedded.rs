@@ -53,10 +53,12 @@ const QUERIES: &[(&str, bool)] = &[
 async fn queries_match_datafusion_across_many_tasks() {
     let dir = tempfile::tempdir().unwrap();
     write_tables(dir.path()).await;
-    // One byte per task: every stage fans out as wide as allowed.
+    // One byte per task: every stage fans out as wide as allowed (and stays so: one
+    // shuffle byte per task leaves no partition small enough to coalesce).
     let engine = engine(
         EngineConfig::default()
             .with_bytes_per_task(1)
+            .with_shuffle_bytes_per_task(1)
             .with_max_tasks_per_stage(6),
         dir.path(),
     )
@@ -77,6 +79,94 @@ async fn queries_match_datafusion_across_many_tasks() {
     let out = engine.sql(QUERIES[1].0).await.unwrap();
     assert!(out.status.stages.len() >= 2, "{:?}", out.status.stages);
     assert!(out.status.stages.iter().any(|s| s.tasks > 1));
+}
+
+/// The adaptive planner's coalesce rule, forced three ways on the same over-partitioned
+/// plans (6 tasks per stage): a generous shuffle target merges every consumer stage into
+/// one task, a 1-byte target keeps every partition its own task, and a target of half a
+/// stage's shuffle input gives a few tasks of several partitions — each decision
+/// recorded on the stage, every result equal to DataFusion's (ordered ones through the
+/// sort-preserving merge of a coalesced task).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn adaptive_stages_coalesce_by_committed_shuffle_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tables(dir.path()).await;
+    let wide = || {
+        EngineConfig::default()
+            .with_bytes_per_task(1)
+            .with_max_tasks_per_stage(6)
+    };
+    let run = |engine: Arc<Embedded>| {
+        let dir = dir.path().to_path_buf();
+        async move {
+            register(&engine, &dir).await;
+            let mut statuses = Vec::new();
+            for (sql, ordered) in QUERIES {
+                let out = engine
+                    .sql(sql)
+                    .await
+                    .unwrap_or_else(|e| panic!("{sql}: {e}"));
+                let expected = reference(&dir, sql).await;
+                if let Err(diff) = lambdafusion::verify::compare(&expected, &out.batches, *ordered)
+                {
+                    panic!("{sql}\n{diff}");
+                }
+                statuses.push(out.status);
+            }
+            statuses
+        }
+    };
+    let hashed = |s: &lambdafusion::status::StageStatus| {
+        s.inputs.iter().any(|i| i.starts_with("hash shuffle"))
+    };
+
+    let merged = run(engine(wide(), dir.path()).await).await;
+    let mut coalesced = 0;
+    for stage in merged.iter().flat_map(|s| &s.stages).filter(|s| hashed(s)) {
+        assert_eq!(stage.decision.as_deref(), Some("coalesced"), "{stage:?}");
+        assert_eq!(
+            (stage.tasks, stage.planned_tasks),
+            (1, Some(6)),
+            "{stage:?}"
+        );
+        assert!(stage
+            .decision_note
+            .as_deref()
+            .unwrap()
+            .contains("into 1 task"));
+        coalesced += 1;
+    }
+    assert!(
+        coalesced >= 3,
+        "the aggregations and the join read hash shuffles"
+    );
+
+    // A 1-byte target: every non-empty partition is a task of its own (an empty one
+    // rides along with its neighbour).
+    let kept = run(engine(wide().with_shuffle_bytes_per_task(1), dir.path()).await).await;
+    let mut planned = 0;
+    for stage in kept.iter().flat_map(|s| &s.stages).filter(|s| hashed(s)) {
+        match stage.decision.as_deref() {
+            Some("planned") => {
+                assert_eq!(stage.tasks, 6, "{stage:?}");
+                planned += 1;
+            }
+            Some("coalesced") => assert!(stage.tasks > 1, "{stage:?}"),
+            other => panic!("no decision {other:?} on {stage:?}"),
+        }
+    }
+    assert!(planned >= 2, "most stages keep their six partitions");
+
+    // The GROUP BY k ORDER BY k query: its aggregation stage read this much shuffle data.
+    let grouped = kept[1].stages.iter().find(|s| hashed(s)).unwrap();
+    let input: u64 = kept[1].stages[..grouped.stage as usize]
+        .iter()
+        .map(|s| s.bytes)
+        .sum();
+    let half = run(engine(wide().with_shuffle_bytes_per_task(input / 2), dir.path()).await).await;
+    let split = half[1].stages.iter().find(|s| hashed(s)).unwrap();
+    assert_eq!(split.decision.as_deref(), Some("coalesced"), "{split:?}");
+    assert!((2..6).contains(&split.tasks), "{split:?}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -93,8 +93,8 @@ async fn shuffle(
     for p in 0..producers {
         let path = Path::from(format!("shuffle/task-{p}"));
         let summary = writer
-            .write_partition(
-                p,
+            .write_partitions(
+                p..p + 1,
                 Arc::new(TaskContext::default()),
                 store.as_ref(),
                 &path,

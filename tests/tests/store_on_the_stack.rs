@@ -65,6 +65,7 @@ fn wide_records(tasks: u32) -> NewJob {
         summary: "wide".into(),
         dispatched_ms: Some(now),
         confirmed_ms: Some(now),
+        decision: None,
         expires_at: TTL,
     };
     NewJob {

@@ -199,9 +199,10 @@ impl Executor {
             }
             Ok(())
         };
+        let partitions = stage.partitions_of(task.partition);
         let written = writer
-            .write_partition(
-                task.partition as usize,
+            .write_partitions(
+                partitions.start as usize..partitions.end as usize,
                 context,
                 shuffle.as_ref(),
                 &path,
@@ -358,10 +359,11 @@ impl Executor {
         Ok(plan)
     }
 
-    /// A task context whose session carries the committed outputs of the input stages.
+    /// A task context whose session carries the committed outputs of the input stages —
+    /// exactly as many as the stage's decision counted when it was claimed.
     async fn task_context(&self, stage: &StageRecord) -> Result<Arc<TaskContext>> {
         let mut stages = HashMap::new();
-        for input in &stage.inputs {
+        for (i, input) in stage.inputs.iter().enumerate() {
             let tasks = self
                 .services
                 .store
@@ -372,6 +374,18 @@ impl Executor {
                 .filter(|t| t.state == TaskState::Succeeded)
                 .filter_map(|t| t.output)
                 .collect();
+            let expected = stage.decision.as_ref().and_then(|d| d.input_tasks.get(i));
+            if let Some(&expected) = expected {
+                if outputs.len() != expected as usize {
+                    return Err(Error::Internal(format!(
+                        "input stage {} has {} committed outputs; stage {} was planned for {}",
+                        input.stage,
+                        outputs.len(),
+                        stage.stage,
+                        expected
+                    )));
+                }
+            }
             stages.insert(input.stage, outputs);
         }
         let inputs = ShuffleInputs {

@@ -3,8 +3,10 @@
 //! [`physical_plan`] plans with DataFusion, sizing the plan's parallelism from the bytes
 //! its scans read; [`StageSplitter`] cuts the plan into stages at every exchange; the
 //! stage plans travel as bytes ([`encode_plan`] / [`decode_plan`]: datafusion-proto with
-//! [`LambdaFusionCodec`]).
+//! [`LambdaFusionCodec`]). When a stage becomes ready, [`adaptive::decide`] shapes it from
+//! what its inputs committed.
 
+pub mod adaptive;
 mod joins;
 mod stages;
 
@@ -25,6 +27,7 @@ use datafusion_proto::bytes::{
 use datafusion_proto::protobuf;
 use prost::Message;
 
+pub use adaptive::human_bytes;
 pub use joins::distribute_joins;
 pub use stages::{edge_name, Stage, StageGraph, StageSplitter};
 

@@ -75,8 +75,14 @@ impl StageGraph {
                 .iter()
                 .map(|i| format!("{} from stage {}", edge_name(i.kind), i.stage))
                 .collect();
+            let adaptive = if s.tasks > 1 && s.inputs.iter().any(|i| i.kind == EdgeKind::Hash) {
+                "; adaptive: its tasks are sized from the committed shuffle bytes when it \
+                 becomes ready"
+            } else {
+                ""
+            };
             out.push_str(&format!(
-                "Stage {} ({} task{}, {} output slice{}){}\n",
+                "Stage {} ({} task{}, {} output slice{}){}{adaptive}\n",
                 s.id,
                 s.tasks,
                 if s.tasks == 1 { "" } else { "s" },

@@ -258,6 +258,7 @@ impl Scheduler {
                 summary: s.summary.clone(),
                 dispatched_ms: None,
                 confirmed_ms: None,
+                decision: None,
                 expires_at,
             });
         }
@@ -565,15 +566,33 @@ impl Scheduler {
             let ready = stage.inputs.iter().all(|i| complete.contains(&i.stage));
             match stage.state {
                 StageState::Pending if ready => {
-                    if !store.claim_stage(job_id, stage.stage, now).await? {
+                    let decision = match plan::adaptive::decide(stage, &snapshot, config) {
+                        Ok(decision) => decision,
+                        Err(e) => {
+                            let error = format!("stage {} cannot be planned: {e}", stage.stage);
+                            if store
+                                .finish_job(job_id, JobState::Failed, Some(error.clone()), now)
+                                .await?
+                            {
+                                warn!(job = %job_id, %error, "job failed");
+                                self.cleanup(job_id, &[]).await;
+                            }
+                            return Ok(());
+                        }
+                    };
+                    if !store
+                        .claim_stage(job_id, stage.stage, now, &decision)
+                        .await?
+                    {
                         continue;
                     }
                     let stage_key = format!("{key}/{}", stage.stage);
                     self.services
                         .faults
                         .crash_point(FaultKind::SchedulerCrashAfterClaim, &stage_key)?;
-                    debug!(job = %job_id, stage = stage.stage, tasks = stage.tasks, "stage dispatched");
-                    let mut sends: Vec<Send> = (0..stage.tasks)
+                    debug!(job = %job_id, stage = stage.stage, tasks = decision.tasks,
+                        decision = %decision.note, "stage dispatched");
+                    let mut sends: Vec<Send> = (0..decision.tasks)
                         .map(|partition| Send {
                             task: TaskSpec {
                                 job_id: job_id.to_string(),

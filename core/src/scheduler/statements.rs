@@ -223,6 +223,7 @@ async fn record_result(
         summary: "statement (answered by the scheduler)".into(),
         dispatched_ms: Some(started),
         confirmed_ms: Some(started),
+        decision: None,
         expires_at,
     };
     let mut task = TaskRecord::new(job_id, 0, 0, TaskState::Succeeded, 1, expires_at);

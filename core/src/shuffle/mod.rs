@@ -10,6 +10,7 @@
 
 pub mod codec;
 pub mod format;
+mod range;
 mod reader;
 mod writer;
 
@@ -20,6 +21,7 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 
 pub use codec::LambdaFusionCodec;
+pub use range::PartitionRangeExec;
 pub use reader::{ReadMode, ShuffleReaderExec};
 pub use writer::{ShuffleWriterExec, WriteSummary};
 

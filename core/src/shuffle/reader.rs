@@ -3,10 +3,12 @@
 //! Which slices a reader partition reads depends on the edge:
 //! - [`ReadMode::Hash`]: partition `p` reads slice `p` of every producer;
 //! - [`ReadMode::Gather`]: partition `p` reads all of producer `p` (one partition per
-//!   producer, order within each kept — a coalesce or sort-preserving merge sits above);
+//!   planned producer, order within each kept — a coalesce or sort-preserving merge sits
+//!   above); a producer stage that ran fewer tasks (coalesced) leaves partitions empty;
 //! - [`ReadMode::All`]: one partition reading all of every producer.
 //!
-//! Producer locations come from the task's [`ShuffleInputs`]; empty slices cost nothing.
+//! Producer locations come from the task's [`ShuffleInputs`], which the executor checks
+//! against the producer counts its stage's decision recorded; empty slices cost nothing.
 
 use std::sync::Arc;
 
@@ -129,17 +131,24 @@ impl ShuffleReaderExec {
                 .iter()
                 .map(|o| Ok((Path::from(o.object.as_str()), o.slice(partition)?)))
                 .collect::<Result<_>>()?,
-            ReadMode::Gather => match outputs.get(partition) {
-                Some(o) => whole(o)?,
-                None => {
-                    return Err(Error::Internal(format!(
-                        "gather partition {partition} of stage {} has no producer output \
-                         ({} outputs)",
-                        self.stage,
-                        outputs.len()
-                    )))
-                }
-            },
+            // Planned for `producers` tasks; the producer may have run fewer (coalesced):
+            // partition `p` reads outputs `p`, `p + producers`, ... — none past the end.
+            ReadMode::Gather if partition >= self.producers.max(1) => {
+                return Err(Error::Internal(format!(
+                    "gather partition {partition} of stage {} does not exist ({} planned \
+                     producers)",
+                    self.stage, self.producers
+                )))
+            }
+            ReadMode::Gather => outputs
+                .iter()
+                .skip(partition)
+                .step_by(self.producers.max(1))
+                .map(whole)
+                .collect::<Result<Vec<_>>>()?
+                .into_iter()
+                .flatten()
+                .collect(),
             ReadMode::All => outputs
                 .iter()
                 .map(whole)
@@ -226,15 +235,6 @@ impl ExecutionPlan for ShuffleReaderExec {
                 self.stage
             )))
         })?;
-        if outputs.len() != self.producers {
-            return Err(Error::Internal(format!(
-                "input stage {} has {} committed outputs, expected {}",
-                self.stage,
-                outputs.len(),
-                self.producers
-            ))
-            .into());
-        }
         let ranges = self.ranges(partition, outputs)?;
         let store = inputs.store.clone();
         let schema = self.schema.clone();
@@ -311,6 +311,11 @@ mod tests {
         );
         let e = gather.ranges(2, &outputs).unwrap_err().to_string();
         assert!(e.contains("gather partition 2 of stage 3"), "{e}");
+        let planned_for_three = reader(ReadMode::Gather, 3);
+        assert!(
+            planned_for_three.ranges(2, &outputs).unwrap().is_empty(),
+            "a producer coalesced to fewer tasks leaves the last partitions empty"
+        );
 
         let all = reader(ReadMode::All, 2);
         assert_eq!(all.ranges(0, &outputs).unwrap().len(), 3);

@@ -1,15 +1,18 @@
 //! [`ShuffleWriterExec`]: the root of every stage plan. It runs one partition of its
-//! input, splits the rows into the stage's output slices (hash partitioning, or a single
+//! input (or a coalesced task's range of them), splits the rows into the stage's output slices (hash partitioning, or a single
 //! slice for gather / broadcast / result stages) and uploads them as one object.
 
+use std::ops::Range;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::metrics::Time;
 use datafusion::physical_plan::repartition::BatchPartitioner;
+use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties,
     Partitioning, PlanProperties, ReplaceChildrenOptions, SendableRecordBatchStream,
@@ -19,6 +22,7 @@ use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
 
 use super::format::ObjectBuilder;
+use super::range::PartitionRangeExec;
 use crate::{Error, Result};
 
 /// Writes one task's output as a shuffle object. See the [module docs](self).
@@ -105,24 +109,47 @@ impl ShuffleWriterExec {
             .map_or(1, |p| p.partition_count())
     }
 
-    /// Runs input partition `partition` and writes its output to `path` in `store`.
-    /// Calls `before_batch` with the number of batches written so far before each batch
-    /// (the executor checks cancellation there) and gives up with its error.
-    pub async fn write_partition(
+    /// What a task running input partitions `partitions` executes, and which partition
+    /// of it: the input itself for one partition; for a range (a coalesced task), the
+    /// range merged into one stream — order-preserving when a single-slice output is
+    /// ordered (a gather consumer may merge it), concatenated otherwise.
+    pub fn task_plan(&self, partitions: Range<usize>) -> Result<(Arc<dyn ExecutionPlan>, usize)> {
+        if partitions.len() == 1 {
+            return Ok((self.input.clone(), partitions.start));
+        }
+        let range: Arc<dyn ExecutionPlan> =
+            Arc::new(PartitionRangeExec::try_new(self.input.clone(), partitions)?);
+        let merged: Arc<dyn ExecutionPlan> =
+            match (&self.partitioning, self.input.output_ordering()) {
+                (None, Some(ordering)) => {
+                    Arc::new(SortPreservingMergeExec::new(ordering.clone(), range))
+                }
+                _ => Arc::new(CoalescePartitionsExec::new(range)),
+            };
+        Ok((merged, 0))
+    }
+
+    /// Runs input partitions `partitions` (one, or a coalesced task's range) and writes
+    /// their output to `path` in `store`. Calls `before_batch` with the number of batches
+    /// written so far before each batch (the executor checks cancellation there) and
+    /// gives up with its error.
+    pub async fn write_partitions(
         &self,
-        partition: usize,
+        partitions: Range<usize>,
         context: Arc<TaskContext>,
         store: &dyn ObjectStore,
         path: &Path,
         before_batch: &(dyn Fn(usize) -> Result<()> + Sync),
     ) -> Result<WriteSummary> {
-        let mut stream = self.input.execute(partition, context)?;
+        let first = partitions.start;
+        let (plan, partition) = self.task_plan(partitions)?;
+        let mut stream = plan.execute(partition, context)?;
         let mut builder = ObjectBuilder::new(self.input.schema(), self.output_slices())?;
         let mut partitioner = match &self.partitioning {
             Some(p) => Some(BatchPartitioner::try_new(
                 p.clone(),
                 Time::new(),
-                partition,
+                first,
                 self.tasks(),
             )?),
             None => None,
@@ -238,7 +265,7 @@ impl ExecutionPlan for ShuffleWriterExec {
         _context: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         Err(DataFusionError::Internal(
-            "ShuffleWriterExec is run by the lambdafusion executor through write_partition, \
+            "ShuffleWriterExec is run by the lambdafusion executor through write_partitions, \
              not through execute"
                 .into(),
         ))

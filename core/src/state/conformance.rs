@@ -61,6 +61,7 @@ fn stage(job_id: &str, id: u32, tasks: u32) -> StageRecord {
         summary: format!("stage {id}"),
         dispatched_ms: None,
         confirmed_ms: None,
+        decision: None,
         expires_at: TTL,
     }
 }
@@ -210,26 +211,59 @@ pub async fn jobs_are_created_once(store: &dyn JobStore) {
     assert!(store.list_counters(&id, 0).await.unwrap().is_empty());
 }
 
-/// A pending stage is claimed by exactly one of many racing callers; a claimed stage is
-/// confirmed once; missing stages are neither claimed nor confirmed.
+/// The decision of a claim that coalesces 4 partitions into 2 tasks.
+fn coalesced(at: u64) -> StageDecision {
+    StageDecision {
+        rule: AdaptiveRule::Coalesced,
+        partitions: 4,
+        tasks: 2,
+        starts: vec![0, 3],
+        input_tasks: vec![],
+        input_rows: at,
+        input_bytes: 10,
+        note: format!("claimed at {at}"),
+    }
+}
+
+/// A pending stage is claimed by exactly one of many racing callers, and the winner's
+/// decision (with its task count) is the one recorded; a claimed stage is confirmed once;
+/// missing stages are neither claimed nor confirmed.
 pub async fn claims_and_confirmations_have_one_winner(store: &dyn JobStore) {
     let id = create(store, "claim", &[4, 1]).await;
     assert!(
         !store.confirm_stage(&id, 0, 5).await.unwrap(),
         "pending: not confirmable"
     );
-    let wins = join_all((0..8).map(|i| store.claim_stage(&id, 0, 100 + i)))
-        .await
-        .into_iter()
-        .map(|r| r.expect("claim_stage"))
-        .filter(|w| *w)
-        .count();
+    let decisions: Vec<StageDecision> = (0..8).map(|i| coalesced(100 + i)).collect();
+    let wins = join_all(
+        decisions
+            .iter()
+            .enumerate()
+            .map(|(i, d)| store.claim_stage(&id, 0, 100 + i as u64, d)),
+    )
+    .await
+    .into_iter()
+    .map(|r| r.expect("claim_stage"))
+    .filter(|w| *w)
+    .count();
     assert_eq!(wins, 1, "exactly one racing claim wins");
     let s = store.get_stage(&id, 0).await.unwrap().unwrap();
     assert_eq!(s.state, StageState::Dispatched);
     assert!(s.dispatched_ms.is_some_and(|d| (100..108).contains(&d)));
+    let won = s.dispatched_ms.unwrap();
+    assert_eq!(
+        s.decision,
+        Some(coalesced(won)),
+        "the winner's decision, whole"
+    );
+    assert_eq!(s.tasks, 2, "the claim sets the decided task count");
+    assert_eq!(s.partitions_of(0), 0..3);
+    assert_eq!(s.partitions_of(1), 3..4);
     assert!(
-        !store.claim_stage(&id, 0, 200).await.unwrap(),
+        !store
+            .claim_stage(&id, 0, 200, &coalesced(200))
+            .await
+            .unwrap(),
         "claimed once"
     );
     assert!(store.confirm_stage(&id, 0, 300).await.unwrap());
@@ -240,7 +274,7 @@ pub async fn claims_and_confirmations_have_one_winner(store: &dyn JobStore) {
     let s = store.get_stage(&id, 0).await.unwrap().unwrap();
     assert_eq!(s.confirmed_ms, Some(300));
     assert!(
-        !store.claim_stage(&id, 9, 1).await.unwrap(),
+        !store.claim_stage(&id, 9, 1, &coalesced(1)).await.unwrap(),
         "missing stage"
     );
     assert!(
@@ -248,7 +282,10 @@ pub async fn claims_and_confirmations_have_one_winner(store: &dyn JobStore) {
         "missing stage"
     );
     assert!(
-        !store.claim_stage(&new_id("none"), 0, 1).await.unwrap(),
+        !store
+            .claim_stage(&new_id("none"), 0, 1, &coalesced(1))
+            .await
+            .unwrap(),
         "missing job"
     );
 }

@@ -413,8 +413,15 @@ impl JobStore for EmbeddedStore {
             .await
     }
 
-    async fn claim_stage(&self, job_id: &str, stage: u32, now_ms: u64) -> Result<bool> {
+    async fn claim_stage(
+        &self,
+        job_id: &str,
+        stage: u32,
+        now_ms: u64,
+        decision: &StageDecision,
+    ) -> Result<bool> {
         let k = key(&job_pk(job_id), &stage_sk(stage));
+        let decision = decision.clone();
         self.write(false, move |t| {
             let Some(mut s) = get::<StageRecord>(t, &k)? else {
                 return Ok((false, vec![]));
@@ -424,6 +431,8 @@ impl JobStore for EmbeddedStore {
             }
             s.state = StageState::Dispatched;
             s.dispatched_ms = Some(now_ms);
+            s.tasks = decision.tasks;
+            s.decision = Some(decision);
             put(t, &k, &s)?;
             Ok((true, vec![ChangeRecord::Stage(s)]))
         })

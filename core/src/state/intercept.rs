@@ -161,11 +161,17 @@ impl JobStore for Intercepted {
         .await
     }
 
-    async fn claim_stage(&self, job_id: &str, stage: u32, now_ms: u64) -> Result<bool> {
+    async fn claim_stage(
+        &self,
+        job_id: &str,
+        stage: u32,
+        now_ms: u64,
+        decision: &StageDecision,
+    ) -> Result<bool> {
         self.around(
             "claim_stage",
             Some(job_id),
-            self.inner.claim_stage(job_id, stage, now_ms),
+            self.inner.claim_stage(job_id, stage, now_ms, decision),
         )
         .await
     }

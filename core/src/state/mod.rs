@@ -230,8 +230,15 @@ pub trait JobStore: Send + Sync + std::fmt::Debug {
     /// Reads the commit counters of one stage, ordered by index.
     async fn list_counters(&self, job_id: &str, stage: u32) -> Result<Vec<CommitCounter>>;
 
-    /// Claims a pending stage for dispatch: `PENDING -> DISPATCHED`. Only one caller wins.
-    async fn claim_stage(&self, job_id: &str, stage: u32, now_ms: u64) -> Result<bool>;
+    /// Claims a pending stage for dispatch: `PENDING -> DISPATCHED`, recording `decision`
+    /// on it and setting its task count to `decision.tasks`. Only one caller wins.
+    async fn claim_stage(
+        &self,
+        job_id: &str,
+        stage: u32,
+        now_ms: u64,
+        decision: &StageDecision,
+    ) -> Result<bool>;
 
     /// Records that every task invocation of a claimed stage was accepted or deferred:
     /// sets `confirmed_ms` on a dispatched, unconfirmed stage.

@@ -164,8 +164,86 @@ pub struct StageRecord {
     /// without it past the dispatch deadline lost its dispatcher: its tasks are re-sent.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub confirmed_ms: Option<u64>,
+    /// What the claiming scheduler decided from the stage's committed inputs (written
+    /// with the claim, which also sets `tasks` to the decided count); `None` while pending,
+    /// and for stages planned before adaptive stages.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decision: Option<StageDecision>,
     /// Expiry (seconds since epoch) for the store's TTL.
     pub expires_at: u64,
+}
+
+impl StageRecord {
+    /// The plan partitions task `task` runs: one partition per task as planned, or a
+    /// contiguous range of them when the stage was coalesced.
+    pub fn partitions_of(&self, task: u32) -> std::ops::Range<u32> {
+        match &self.decision {
+            Some(d) => d.partitions_of(task),
+            None => task..task + 1,
+        }
+    }
+}
+
+/// Which adaptive rule shaped a stage when it became ready.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AdaptiveRule {
+    /// Run as planned: one task per plan partition.
+    Planned,
+    /// Small shuffle partitions merged: each task runs a contiguous range of partitions.
+    Coalesced,
+}
+
+impl AdaptiveRule {
+    /// Name shown in the status and EXPLAIN.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            AdaptiveRule::Planned => "planned",
+            AdaptiveRule::Coalesced => "coalesced",
+        }
+    }
+}
+
+/// What the scheduler that claimed a stage decided from the rows and bytes its input
+/// stages committed (see [`crate::plan::adaptive`]). A pure function of the job's records,
+/// so two racing schedulers decide the same; only the claim's winner writes it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StageDecision {
+    /// The rule applied.
+    pub rule: AdaptiveRule,
+    /// Partitions of the stage plan (its planned task count).
+    pub partitions: u32,
+    /// Tasks the stage runs.
+    pub tasks: u32,
+    /// First plan partition of each task when tasks run several partitions; empty: task
+    /// `t` runs partition `t`.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub starts: Vec<u32>,
+    /// Committed tasks of each input stage at the claim, in the order of the stage's
+    /// `inputs` (a consumer checks it is handed exactly these outputs).
+    #[serde(default)]
+    pub input_tasks: Vec<u32>,
+    /// Rows the input stages committed.
+    #[serde(default)]
+    pub input_rows: u64,
+    /// Bytes the stage's tasks read in all (a broadcast counts once per task).
+    #[serde(default)]
+    pub input_bytes: u64,
+    /// One line saying what was decided and why, for the status and EXPLAIN.
+    pub note: String,
+}
+
+impl StageDecision {
+    /// The plan partitions task `task` runs.
+    pub fn partitions_of(&self, task: u32) -> std::ops::Range<u32> {
+        if self.starts.is_empty() {
+            return task..task + 1;
+        }
+        let i = task as usize;
+        let start = self.starts.get(i).copied().unwrap_or(self.partitions);
+        let end = self.starts.get(i + 1).copied().unwrap_or(self.partitions);
+        start..end.max(start)
+    }
 }
 
 /// The encoded plan of one stage (`pk = PLAN#<job>`, `sk = STAGE#<n>`), written once with

@@ -469,6 +469,7 @@
         `tasks ${s.tasks_done}/${s.tasks}, ${s.failed_attempts} failed attempt(s)`,
         `rows ${fmtInt(s.rows)}, ${fmtBytes(s.bytes)} in ${fmtInt(s.objects)} object(s)`,
         `wall ${time}, task time ${fmtMs(s.task_ms)}` + (s.handoff_ms !== undefined ? `, hand-off ${fmtMs(s.handoff_ms)}` : ""),
+        s.decision_note ? `adaptive: ${s.decision_note}` : "adaptive: decided when its inputs complete",
       ].join("\n");
       g.append(svg("title", {}, tooltip));
       g.append(svg("rect", { class: "box", width: BOX_W, height: BOX_H, rx: 6 }));

@@ -1,0 +1,331 @@
+//! Adaptive stages: each stage is shaped when it becomes ready, from what its input
+//! stages really committed, not from the estimates the plan was cut with.
+//!
+//! Stages are cut at submit ([`super::StageSplitter`]), where the planner can only guess
+//! how much a filter, a join or an aggregate leaves. A hash shuffle is planned as wide as
+//! the widest scan, so a query that ends in 60 rows may still run 64 tasks over them. When
+//! the scheduler claims a stage, every input stage has committed and its completion
+//! records carry the byte offsets of each output slice: [`decide`] turns them into a
+//! [`StageDecision`], written with the claim (so only the winning scheduler's decision is
+//! ever recorded, and any racing one computed the same: the decision reads only committed,
+//! immutable records).
+//!
+//! Rules:
+//! - **coalesce**: a stage reading hash shuffles runs contiguous ranges of its plan
+//!   partitions as one task, each range holding about `shuffle_bytes_per_task` of
+//!   shuffle input (at least one partition per task). Partition `p` of a hash-shuffled
+//!   plan depends on slice `p` of its inputs alone, so one task may run several of them;
+//!   its writer merges them (sort-preserving when the output is ordered).
+//! - otherwise the stage runs as planned: one task per plan partition.
+
+use std::ops::Range;
+
+use crate::state::{
+    AdaptiveRule, EdgeKind, JobSnapshot, StageDecision, StageRecord, TaskOutput, TaskState,
+};
+use crate::{EngineConfig, Error, Result};
+
+/// The committed outputs of `stage`'s input `input`, in producer order.
+fn committed<'a>(snapshot: &'a JobSnapshot, input: u32) -> Vec<&'a TaskOutput> {
+    snapshot
+        .tasks_of(input)
+        .filter(|t| t.state == TaskState::Succeeded)
+        .filter_map(|t| t.output.as_ref())
+        .collect()
+}
+
+/// Bytes of slice `slice` summed over `outputs`.
+fn slice_bytes(outputs: &[&TaskOutput], slice: usize) -> Result<u64> {
+    outputs.iter().try_fold(0u64, |sum, o| {
+        let r = o.slice(slice)?;
+        Ok(sum + (r.end - r.start))
+    })
+}
+
+/// Decides how `stage` runs, from the committed outputs of its inputs in `snapshot`
+/// (all of which must be complete). See the [module docs](self).
+pub fn decide(
+    stage: &StageRecord,
+    snapshot: &JobSnapshot,
+    config: &EngineConfig,
+) -> Result<StageDecision> {
+    let partitions = stage.tasks;
+    let mut input_tasks = Vec::with_capacity(stage.inputs.len());
+    let mut input_rows = 0u64;
+    let mut hash_inputs = Vec::new();
+    let mut whole_bytes = 0u64; // read whole by every task (broadcast) or by the one task
+    for input in &stage.inputs {
+        let outputs = committed(snapshot, input.stage);
+        input_tasks.push(outputs.len() as u32);
+        input_rows += outputs.iter().map(|o| o.rows).sum::<u64>();
+        match input.kind {
+            EdgeKind::Hash => {
+                if let Some(bad) = outputs.iter().find(|o| o.ends.len() != partitions as usize) {
+                    return Err(Error::Internal(format!(
+                        "stage {} reads a hash shuffle of {partitions} partitions from stage \
+                         {}, but {} holds {} slices",
+                        stage.stage,
+                        input.stage,
+                        bad.object,
+                        bad.ends.len()
+                    )));
+                }
+                hash_inputs.push(outputs);
+            }
+            EdgeKind::Gather | EdgeKind::Broadcast => {
+                whole_bytes += outputs.iter().map(|o| o.all().end).sum::<u64>();
+            }
+        }
+    }
+    let mut per_partition = vec![0u64; partitions as usize];
+    for outputs in &hash_inputs {
+        for (p, bytes) in per_partition.iter_mut().enumerate() {
+            *bytes += slice_bytes(outputs, p)?;
+        }
+    }
+    let hash_bytes: u64 = per_partition.iter().sum();
+    let planned = |note: String, input_tasks: Vec<u32>| StageDecision {
+        rule: AdaptiveRule::Planned,
+        partitions,
+        tasks: partitions,
+        starts: vec![],
+        input_tasks,
+        input_rows,
+        input_bytes: hash_bytes + whole_bytes * u64::from(partitions.max(1)),
+        note,
+    };
+    if hash_inputs.is_empty() || partitions <= 1 || !config.adaptive {
+        let why = if !config.adaptive {
+            "adaptive stages are off"
+        } else if hash_inputs.is_empty() {
+            "no hash-shuffle input"
+        } else {
+            "one partition"
+        };
+        return Ok(planned(
+            format!("{partitions} task(s) as planned ({why})"),
+            input_tasks,
+        ));
+    }
+    let starts = coalesce(&per_partition, config.shuffle_bytes_per_task);
+    if starts.len() as u32 == partitions {
+        return Ok(planned(
+            format!(
+                "{partitions} tasks as planned: {} of shuffle input, none of its partitions \
+                 small enough to merge",
+                human_bytes(hash_bytes)
+            ),
+            input_tasks,
+        ));
+    }
+    let tasks = starts.len() as u32;
+    Ok(StageDecision {
+        rule: AdaptiveRule::Coalesced,
+        partitions,
+        tasks,
+        starts,
+        input_tasks,
+        input_rows,
+        input_bytes: hash_bytes + whole_bytes * u64::from(tasks),
+        note: format!(
+            "coalesced {partitions} shuffle partitions ({}) into {tasks} task{} of about {} \
+             each",
+            human_bytes(hash_bytes),
+            if tasks == 1 { "" } else { "s" },
+            human_bytes(config.shuffle_bytes_per_task),
+        ),
+    })
+}
+
+/// Groups consecutive partitions so that each group holds at most `target` bytes (a
+/// partition larger than `target` is a group of its own); returns each group's first
+/// partition. Deterministic: the same sizes give the same groups.
+pub fn coalesce(per_partition: &[u64], target: u64) -> Vec<u32> {
+    let mut starts = Vec::new();
+    let mut held = 0u64;
+    for (p, &bytes) in per_partition.iter().enumerate() {
+        if starts.is_empty() || (held > 0 && held.saturating_add(bytes) > target) {
+            starts.push(p as u32);
+            held = 0;
+        }
+        held = held.saturating_add(bytes);
+    }
+    starts
+}
+
+/// The plan partitions of each task under `starts` (see [`coalesce`]).
+pub fn groups(starts: &[u32], partitions: u32) -> Vec<Range<u32>> {
+    starts
+        .iter()
+        .enumerate()
+        .map(|(i, &s)| s..starts.get(i + 1).copied().unwrap_or(partitions))
+        .collect()
+}
+
+/// `1.5 MiB`-style sizes for decision notes.
+pub fn human_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = bytes as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 {
+        format!("{bytes} B")
+    } else {
+        format!("{value:.1} {}", UNITS[unit])
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{
+        JobKind, JobRecord, JobState, StageInput, StageState, TaskOutput, TaskRecord,
+    };
+
+    #[test]
+    fn coalesce_fills_groups_up_to_the_target() {
+        assert_eq!(coalesce(&[1, 1, 1, 1], 10), vec![0], "all fit in one");
+        assert_eq!(coalesce(&[6, 5, 4, 7, 3], 10), vec![0, 1, 3]);
+        assert_eq!(
+            coalesce(&[30, 1, 30], 10),
+            vec![0, 1, 2],
+            "large ones alone"
+        );
+        assert_eq!(
+            coalesce(&[0, 0, 30, 0], 10),
+            vec![0, 3],
+            "empty ones ride along"
+        );
+        assert_eq!(coalesce(&[], 10), Vec::<u32>::new());
+        assert_eq!(groups(&[0, 1, 3], 5), vec![0..1, 1..3, 3..5]);
+    }
+
+    fn output(partition: u32, ends: Vec<u64>) -> TaskRecord {
+        let mut t = TaskRecord::new("j", 0, partition, TaskState::Succeeded, 1, 0);
+        t.output = Some(TaskOutput {
+            attempt: 1,
+            object: format!("o{partition}"),
+            rows: 10,
+            bytes: ends.last().copied().unwrap_or(0),
+            ends,
+            started_ms: 0,
+            finished_ms: 0,
+        });
+        t
+    }
+
+    fn snapshot(inputs: Vec<TaskRecord>, consumer: StageRecord) -> JobSnapshot {
+        let producer = StageRecord {
+            stage: 0,
+            tasks: inputs.len() as u32,
+            inputs: vec![],
+            ..consumer.clone()
+        };
+        JobSnapshot {
+            job: JobRecord {
+                job_id: "j".into(),
+                sql: String::new(),
+                kind: JobKind::Query,
+                state: JobState::Running,
+                stage_count: 2,
+                result_schema: vec![],
+                owner: String::new(),
+                created_ms: 0,
+                deadline_ms: None,
+                finished_ms: None,
+                error: None,
+                expires_at: 0,
+            },
+            stages: vec![producer, consumer],
+            tasks: inputs,
+            counters: vec![],
+        }
+    }
+
+    fn consumer(partitions: u32, kind: EdgeKind) -> StageRecord {
+        StageRecord {
+            job_id: "j".into(),
+            stage: 1,
+            state: StageState::Pending,
+            tasks: partitions,
+            output_partitions: 1,
+            inputs: vec![StageInput { stage: 0, kind }],
+            summary: String::new(),
+            dispatched_ms: None,
+            confirmed_ms: None,
+            decision: None,
+            expires_at: 0,
+        }
+    }
+
+    /// Small hash partitions are merged by their committed bytes; the same records give
+    /// the same decision (racing schedulers agree).
+    #[test]
+    fn small_hash_partitions_are_coalesced_deterministically() {
+        let stage = consumer(4, EdgeKind::Hash);
+        // Two producers, four slices each: partition bytes 10+10, 0+5, 40+40, 1+1.
+        let snap = snapshot(
+            vec![
+                output(0, vec![10, 10, 50, 51]),
+                output(1, vec![10, 15, 55, 56]),
+            ],
+            stage.clone(),
+        );
+        let config = EngineConfig {
+            shuffle_bytes_per_task: 30,
+            ..EngineConfig::default()
+        };
+        let d = decide(&stage, &snap, &config).unwrap();
+        assert_eq!(d.rule, AdaptiveRule::Coalesced);
+        assert_eq!(d.starts, vec![0, 2, 3]);
+        assert_eq!(d.tasks, 3);
+        assert_eq!(d.input_tasks, vec![2]);
+        assert_eq!(d.input_bytes, 107);
+        assert_eq!(
+            (0..3).map(|t| d.partitions_of(t)).collect::<Vec<_>>(),
+            vec![0..2, 2..3, 3..4]
+        );
+        assert_eq!(decide(&stage, &snap, &config).unwrap(), d);
+
+        let off = EngineConfig {
+            adaptive: false,
+            ..config.clone()
+        };
+        let d = decide(&stage, &snap, &off).unwrap();
+        assert_eq!(
+            (d.rule, d.tasks, d.starts.len()),
+            (AdaptiveRule::Planned, 4, 0)
+        );
+        assert!(d.note.contains("off"), "{}", d.note);
+    }
+
+    /// Stages without hash input run as planned; a producer whose slice count differs
+    /// from the consumer's partitions is an error naming both, not a wrong grouping.
+    #[test]
+    fn gathers_run_as_planned_and_mismatched_slices_are_errors() {
+        let gather = consumer(1, EdgeKind::Gather);
+        let snap = snapshot(vec![output(0, vec![5]), output(1, vec![7])], gather.clone());
+        let d = decide(&gather, &snap, &EngineConfig::default()).unwrap();
+        assert_eq!(
+            (d.rule, d.tasks, d.input_bytes),
+            (AdaptiveRule::Planned, 1, 12)
+        );
+
+        let hash = consumer(3, EdgeKind::Hash);
+        let snap = snapshot(vec![output(0, vec![5, 6])], hash.clone());
+        let e = decide(&hash, &snap, &EngineConfig::default())
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("3 partitions") && e.contains("2 slices"), "{e}");
+    }
+
+    #[test]
+    fn sizes_read_like_a_person_writes_them() {
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(64 * 1024 * 1024), "64.0 MiB");
+    }
+}
