@@ -97,19 +97,27 @@ impl AwsSettings {
         if let Some(v) = number(ENV_JOB_TTL_DAYS)? {
             engine.job_ttl = Duration::from_secs(v * 24 * 3600);
         }
-        if let Some(v) = get(ENV_FAST_PATH) {
-            let on = match v.trim().to_ascii_lowercase().as_str() {
-                "1" | "true" | "yes" | "on" => true,
-                "0" | "false" | "no" | "off" => false,
-                _ => {
-                    return Err(ConfigError::Invalid {
-                        var: ENV_FAST_PATH,
-                        value: v,
+        let flag = |k: &'static str| -> Result<Option<bool>, ConfigError> {
+            get(k)
+                .map(|v| match v.trim().to_ascii_lowercase().as_str() {
+                    "1" | "true" | "yes" | "on" => Ok(true),
+                    "0" | "false" | "no" | "off" => Ok(false),
+                    _ => Err(ConfigError::Invalid {
+                        var: k,
+                        value: v.clone(),
                         reason: "expected true or false".into(),
-                    })
-                }
-            };
+                    }),
+                })
+                .transpose()
+        };
+        if let Some(on) = flag(ENV_FAST_PATH)? {
             engine = engine.with_fast_path(on);
+        }
+        if let Some(on) = flag(ENV_ADAPTIVE)? {
+            engine = engine.with_adaptive(on);
+        }
+        if let Some(v) = number(ENV_SHUFFLE_BYTES_PER_TASK)? {
+            engine = engine.with_shuffle_bytes_per_task(v);
         }
         engine.max_response_bytes =
             Some(number(ENV_MAX_RESPONSE_BYTES)?.unwrap_or(4 * 1024 * 1024) as usize);
@@ -248,6 +256,8 @@ mod tests {
                         (ENV_MAX_ATTEMPTS, "5"),
                         (ENV_FAST_PATH, "off"),
                         (ENV_TASK_TIMEOUT_SECS, "90"),
+                        (ENV_ADAPTIVE, "false"),
+                        (ENV_SHUFFLE_BYTES_PER_TASK, "2097152"),
                     ],
                 ]
                 .concat(),
@@ -256,6 +266,23 @@ mod tests {
         .unwrap();
         assert_eq!(s.engine.max_attempts, 5);
         assert!(!s.engine.fast_path);
+        assert!(!s.engine.adaptive);
+        assert_eq!(s.engine.shuffle_bytes_per_task, 2 * 1024 * 1024);
+        let err = AwsSettings::from_lookup(
+            Role::Executor,
+            lookup(&[&base[..], &[(ENV_ADAPTIVE, "sometimes")]].concat()),
+        )
+        .unwrap_err();
+        assert!(
+            matches!(
+                err,
+                ConfigError::Invalid {
+                    var: ENV_ADAPTIVE,
+                    ..
+                }
+            ),
+            "{err}"
+        );
         assert_eq!(s.engine.task_timeout, Duration::from_secs(90));
         assert_eq!(s.prefix, "lambdafusion");
         let err = AwsSettings::from_lookup(

@@ -19,6 +19,12 @@ pub const ENV_EXECUTOR_FUNCTION: &str = "LAMBDAFUSION_EXECUTOR_FUNCTION";
 pub const ENV_SCHEDULER_FUNCTION: &str = "LAMBDAFUSION_SCHEDULER_FUNCTION";
 /// Target input bytes per leaf task (optional).
 pub const ENV_BYTES_PER_TASK: &str = "LAMBDAFUSION_BYTES_PER_TASK";
+/// Target shuffle input bytes per task of a coalesced (adaptive) stage (optional,
+/// default 64 MiB).
+pub const ENV_SHUFFLE_BYTES_PER_TASK: &str = "LAMBDAFUSION_SHUFFLE_BYTES_PER_TASK";
+/// Whether stages are shaped from their inputs' committed sizes when they become ready
+/// (optional, default true).
+pub const ENV_ADAPTIVE: &str = "LAMBDAFUSION_ADAPTIVE";
 /// Upper bound on tasks per stage (optional).
 pub const ENV_MAX_TASKS_PER_STAGE: &str = "LAMBDAFUSION_MAX_TASKS_PER_STAGE";
 /// Attempts per task before the job fails (optional).
@@ -75,6 +81,8 @@ pub const ALL_ENV: &[&str] = &[
     ENV_EXECUTOR_FUNCTION,
     ENV_SCHEDULER_FUNCTION,
     ENV_BYTES_PER_TASK,
+    ENV_SHUFFLE_BYTES_PER_TASK,
+    ENV_ADAPTIVE,
     ENV_MAX_TASKS_PER_STAGE,
     ENV_MAX_ATTEMPTS,
     ENV_TASK_TIMEOUT_SECS,

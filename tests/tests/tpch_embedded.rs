@@ -29,6 +29,9 @@ fn tpch_queries_match_datafusion() {
             data_dir: None,
             config: EngineConfig::default()
                 .with_bytes_per_task(64 * 1024)
+                // Small enough that adaptive stages keep some hash partitions apart and
+                // merge others: coalesced tasks of several partitions are checked too.
+                .with_shuffle_bytes_per_task(16 * 1024)
                 .with_max_tasks_per_stage(4)
                 .with_data_location(data.path().display().to_string()),
             slots: 8,
@@ -41,6 +44,7 @@ fn tpch_queries_match_datafusion() {
         }
         let mut failures = Vec::new();
         let mut multi_task_stages = 0;
+        let mut coalesced_stages = 0;
         for q in 1..=22 {
             let sql = tpch::query(q);
             let expected = baseline.sql(sql).await.unwrap().collect().await.unwrap();
@@ -56,6 +60,12 @@ fn tpch_queries_match_datafusion() {
                 }
             };
             multi_task_stages += out.status.stages.iter().filter(|s| s.tasks > 1).count();
+            coalesced_stages += out
+                .status
+                .stages
+                .iter()
+                .filter(|s| s.decision.as_deref() == Some("coalesced"))
+                .count();
             if let Err(diff) =
                 lambdafusion::verify::compare(&expected, &out.batches, tpch::is_ordered(q))
             {
@@ -66,6 +76,10 @@ fn tpch_queries_match_datafusion() {
         assert!(
             multi_task_stages >= 22,
             "queries really ran distributed ({multi_task_stages} multi-task stages)"
+        );
+        assert!(
+            coalesced_stages >= 10,
+            "adaptive stages merged partitions ({coalesced_stages} coalesced stages)"
         );
     });
 }

@@ -36,6 +36,8 @@ locals {
     {
       for name, value in {
         LAMBDAFUSION_BYTES_PER_TASK         = var.bytes_per_task
+        LAMBDAFUSION_SHUFFLE_BYTES_PER_TASK = var.shuffle_bytes_per_task
+        LAMBDAFUSION_ADAPTIVE               = var.adaptive_stages
         LAMBDAFUSION_MAX_TASKS_PER_STAGE    = var.max_tasks_per_stage
         LAMBDAFUSION_MAX_ATTEMPTS           = var.max_attempts
         LAMBDAFUSION_DISPATCH_CONCURRENCY   = var.dispatch_concurrency

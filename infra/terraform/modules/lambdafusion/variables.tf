@@ -421,6 +421,23 @@ variable "bytes_per_task" {
   }
 }
 
+variable "shuffle_bytes_per_task" {
+  description = "Target shuffle input bytes per task of a stage the adaptive planner coalesces (LAMBDAFUSION_SHUFFLE_BYTES_PER_TASK); null for the code's default (64 MiB)."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.shuffle_bytes_per_task == null ? true : var.shuffle_bytes_per_task >= 1048576
+    error_message = "shuffle_bytes_per_task must be null or at least 1 MiB."
+  }
+}
+
+variable "adaptive_stages" {
+  description = "Whether each stage is shaped from what its inputs committed when it becomes ready (LAMBDAFUSION_ADAPTIVE); null for the code's default (true)."
+  type        = bool
+  default     = null
+}
+
 variable "max_tasks_per_stage" {
   description = "Upper bound on tasks per stage (LAMBDAFUSION_MAX_TASKS_PER_STAGE); null for the code's default. Keep it at or below executor_reserved_concurrency if you set that."
   type        = number
