@@ -1212,6 +1212,7 @@ mod tests {
                 bytes: 60,
                 started_ms: 1,
                 finished_ms: 2,
+                metrics: Vec::new(),
             }),
             error: None,
             retryable: false,

@@ -17,6 +17,10 @@ pub struct EngineConfig {
     /// Whether stages are shaped from their inputs' committed sizes when they become
     /// ready (`false`: every stage runs exactly as planned at submit).
     pub adaptive: bool,
+    /// A join build side that only scans files and reads at most this many bytes (a
+    /// dimension table) is read by every consuming task itself instead of becoming a
+    /// broadcast stage.
+    pub inline_scan_bytes: u64,
     /// Upper bound on the number of tasks of any stage (and on hash shuffle width).
     pub max_tasks_per_stage: usize,
     /// Attempts a task gets (first run included) before its job fails.
@@ -71,6 +75,7 @@ impl Default for EngineConfig {
             bytes_per_task: 128 * 1024 * 1024,
             shuffle_bytes_per_task: 64 * 1024 * 1024,
             adaptive: true,
+            inline_scan_bytes: 4 * 1024 * 1024,
             max_tasks_per_stage: 64,
             max_attempts: 3,
             task_timeout: Duration::from_secs(15 * 60),

@@ -11,6 +11,7 @@
 //! in-process implementations together for `lambdafusion serve` and the tests.
 
 pub mod access;
+pub mod analyze;
 pub mod api;
 pub mod catalog;
 pub mod config;

@@ -13,7 +13,7 @@ use futures::{StreamExt, TryStreamExt};
 use crate::access::Caller;
 use crate::plan::decode_schema;
 use crate::shuffle::{ReadMode, ShuffleInputs, ShuffleReaderExec};
-use crate::state::{JobState, TaskOutput, TaskState};
+use crate::state::{JobKind, JobState, TaskOutput, TaskState};
 use crate::{Error, Result, Services};
 
 /// The finished job's record and its final stage's committed outputs, in partition order,
@@ -79,6 +79,14 @@ pub async fn open(
 ) -> Result<(SchemaRef, SendableRecordBatchStream)> {
     let (job, outputs) = final_outputs(services, job_id, caller).await?;
     let schema = decode_schema(&job.result_schema)?;
+    if job.kind == JobKind::Analyze {
+        let batch = analyzed(services, job_id, schema.clone()).await?;
+        let stream = futures::stream::iter([Ok(batch)]);
+        return Ok((
+            schema.clone(),
+            Box::pin(RecordBatchStreamAdapter::new(schema, stream)),
+        ));
+    }
     let stage = job.final_stage();
     let producers = outputs.len();
     let reader = Arc::new(ShuffleReaderExec::new(
@@ -107,6 +115,33 @@ pub async fn open(
             stream.map_err(Into::into),
         )),
     ))
+}
+
+/// The result of a finished `EXPLAIN ANALYZE` job: its stage plans with the metrics its
+/// tasks recorded ([`crate::analyze::render`]).
+async fn analyzed(
+    services: &Services,
+    job_id: &str,
+    schema: SchemaRef,
+) -> Result<datafusion::arrow::array::RecordBatch> {
+    let store = &services.store;
+    let snapshot = store
+        .load_job(job_id)
+        .await?
+        .ok_or_else(|| Error::NotFound(format!("query {job_id}")))?;
+    let ctx = services.session_state(1).task_ctx();
+    let mut plans = Vec::with_capacity(snapshot.stages.len());
+    for stage in &snapshot.stages {
+        let record = store.get_plan(job_id, stage.stage).await?.ok_or_else(|| {
+            Error::Internal(format!(
+                "stage {} of query {job_id} has no plan",
+                stage.stage
+            ))
+        })?;
+        let bytes = crate::plan::stage_plan_bytes(services, record).await?;
+        plans.push(crate::plan::decode_plan(&bytes, &ctx)?);
+    }
+    crate::analyze::render(&snapshot, &plans, schema)
 }
 
 /// Collects the whole result of a finished job (as the embedded engine's own caller).
@@ -152,7 +187,13 @@ pub async fn objects(
     caller: &Caller,
     expires: std::time::Duration,
 ) -> Result<ResultObjects> {
-    let (_, outputs) = final_outputs(services, job_id, caller).await?;
+    let (job, outputs) = final_outputs(services, job_id, caller).await?;
+    if job.kind == JobKind::Analyze {
+        return Err(Error::InvalidInput(format!(
+            "query {job_id} is an EXPLAIN ANALYZE: its result is the annotated plan, read it \
+             from /v1/queries/{job_id}/result"
+        )));
+    }
     let presigner = services.presigner.as_ref().ok_or_else(|| {
         Error::InvalidInput(format!(
             "this server cannot presign downloads; read the rows from /v1/queries/{job_id}/result"

@@ -75,7 +75,7 @@ pub struct JobStatus {
     pub id: String,
     /// `running`, `succeeded`, `failed` or `cancelled`.
     pub state: String,
-    /// `query` or `statement`.
+    /// `query`, `statement` or `analyze` (`EXPLAIN ANALYZE`).
     pub kind: String,
     /// The SQL.
     pub sql: String,
@@ -207,6 +207,7 @@ pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
         kind: match job.kind {
             JobKind::Query => "query",
             JobKind::Statement => "statement",
+            JobKind::Analyze => "analyze",
         }
         .to_string(),
         sql: job.sql.clone(),

@@ -497,6 +497,7 @@ async fn a_result_with_missing_task_outputs_is_refused() {
         bytes: 0,
         started_ms: 0,
         finished_ms: 0,
+        metrics: Vec::new(),
     });
     store
         .create_job(&NewJob {

@@ -209,3 +209,54 @@ async fn stage_plans_too_large_for_an_item_go_to_object_storage() {
         assert!(plan.plan.is_none() && plan.object.is_some(), "{plan:?}");
     }
 }
+
+/// EXPLAIN ANALYZE runs the query distributed and answers with every stage's plan, each
+/// operator with its figures summed over the stage's tasks, and the adaptive decision the
+/// stage ran with.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn explain_analyze_shows_each_stage_with_metrics_and_decisions() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tables(dir.path()).await;
+    let engine = engine(
+        EngineConfig::default()
+            .with_bytes_per_task(1)
+            .with_max_tasks_per_stage(6),
+        dir.path(),
+    )
+    .await;
+    register(&engine, dir.path()).await;
+    let sql = "SELECT k, count(*) AS n FROM facts WHERE id > 100 GROUP BY k ORDER BY k";
+    let out = engine.sql(&format!("EXPLAIN ANALYZE {sql}")).await.unwrap();
+    assert_eq!(out.status.kind, "analyze");
+    let rows = lambdafusion::verify::rows(&out.batches);
+    let text = |i: usize, c: usize| match &rows[i][c] {
+        lambdafusion::verify::Cell::Text(t) => t.clone(),
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(rows.len(), 1 + out.status.stages.len(), "{rows:?}");
+    assert_eq!(text(0, 0), "query");
+    assert!(text(0, 1).contains("stages"), "{}", text(0, 1));
+    let stages: Vec<String> = (1..rows.len()).map(|i| text(i, 1)).collect();
+    let all = stages.join("\n---\n");
+    // The scan stage: 6 tasks, its filter kept 29,900 of 30,000 rows.
+    assert!(stages[0].starts_with("6 tasks"), "{all}");
+    assert!(stages[0].contains("FilterExec"), "{all}");
+    assert!(stages[0].contains("rows=29900"), "{all}");
+    // The aggregation read the hash shuffle in one coalesced task.
+    let merged = stages
+        .iter()
+        .find(|s| s.contains("coalesced"))
+        .unwrap_or_else(|| panic!("{all}"));
+    assert!(merged.starts_with("1 task"), "{all}");
+    // The last stage writes the 97 groups.
+    assert!(
+        stages.last().unwrap().contains("ShuffleWriterExec: stage="),
+        "{all}"
+    );
+    assert!(stages.last().unwrap().contains("rows=97"), "{all}");
+    assert!(!all.contains("metrics unavailable"), "{all}");
+    // The plain query is unaffected and records no metrics.
+    let plain = engine.sql(sql).await.unwrap();
+    assert_eq!(plain.status.kind, "query");
+    lambdafusion::verify::compare(&reference(dir.path(), sql).await, &plain.batches, true).unwrap();
+}

@@ -15,10 +15,16 @@ use lambdafusion::executor::{Executor, TaskReport};
 use lambdafusion::state::{JobState, JobStore, TaskState};
 use lambdafusion::EngineConfig;
 
+/// Every stage as wide as allowed and kept so: no build side read in place, no shuffle
+/// partition coalesced — the failure model is driven across many tasks and stages.
 fn many_tasks() -> EngineConfig {
-    EngineConfig::default()
-        .with_bytes_per_task(1)
-        .with_max_tasks_per_stage(4)
+    EngineConfig {
+        inline_scan_bytes: 0,
+        ..EngineConfig::default()
+    }
+    .with_bytes_per_task(1)
+    .with_shuffle_bytes_per_task(1)
+    .with_max_tasks_per_stage(4)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

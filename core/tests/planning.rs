@@ -13,9 +13,18 @@ use lambdafusion::state::{EdgeKind, StageInput};
 use lambdafusion::EngineConfig;
 
 async fn graph(sql: &str, partitions: usize) -> StageGraph {
+    // No build side is inlined: every exchange is cut, as these tests expect.
+    let config = EngineConfig {
+        inline_scan_bytes: 0,
+        ..EngineConfig::default()
+    };
+    graph_with(sql, partitions, config).await
+}
+
+async fn graph_with(sql: &str, partitions: usize, config: EngineConfig) -> StageGraph {
     let dir = tempfile::tempdir().unwrap();
     common::write_tables(dir.path()).await;
-    let config = EngineConfig::default()
+    let config = config
         .with_bytes_per_task(1)
         .with_max_tasks_per_stage(partitions);
     let runtime = RuntimeEnvBuilder::new().build_arc().unwrap();
@@ -34,7 +43,7 @@ async fn graph(sql: &str, partitions: usize) -> StageGraph {
     let physical = plan::physical_plan(&ctx.state(), &logical, &config)
         .await
         .unwrap();
-    let graph = StageSplitter::split(physical).unwrap();
+    let graph = StageSplitter::split(physical, &config).unwrap();
     round_trip(&ctx, &graph);
     graph
 }
@@ -97,6 +106,23 @@ async fn order_by_gathers_into_one_task() {
     assert_eq!(last.inputs.len(), 1);
     assert_eq!(last.inputs[0].kind, EdgeKind::Gather);
     assert!(show(&last.plan).contains("SortPreservingMergeExec"));
+}
+
+/// A build side that is a tiny scan (`dims`, a few KiB) is read by each consuming task
+/// itself: no broadcast stage, no hand-off. Past `inline_scan_bytes` it is broadcast
+/// (the test above).
+#[tokio::test]
+async fn a_tiny_scan_build_side_is_read_in_each_task() {
+    let sql = "SELECT d.label, f.v FROM facts f JOIN dims d ON f.k = d.k";
+    let g = graph_with(sql, 4, EngineConfig::default()).await;
+    let text = g.display();
+    assert_eq!(g.stages.len(), 1, "{text}");
+    assert_eq!(g.stages[0].tasks, 4, "{text}");
+    assert!(
+        show(&g.stages[0].plan).contains("HashJoinExec: mode=CollectLeft"),
+        "{text}"
+    );
+    assert!(g.stages[0].inputs.is_empty(), "{text}");
 }
 
 #[tokio::test]

@@ -119,6 +119,7 @@ async fn shuffle(
             bytes: summary.bytes,
             started_ms: 0,
             finished_ms: 0,
+            metrics: Vec::new(),
         });
     }
     Shuffled {

@@ -107,6 +107,7 @@ fn commit(job: &str, partition: u32, tasks: u32) -> TaskCommit {
             bytes: 100,
             started_ms: 1,
             finished_ms: 2,
+            metrics: Vec::new(),
         },
         now_ms: 3,
         expires_at: TTL,

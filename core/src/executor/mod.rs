@@ -20,7 +20,6 @@ use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SessionState, TaskContext};
 use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::ExecutionPlan;
-use object_store::path::Path;
 use object_store::ObjectStoreExt;
 use tracing::{debug, info, warn, Instrument};
 
@@ -29,7 +28,8 @@ use crate::faults::{job_key, FaultKind};
 use crate::plan;
 use crate::shuffle::{task_output_path, ShuffleInputs, ShuffleWriterExec};
 use crate::state::{
-    counters_of, CommitOutcome, JobRecord, JobState, StageRecord, TaskCommit, TaskOutput, TaskState,
+    counters_of, CommitOutcome, JobKind, JobRecord, JobState, StageRecord, TaskCommit, TaskOutput,
+    TaskState,
 };
 use crate::time::now_ms;
 use crate::{Error, Result, Services};
@@ -211,6 +211,11 @@ impl Executor {
             .await;
         watcher.abort();
         let summary = written?;
+        // EXPLAIN ANALYZE: the operators' figures go into the completion record.
+        let metrics = match job.kind {
+            JobKind::Analyze => crate::analyze::task_metrics(&writer, &summary),
+            JobKind::Query | JobKind::Statement => Vec::new(),
+        };
         faults.crash_point(FaultKind::ExecutorCrashAfterPut, &key)?;
         let finished_ms = now_ms();
         let commit = TaskCommit {
@@ -226,6 +231,7 @@ impl Executor {
                 bytes: summary.bytes,
                 started_ms,
                 finished_ms,
+                metrics,
             },
             now_ms: finished_ms,
             expires_at: self.services.expires_at(),
@@ -332,23 +338,7 @@ impl Executor {
                 stage.stage, stage.job_id
             ))
         })?;
-        let bytes = match (record.plan, &record.object) {
-            (Some(bytes), _) => bytes,
-            (None, Some(object)) => self
-                .services
-                .shuffle_store()?
-                .get(&Path::from(object.as_str()))
-                .await?
-                .bytes()
-                .await?
-                .to_vec(),
-            (None, None) => {
-                return Err(Error::Internal(format!(
-                    "the plan of stage {} of job {} is empty",
-                    stage.stage, stage.job_id
-                )))
-            }
-        };
+        let bytes = plan::stage_plan_bytes(&self.services, record).await?;
         let plan = plan::decode_plan(&bytes, &self.state.task_ctx())?;
         if let Ok(mut plans) = self.plans.lock() {
             if plans.len() >= PLAN_CACHE_ENTRIES {

@@ -103,7 +103,10 @@ pub fn decide(
             "one partition"
         };
         return Ok(planned(
-            format!("{partitions} task(s) as planned ({why})"),
+            format!(
+                "{partitions} task{} as planned ({why})",
+                if partitions == 1 { "" } else { "s" }
+            ),
             input_tasks,
         ));
     }
@@ -213,6 +216,7 @@ mod tests {
             ends,
             started_ms: 0,
             finished_ms: 0,
+            metrics: Vec::new(),
         });
         t
     }

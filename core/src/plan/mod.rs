@@ -32,7 +32,8 @@ pub use joins::distribute_joins;
 pub use stages::{edge_name, Stage, StageGraph, StageSplitter};
 
 use crate::shuffle::LambdaFusionCodec;
-use crate::{EngineConfig, Error, Result};
+use crate::state::PlanRecord;
+use crate::{EngineConfig, Error, Result, Services};
 
 /// The DataFusion session settings every lambdafusion plan is made with.
 ///
@@ -132,6 +133,25 @@ pub fn scan_bytes(plan: &Arc<dyn ExecutionPlan>) -> u64 {
         Ok(TreeNodeRecursion::Continue)
     });
     total
+}
+
+/// The encoded plan a [`PlanRecord`] holds, read from object storage when it lives there.
+pub async fn stage_plan_bytes(services: &Services, record: PlanRecord) -> Result<Vec<u8>> {
+    use object_store::ObjectStoreExt;
+    match (record.plan, &record.object) {
+        (Some(bytes), _) => Ok(bytes),
+        (None, Some(object)) => Ok(services
+            .shuffle_store()?
+            .get(&object_store::path::Path::from(object.as_str()))
+            .await?
+            .bytes()
+            .await?
+            .to_vec()),
+        (None, None) => Err(Error::Internal(format!(
+            "the plan of stage {} of job {} is empty",
+            record.stage, record.job_id
+        ))),
+    }
 }
 
 /// Encodes a stage plan to bytes.

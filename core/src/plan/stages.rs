@@ -7,7 +7,9 @@
 //!   input becomes a stage, read by a [`ReadMode::Gather`] reader under the same
 //!   coalesce / merge;
 //! - the build side of a collect-left hash join, nested-loop join or cross join -> a
-//!   stage read whole by every consumer task ([`ReadMode::All`], a broadcast).
+//!   stage read whole by every consumer task ([`ReadMode::All`], a broadcast) — unless it
+//!   is a tiny scan (at most `inline_scan_bytes`, no exchange below), which each
+//!   consuming task reads itself.
 //!
 //! Round-robin repartitions only spread work over the threads of one process; they
 //! are dropped (the session does not plan them in the first place). What remains
@@ -31,7 +33,7 @@ use datafusion::physical_plan::{
 
 use crate::shuffle::{ReadMode, ShuffleReaderExec, ShuffleWriterExec};
 use crate::state::{EdgeKind, StageInput};
-use crate::Result;
+use crate::{EngineConfig, Result};
 
 /// One stage: a plan rooted at a [`ShuffleWriterExec`], run as `tasks` tasks.
 #[derive(Debug, Clone)]
@@ -113,13 +115,20 @@ pub fn edge_name(kind: EdgeKind) -> &'static str {
 #[derive(Debug, Default)]
 pub struct StageSplitter {
     stages: Vec<Stage>,
+    /// A join build side that only scans files (no exchange below it) and reads at most
+    /// this many bytes is read by each consuming task itself rather than cut into a
+    /// broadcast stage.
+    inline_scan_bytes: u64,
 }
 
 impl StageSplitter {
-    /// Cuts `plan` into stages.
-    pub fn split(plan: Arc<dyn ExecutionPlan>) -> Result<StageGraph> {
+    /// Cuts `plan` into stages, with `config`'s `inline_scan_bytes`.
+    pub fn split(plan: Arc<dyn ExecutionPlan>, config: &EngineConfig) -> Result<StageGraph> {
         let plan = super::distribute_joins(plan)?;
-        let mut splitter = StageSplitter::default();
+        let mut splitter = StageSplitter {
+            inline_scan_bytes: config.inline_scan_bytes,
+            ..StageSplitter::default()
+        };
         let root = plan.transform_up(|node| splitter.cut(node))?.data;
         splitter.add_stage(root, None)?;
         Ok(StageGraph {
@@ -249,6 +258,12 @@ impl StageSplitter {
             None if join.output_partitioning().partition_count() <= 1 => {
                 return Ok(Transformed::no(join));
             }
+            // A tiny scan (a dimension table): each consuming task reads the few bytes
+            // itself — the same reads a broadcast would make, without a stage and its
+            // hand-off.
+            None if !reads_a_stage(&left) && super::scan_bytes(&left) <= self.inline_scan_bytes => {
+                return Ok(Transformed::no(join));
+            }
             None => {
                 let schema = left.schema();
                 let (stage, producers) = self.add_stage(left, None)?;
@@ -294,6 +309,20 @@ impl StageSplitter {
         });
         Ok((id, tasks))
     }
+}
+
+/// Whether `plan` reads another stage (holds a [`ShuffleReaderExec`]).
+fn reads_a_stage(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let mut found = false;
+    let _ = plan.apply(|node| {
+        found = node.downcast_ref::<ShuffleReaderExec>().is_some();
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    });
+    found
 }
 
 /// The readers of a stage plan as input edges. A whole-output read is a broadcast when

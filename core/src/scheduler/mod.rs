@@ -22,6 +22,9 @@ mod statements;
 use std::collections::{BTreeSet, HashMap};
 use std::time::Instant;
 
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::logical_expr::LogicalPlan;
 use futures::StreamExt;
 use object_store::ObjectStoreExt;
@@ -140,11 +143,28 @@ impl Scheduler {
                 .create_logical_plan(sql)
                 .await
                 .map_err(|e| Error::InvalidInput(e.strip_backtrace().to_string()))?;
+            // EXPLAIN ANALYZE runs its query like any other, its tasks recording metrics.
+            if let LogicalPlan::Analyze(analyze) = &logical {
+                let schema = Arc::new(analyze.schema.as_arrow().clone());
+                let kind = (JobKind::Analyze, Some(schema));
+                return self
+                    .start_query(
+                        &state,
+                        &job_id,
+                        sql,
+                        &analyze.input,
+                        options,
+                        time_limit,
+                        kind,
+                    )
+                    .await;
+            }
             if statements::is_statement(&logical) {
                 return statements::run(&self.services, &state, &job_id, sql, logical, options)
                     .await;
             }
-            self.start_query(&state, &job_id, sql, &logical, options, time_limit)
+            let kind = (JobKind::Query, None);
+            self.start_query(&state, &job_id, sql, &logical, options, time_limit, kind)
                 .await
         }
         .instrument(span)
@@ -167,6 +187,9 @@ impl Scheduler {
         }
     }
 
+    /// Plans, records and starts a query; `kind` says whether it is a plain query or an
+    /// `EXPLAIN ANALYZE` (with the schema of its rendered result).
+    #[allow(clippy::too_many_arguments)]
     async fn start_query(
         &self,
         state: &datafusion::execution::SessionState,
@@ -175,13 +198,14 @@ impl Scheduler {
         logical: &LogicalPlan,
         options: &SubmitOptions,
         time_limit: std::time::Duration,
+        kind: (JobKind, Option<SchemaRef>),
     ) -> Result<Submitted> {
         let physical = plan::physical_plan(state, logical, self.config())
             .await
             .map_err(user_planning_error)?;
-        let graph = StageSplitter::split(physical).map_err(user_planning_error)?;
+        let graph = StageSplitter::split(physical, self.config()).map_err(user_planning_error)?;
         let new = self
-            .records(job_id, sql, &graph, &options.caller, time_limit)
+            .records(job_id, sql, &graph, &options.caller, time_limit, kind)
             .await?;
         self.services
             .faults
@@ -209,11 +233,12 @@ impl Scheduler {
         graph: &StageGraph,
         caller: &Caller,
         time_limit: std::time::Duration,
+        (kind, result_schema): (JobKind, Option<SchemaRef>),
     ) -> Result<NewJob> {
         let expires_at = self.services.expires_at();
         // The job item holds the SQL and the result schema (base64): refuse what cannot
         // fit in one store item before anything is written.
-        let schema = graph.final_stage().plan.schema();
+        let schema = result_schema.unwrap_or_else(|| graph.final_stage().plan.schema());
         let result_schema = plan::encode_schema(&schema)?;
         let item_bytes = sql.len() + result_schema.len().div_ceil(3) * 4 + JOB_ITEM_OVERHEAD;
         if item_bytes > JOB_ITEM_LIMIT {
@@ -266,7 +291,7 @@ impl Scheduler {
         let job = JobRecord {
             job_id: job_id.to_string(),
             sql: sql.to_string(),
-            kind: JobKind::Query,
+            kind,
             state: JobState::Running,
             stage_count: stages.len() as u32,
             result_schema,

@@ -34,7 +34,6 @@ pub(super) fn is_statement(plan: &LogicalPlan) -> bool {
         | LogicalPlan::Copy(_)
         | LogicalPlan::Statement(_)
         | LogicalPlan::Explain(_)
-        | LogicalPlan::Analyze(_)
         | LogicalPlan::DescribeTable(_) => true,
         other => reads_information_schema(other),
     }
@@ -112,13 +111,6 @@ pub(super) async fn run(
                 s.name()
             )))
         }
-        LogicalPlan::Analyze(_) => {
-            return Err(Error::InvalidInput(
-                "EXPLAIN ANALYZE is not supported; run the query and read its per-stage \
-                 metrics from GET /v1/queries/{id}"
-                    .into(),
-            ))
-        }
         LogicalPlan::Explain(explain) => {
             let mut rows = Vec::new();
             let logical = state.optimize(&explain.plan)?;
@@ -131,7 +123,7 @@ pub(super) async fn run(
                 "physical_plan".to_string(),
                 displayable(physical.as_ref()).indent(false).to_string(),
             ));
-            let graph = StageSplitter::split(physical)?;
+            let graph = StageSplitter::split(physical, &services.config)?;
             rows.push(("distributed_plan".to_string(), graph.display()));
             explain_batch(rows)?
         }
@@ -236,6 +228,7 @@ async fn record_result(
         bytes,
         started_ms: started,
         finished_ms: now,
+        metrics: Vec::new(),
     });
     services
         .store

@@ -22,7 +22,7 @@ use object_store::ObjectStore;
 
 pub use codec::LambdaFusionCodec;
 pub use range::PartitionRangeExec;
-pub use reader::{ReadMode, ShuffleReaderExec};
+pub use reader::{ReadMode, ShuffleReaderExec, BYTES_READ, FETCHES};
 pub use writer::{ShuffleWriterExec, WriteSummary};
 
 use crate::state::TaskOutput;

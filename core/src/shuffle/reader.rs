@@ -19,6 +19,9 @@ use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
+use datafusion::physical_plan::metrics::{
+    BaselineMetrics, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet,
+};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{
     DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -63,7 +66,13 @@ pub struct ShuffleReaderExec {
     mode: ReadMode,
     schema: SchemaRef,
     properties: Arc<PlanProperties>,
+    metrics: ExecutionPlanMetricsSet,
 }
+
+/// Name of the reader's count of shuffle bytes fetched.
+pub const BYTES_READ: &str = "bytes_read";
+/// Name of the reader's count of ranged GETs made.
+pub const FETCHES: &str = "fetches";
 
 impl ShuffleReaderExec {
     /// A reader of stage `stage`, which runs `producers` tasks producing `schema`.
@@ -96,6 +105,7 @@ impl ShuffleReaderExec {
             mode,
             schema,
             properties,
+            metrics: ExecutionPlanMetricsSet::new(),
         }
     }
 
@@ -214,6 +224,17 @@ impl ExecutionPlan for ShuffleReaderExec {
         Ok(self)
     }
 
+    fn reset_state(self: Arc<Self>) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(Self {
+            metrics: ExecutionPlanMetricsSet::new(),
+            ..self.as_ref().clone()
+        }))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+
     fn execute(
         &self,
         partition: usize,
@@ -236,6 +257,11 @@ impl ExecutionPlan for ShuffleReaderExec {
             )))
         })?;
         let ranges = self.ranges(partition, outputs)?;
+        let baseline = BaselineMetrics::new(&self.metrics, partition);
+        let bytes_read = MetricBuilder::new(&self.metrics).counter(BYTES_READ, partition);
+        let fetches = MetricBuilder::new(&self.metrics).counter(FETCHES, partition);
+        bytes_read.add(ranges.iter().map(|(_, r)| (r.end - r.start) as usize).sum());
+        fetches.add(ranges.len());
         let store = inputs.store.clone();
         let schema = self.schema.clone();
         let batches = futures::stream::iter(ranges)
@@ -255,6 +281,7 @@ impl ExecutionPlan for ShuffleReaderExec {
                 let batch = batch?;
                 // Same columns; adopt the plan's schema (field metadata, nullability).
                 let options = RecordBatchOptions::new().with_row_count(Some(batch.num_rows()));
+                baseline.record_output(batch.num_rows());
                 Ok(RecordBatch::try_new_with_options(
                     schema.clone(),
                     batch.columns().to_vec(),
@@ -285,6 +312,7 @@ mod tests {
             bytes: 0,
             started_ms: 0,
             finished_ms: 0,
+            metrics: Vec::new(),
         }
     }
 

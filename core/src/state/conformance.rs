@@ -107,6 +107,7 @@ fn commit(job_id: &str, stage: u32, partition: u32, stage_tasks: u32, tag: &str)
             bytes: 25,
             started_ms: 10,
             finished_ms: 20,
+            metrics: Vec::new(),
         },
         now_ms: 30,
         expires_at: TTL,

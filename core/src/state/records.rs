@@ -45,6 +45,9 @@ pub enum JobKind {
     Query,
     /// A statement answered inline by the scheduler; its result is one object.
     Statement,
+    /// `EXPLAIN ANALYZE`: a query run like any other, whose tasks record their operators'
+    /// metrics; its result is the stage plans annotated with them.
+    Analyze,
 }
 
 /// The job item (`sk = META`).
@@ -346,6 +349,32 @@ pub struct TaskOutput {
     pub started_ms: u64,
     /// When the attempt finished writing (ms since epoch).
     pub finished_ms: u64,
+    /// Each operator's figures, in the stage plan's pre-order (the writer first) — recorded
+    /// for `EXPLAIN ANALYZE` jobs only.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub metrics: Vec<OperatorMetrics>,
+}
+
+/// One operator's figures in one task, as DataFusion's metrics reported them.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct OperatorMetrics {
+    /// Operator name (`HashJoinExec`), to check the figures belong to the plan shown.
+    pub name: String,
+    /// Rows it produced.
+    #[serde(default)]
+    pub rows: u64,
+    /// CPU time it spent (ns).
+    #[serde(default)]
+    pub compute_ns: u64,
+    /// Times it spilled to disk.
+    #[serde(default)]
+    pub spills: u64,
+    /// Bytes it spilled.
+    #[serde(default)]
+    pub spilled_bytes: u64,
+    /// Bytes it wrote (the shuffle writer).
+    #[serde(default)]
+    pub bytes: u64,
 }
 
 impl TaskOutput {
@@ -556,6 +585,7 @@ mod tests {
             bytes: 0,
             started_ms: 0,
             finished_ms: 0,
+            metrics: Vec::new(),
         }
     }
 
