@@ -130,6 +130,14 @@ pub fn render(
             .filter(|t| t.state == TaskState::Succeeded)
             .filter_map(|t| t.output.as_ref().map(|o| o.metrics.as_slice()))
             .collect();
+        if stage.decision.as_deref() == Some("fused") {
+            kinds.push(format!("stage {}", stage.stage));
+            texts.push(format!(
+                "0 tasks ({}); its operators and their figures are shown in that stage",
+                stage.decision_note.as_deref().unwrap_or("fused")
+            ));
+            continue;
+        }
         let summed = sum_tasks(outputs.iter().copied()).unwrap_or_default();
         let mut text = format!(
             "{} task{} ({}), wall {} ms, task time {} ms{}{}\n",

@@ -141,6 +141,19 @@ async fn analyzed(
         let bytes = crate::plan::stage_plan_bytes(services, record).await?;
         plans.push(crate::plan::decode_plan(&bytes, &ctx)?);
     }
+    // A stage's tasks ran its plan with the stages fused into it in place of their
+    // readers: show that plan, which their figures describe.
+    let decoded = plans.clone();
+    for (stage, plan) in snapshot.stages.iter().zip(plans.iter_mut()) {
+        if let Some(d) = stage.decision.as_ref().filter(|d| !d.fused.is_empty()) {
+            let fused = d
+                .fused
+                .iter()
+                .filter_map(|&s| decoded.get(s as usize).map(|p| (s, p.clone())))
+                .collect();
+            *plan = crate::plan::adaptive::fuse(plan.clone(), &fused)?;
+        }
+    }
     crate::analyze::render(&snapshot, &plans, schema)
 }
 

@@ -120,25 +120,42 @@ async fn adaptive_stages_coalesce_by_committed_shuffle_bytes() {
         s.inputs.iter().any(|i| i.starts_with("hash shuffle"))
     };
 
+    // Each stage reading a hash shuffle becomes one task — or none, fused into its
+    // single-task consumer (the ORDER BY's merge), which then runs it inside its task.
     let merged = run(engine(wide(), dir.path()).await).await;
-    let mut coalesced = 0;
-    for stage in merged.iter().flat_map(|s| &s.stages).filter(|s| hashed(s)) {
-        assert_eq!(stage.decision.as_deref(), Some("coalesced"), "{stage:?}");
-        assert_eq!(
-            (stage.tasks, stage.planned_tasks),
-            (1, Some(6)),
-            "{stage:?}"
-        );
-        assert!(stage
-            .decision_note
-            .as_deref()
-            .unwrap()
-            .contains("into 1 task"));
-        coalesced += 1;
+    let (mut coalesced, mut fused) = (0, 0);
+    for status in &merged {
+        for stage in status.stages.iter().filter(|s| hashed(s)) {
+            let note = stage.decision_note.as_deref().unwrap();
+            match stage.decision.as_deref() {
+                Some("coalesced") => {
+                    assert_eq!(
+                        (stage.tasks, stage.planned_tasks),
+                        (1, Some(6)),
+                        "{stage:?}"
+                    );
+                    assert!(note.contains("into 1 task"), "{note}");
+                    coalesced += 1;
+                }
+                Some("fused") => {
+                    assert_eq!((stage.tasks, stage.state.as_str()), (0, "complete"));
+                    let into = &status.stages[stage.stage as usize + 1];
+                    assert!(note.contains(&format!("fused into stage {}", into.stage)));
+                    assert_eq!(into.tasks, 1, "{into:?}");
+                    let inside = into.decision_note.as_deref().unwrap();
+                    assert!(
+                        inside.contains(&format!("runs stage {}", stage.stage)),
+                        "{inside}"
+                    );
+                    fused += 1;
+                }
+                other => panic!("{other:?}: {stage:?}"),
+            }
+        }
     }
     assert!(
-        coalesced >= 3,
-        "the aggregations and the join read hash shuffles"
+        coalesced >= 2 && fused >= 1,
+        "{coalesced} coalesced, {fused} fused"
     );
 
     // A 1-byte target: every non-empty partition is a task of its own (an empty one
@@ -242,12 +259,22 @@ async fn explain_analyze_shows_each_stage_with_metrics_and_decisions() {
     assert!(stages[0].starts_with("6 tasks"), "{all}");
     assert!(stages[0].contains("FilterExec"), "{all}");
     assert!(stages[0].contains("rows=29900"), "{all}");
-    // The aggregation read the hash shuffle in one coalesced task.
-    let merged = stages
-        .iter()
-        .find(|s| s.contains("coalesced"))
-        .unwrap_or_else(|| panic!("{all}"));
-    assert!(merged.starts_with("1 task"), "{all}");
+    // The aggregation (one task's worth of shuffle) ran fused inside the final merge's
+    // one task: its operators and figures are shown there.
+    assert!(
+        stages[1].starts_with("0 tasks (fused into stage 2"),
+        "{all}"
+    );
+    assert!(stages[2].starts_with("1 task"), "{all}");
+    assert!(
+        stages[2].contains("runs stage 1 inside its task (fused)"),
+        "{all}"
+    );
+    assert!(
+        stages[2].contains("AggregateExec: mode=FinalPartitioned"),
+        "{all}"
+    );
+    assert!(stages[2].contains("ShuffleReaderExec: stage=0"), "{all}");
     // The last stage writes the 97 groups.
     assert!(
         stages.last().unwrap().contains("ShuffleWriterExec: stage="),

@@ -339,7 +339,27 @@ impl Executor {
             ))
         })?;
         let bytes = plan::stage_plan_bytes(&self.services, record).await?;
-        let plan = plan::decode_plan(&bytes, &self.state.task_ctx())?;
+        let mut plan = plan::decode_plan(&bytes, &self.state.task_ctx())?;
+        // Stages fused into this one run inside its tasks, in place of their readers.
+        if let Some(decision) = stage.decision.as_ref().filter(|d| !d.fused.is_empty()) {
+            let mut fused = HashMap::new();
+            for &producer in &decision.fused {
+                let record = self
+                    .services
+                    .store
+                    .get_plan(&stage.job_id, producer)
+                    .await?
+                    .ok_or_else(|| {
+                        Error::Internal(format!(
+                            "stage {producer} of job {}, fused into stage {}, has no plan",
+                            stage.job_id, stage.stage
+                        ))
+                    })?;
+                let bytes = plan::stage_plan_bytes(&self.services, record).await?;
+                fused.insert(producer, plan::decode_plan(&bytes, &self.state.task_ctx())?);
+            }
+            plan = plan::adaptive::fuse(plan, &fused)?;
+        }
         if let Ok(mut plans) = self.plans.lock() {
             if plans.len() >= PLAN_CACHE_ENTRIES {
                 plans.clear();
@@ -349,34 +369,33 @@ impl Executor {
         Ok(plan)
     }
 
-    /// A task context whose session carries the committed outputs of the input stages —
-    /// exactly as many as the stage's decision counted when it was claimed.
+    /// A task context whose session carries the committed outputs of every stage the
+    /// task reads (its inputs, and those of stages fused into it) — exactly as many as
+    /// the stage's decision counted when it was claimed.
     async fn task_context(&self, stage: &StageRecord) -> Result<Arc<TaskContext>> {
+        let reads: Vec<(u32, Option<u32>)> = match &stage.decision {
+            Some(d) => d.input_tasks.iter().map(|&(s, n)| (s, Some(n))).collect(),
+            None => stage.inputs.iter().map(|i| (i.stage, None)).collect(),
+        };
         let mut stages = HashMap::new();
-        for (i, input) in stage.inputs.iter().enumerate() {
-            let tasks = self
-                .services
-                .store
-                .list_tasks(&stage.job_id, input.stage)
-                .await?;
+        for (input, expected) in reads {
+            let tasks = self.services.store.list_tasks(&stage.job_id, input).await?;
             let outputs: Vec<TaskOutput> = tasks
                 .into_iter()
                 .filter(|t| t.state == TaskState::Succeeded)
                 .filter_map(|t| t.output)
                 .collect();
-            let expected = stage.decision.as_ref().and_then(|d| d.input_tasks.get(i));
-            if let Some(&expected) = expected {
+            if let Some(expected) = expected {
                 if outputs.len() != expected as usize {
                     return Err(Error::Internal(format!(
-                        "input stage {} has {} committed outputs; stage {} was planned for {}",
-                        input.stage,
+                        "input stage {input} has {} committed outputs; stage {} was planned \
+                         for {expected}",
                         outputs.len(),
                         stage.stage,
-                        expected
                     )));
                 }
             }
-            stages.insert(input.stage, outputs);
+            stages.insert(input, outputs);
         }
         let inputs = ShuffleInputs {
             store: self.services.shuffle_store()?,

@@ -16,10 +16,23 @@
 //!   shuffle input (at least one partition per task). Partition `p` of a hash-shuffled
 //!   plan depends on slice `p` of its inputs alone, so one task may run several of them;
 //!   its writer merges them (sort-preserving when the output is ordered).
+//! - **fuse**: a stage sized to one task whose one consumer is a single-task stage that
+//!   could start right after it runs *inside* that consumer's task: no tasks of its own
+//!   (it is complete at its claim), no shuffle written or read, no hand-off. The
+//!   consumer's decision lists it, and its task runs [`fuse`]d plan.
 //! - otherwise the stage runs as planned: one task per plan partition.
 
+use std::collections::HashMap;
 use std::ops::Range;
+use std::sync::Arc;
 
+use datafusion::common::tree_node::{Transformed, TreeNode};
+use datafusion::error::DataFusionError;
+use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+
+use crate::shuffle::{ReadMode, ShuffleReaderExec, ShuffleWriterExec};
 use crate::state::{
     AdaptiveRule, EdgeKind, JobSnapshot, StageDecision, StageRecord, TaskOutput, TaskState,
 };
@@ -49,14 +62,46 @@ pub fn decide(
     snapshot: &JobSnapshot,
     config: &EngineConfig,
 ) -> Result<StageDecision> {
+    let sized = size(stage, snapshot, config)?;
+    Ok(fuse_into_consumer(stage, sized, snapshot, config))
+}
+
+/// Whether `stage` was fused into its consumer.
+fn is_fused(snapshot: &JobSnapshot, stage: u32) -> Option<&StageRecord> {
+    snapshot
+        .stages
+        .iter()
+        .find(|s| s.stage == stage)
+        .filter(|s| {
+            s.decision
+                .as_ref()
+                .is_some_and(|d| d.rule == AdaptiveRule::Fused)
+        })
+}
+
+/// The coalesce rule (or none): how many tasks, over which partitions.
+fn size(
+    stage: &StageRecord,
+    snapshot: &JobSnapshot,
+    config: &EngineConfig,
+) -> Result<StageDecision> {
     let partitions = stage.tasks;
     let mut input_tasks = Vec::with_capacity(stage.inputs.len());
+    let mut fused = Vec::new();
     let mut input_rows = 0u64;
     let mut hash_inputs = Vec::new();
     let mut whole_bytes = 0u64; // read whole by every task (broadcast) or by the one task
     for input in &stage.inputs {
+        // A fused input runs inside this stage's tasks: they read what it would have read.
+        if let Some(producer) = is_fused(snapshot, input.stage) {
+            fused.push(input.stage);
+            for i in &producer.inputs {
+                input_tasks.push((i.stage, committed(snapshot, i.stage).len() as u32));
+            }
+            continue;
+        }
         let outputs = committed(snapshot, input.stage);
-        input_tasks.push(outputs.len() as u32);
+        input_tasks.push((input.stage, outputs.len() as u32));
         input_rows += outputs.iter().map(|o| o.rows).sum::<u64>();
         match input.kind {
             EdgeKind::Hash => {
@@ -84,15 +129,29 @@ pub fn decide(
         }
     }
     let hash_bytes: u64 = per_partition.iter().sum();
-    let planned = |note: String, input_tasks: Vec<u32>| StageDecision {
+    let with_fused = |note: String| match fused.as_slice() {
+        [] => note,
+        stages => format!(
+            "{note}; runs stage{} {} inside its task{} (fused)",
+            if stages.len() == 1 { "" } else { "s" },
+            stages
+                .iter()
+                .map(u32::to_string)
+                .collect::<Vec<_>>()
+                .join(", "),
+            if partitions == 1 { "" } else { "s" },
+        ),
+    };
+    let planned = |note: String| StageDecision {
         rule: AdaptiveRule::Planned,
         partitions,
         tasks: partitions,
         starts: vec![],
-        input_tasks,
+        input_tasks: input_tasks.clone(),
+        fused: fused.clone(),
         input_rows,
         input_bytes: hash_bytes + whole_bytes * u64::from(partitions.max(1)),
-        note,
+        note: with_fused(note),
     };
     if hash_inputs.is_empty() || partitions <= 1 || !config.adaptive {
         let why = if !config.adaptive {
@@ -102,42 +161,122 @@ pub fn decide(
         } else {
             "one partition"
         };
-        return Ok(planned(
-            format!(
-                "{partitions} task{} as planned ({why})",
-                if partitions == 1 { "" } else { "s" }
-            ),
-            input_tasks,
-        ));
+        return Ok(planned(format!(
+            "{partitions} task{} as planned ({why})",
+            if partitions == 1 { "" } else { "s" }
+        )));
     }
     let starts = coalesce(&per_partition, config.shuffle_bytes_per_task);
     if starts.len() as u32 == partitions {
-        return Ok(planned(
-            format!(
-                "{partitions} tasks as planned: {} of shuffle input, none of its partitions \
-                 small enough to merge",
-                human_bytes(hash_bytes)
-            ),
-            input_tasks,
-        ));
+        return Ok(planned(format!(
+            "{partitions} tasks as planned: {} of shuffle input, none of its partitions \
+             small enough to merge",
+            human_bytes(hash_bytes)
+        )));
     }
     let tasks = starts.len() as u32;
+    let note = with_fused(format!(
+        "coalesced {partitions} shuffle partitions ({}) into {tasks} task{} of about {} each",
+        human_bytes(hash_bytes),
+        if tasks == 1 { "" } else { "s" },
+        human_bytes(config.shuffle_bytes_per_task),
+    ));
     Ok(StageDecision {
         rule: AdaptiveRule::Coalesced,
         partitions,
         tasks,
         starts,
         input_tasks,
+        fused,
         input_rows,
         input_bytes: hash_bytes + whole_bytes * u64::from(tasks),
-        note: format!(
-            "coalesced {partitions} shuffle partitions ({}) into {tasks} task{} of about {} \
-             each",
-            human_bytes(hash_bytes),
-            if tasks == 1 { "" } else { "s" },
-            human_bytes(config.shuffle_bytes_per_task),
-        ),
+        note,
     })
+}
+
+/// The fuse rule: a stage sized to one task, with no fused stage of its own, whose one
+/// consumer is a single-task stage that is still pending and can start as soon as this
+/// one would finish (its other inputs are complete) runs inside that consumer's task.
+fn fuse_into_consumer(
+    stage: &StageRecord,
+    sized: StageDecision,
+    snapshot: &JobSnapshot,
+    config: &EngineConfig,
+) -> StageDecision {
+    if !config.adaptive || sized.tasks != 1 || !sized.fused.is_empty() {
+        return sized;
+    }
+    let mut consumers = snapshot
+        .stages
+        .iter()
+        .filter(|c| c.inputs.iter().any(|i| i.stage == stage.stage));
+    let (Some(consumer), None) = (consumers.next(), consumers.next()) else {
+        return sized;
+    };
+    let others_complete = consumer
+        .inputs
+        .iter()
+        .filter(|i| i.stage != stage.stage)
+        .all(|i| {
+            snapshot
+                .stages
+                .iter()
+                .find(|s| s.stage == i.stage)
+                .is_some_and(|s| snapshot.stage_complete(s))
+        });
+    if consumer.state != crate::state::StageState::Pending
+        || consumer.tasks != 1
+        || !others_complete
+    {
+        return sized;
+    }
+    StageDecision {
+        rule: AdaptiveRule::Fused,
+        tasks: 0,
+        starts: vec![],
+        note: format!(
+            "fused into stage {}: one task feeding one task, so its plan runs inside that \
+             task instead of writing and reading a shuffle",
+            consumer.stage
+        ),
+        ..sized
+    }
+}
+
+/// `consumer` (a stage plan) with the reader of every stage in `fused` replaced by that
+/// stage's own plan (the input of its writer): what a task of a stage with fused inputs
+/// runs. A gather reads the producer's partitions one by one — exactly the producer's
+/// plan partitions; a broadcast reads them all as one; a hash shuffle repartitions them
+/// in process.
+pub fn fuse(
+    consumer: Arc<dyn ExecutionPlan>,
+    fused: &HashMap<u32, Arc<dyn ExecutionPlan>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    if fused.is_empty() {
+        return Ok(consumer);
+    }
+    let plan = consumer.transform_up(|node| {
+        let Some(reader) = node.downcast_ref::<ShuffleReaderExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(producer) = fused.get(&reader.stage()) else {
+            return Ok(Transformed::no(node));
+        };
+        let input = ShuffleWriterExec::from_plan(producer)
+            .map_err(DataFusionError::from)?
+            .input()
+            .clone();
+        let replaced: Arc<dyn ExecutionPlan> = match reader.mode() {
+            ReadMode::Gather => input,
+            ReadMode::All if input.output_partitioning().partition_count() <= 1 => input,
+            ReadMode::All => Arc::new(CoalescePartitionsExec::new(input)),
+            ReadMode::Hash(partitioning) => {
+                Arc::new(RepartitionExec::try_new(input, partitioning.clone())?)
+            }
+        };
+        Ok(Transformed::yes(replaced))
+    })?;
+    Ok(plan.data)
 }
 
 /// Groups consecutive partitions so that each group holds at most `target` bytes (a
@@ -286,7 +425,7 @@ mod tests {
         assert_eq!(d.rule, AdaptiveRule::Coalesced);
         assert_eq!(d.starts, vec![0, 2, 3]);
         assert_eq!(d.tasks, 3);
-        assert_eq!(d.input_tasks, vec![2]);
+        assert_eq!(d.input_tasks, vec![(0, 2)]);
         assert_eq!(d.input_bytes, 107);
         assert_eq!(
             (0..3).map(|t| d.partitions_of(t)).collect::<Vec<_>>(),
@@ -324,6 +463,80 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(e.contains("3 partitions") && e.contains("2 slices"), "{e}");
+    }
+
+    /// A stage sized to one task whose one consumer is a pending single-task stage is
+    /// fused into it (no tasks of its own); the consumer then lists it and reads what it
+    /// would have read. Not when the consumer waits for another input, or when the stage
+    /// keeps several tasks.
+    #[test]
+    fn a_single_task_stage_feeding_a_single_task_stage_is_fused() {
+        let middle = consumer(4, EdgeKind::Hash);
+        let last = StageRecord {
+            stage: 2,
+            tasks: 1,
+            inputs: vec![StageInput {
+                stage: 1,
+                kind: EdgeKind::Gather,
+            }],
+            ..middle.clone()
+        };
+        let mut snap = snapshot(
+            vec![output(0, vec![1, 2, 3, 4]), output(1, vec![1, 2, 3, 4])],
+            middle.clone(),
+        );
+        snap.stages.push(last.clone());
+        let config = EngineConfig::default();
+        let d = decide(&middle, &snap, &config).unwrap();
+        assert_eq!((d.rule, d.tasks), (AdaptiveRule::Fused, 0), "{}", d.note);
+        assert!(d.note.contains("fused into stage 2"), "{}", d.note);
+
+        // Once fused, the consumer runs it: it reads stage 0's two outputs itself.
+        snap.stages[1].tasks = 0;
+        snap.stages[1].state = StageState::Dispatched;
+        snap.stages[1].decision = Some(d);
+        let c = decide(&last, &snap, &config).unwrap();
+        assert_eq!((c.tasks, c.fused.clone()), (1, vec![1]));
+        assert_eq!(c.input_tasks, vec![(0, 2)]);
+        assert!(
+            c.note.contains("runs stage 1 inside its task"),
+            "{}",
+            c.note
+        );
+
+        // A consumer still waiting for another stage: the boundary stays.
+        let mut waiting = snapshot(
+            vec![output(0, vec![1, 2, 3, 4]), output(1, vec![1, 2, 3, 4])],
+            middle.clone(),
+        );
+        let mut other = last.clone();
+        other.stage = 3;
+        other.inputs = vec![];
+        let mut joined = last.clone();
+        joined.inputs.push(StageInput {
+            stage: 3,
+            kind: EdgeKind::Broadcast,
+        });
+        waiting.stages.push(joined);
+        waiting.stages.push(other);
+        let d = decide(&middle, &waiting, &config).unwrap();
+        assert_eq!(d.rule, AdaptiveRule::Coalesced, "{}", d.note);
+
+        // Several tasks: never fused.
+        let small = EngineConfig {
+            shuffle_bytes_per_task: 2,
+            ..config
+        };
+        let d = decide(&middle, &snap_without_decision(&snap), &small).unwrap();
+        assert!(d.tasks > 1 && d.rule != AdaptiveRule::Fused, "{}", d.note);
+    }
+
+    fn snap_without_decision(snap: &JobSnapshot) -> JobSnapshot {
+        let mut s = snap.clone();
+        s.stages[1].decision = None;
+        s.stages[1].tasks = 4;
+        s.stages[1].state = StageState::Pending;
+        s
     }
 
     #[test]

@@ -563,7 +563,7 @@ impl Scheduler {
         }
         self.dispatch(sends).await;
 
-        let complete: BTreeSet<u32> = snapshot
+        let mut complete: BTreeSet<u32> = snapshot
             .stages
             .iter()
             .filter(|s| snapshot.stage_complete(s))
@@ -584,7 +584,11 @@ impl Scheduler {
             return Ok(());
         }
         let key = job_key(&job.sql);
-        for stage in &snapshot.stages {
+        // Stages are visited in topological order; a stage fused into its consumer is
+        // complete at its claim, which may make that consumer ready in this same pass.
+        let mut snapshot = snapshot.clone();
+        for index in 0..snapshot.stages.len() {
+            let stage = &snapshot.stages[index].clone();
             if complete.contains(&stage.stage) {
                 continue;
             }
@@ -617,6 +621,16 @@ impl Scheduler {
                         .crash_point(FaultKind::SchedulerCrashAfterClaim, &stage_key)?;
                     debug!(job = %job_id, stage = stage.stage, tasks = decision.tasks,
                         decision = %decision.note, "stage dispatched");
+                    if decision.tasks == 0 {
+                        // Fused: it runs inside its consumer's task; nothing to send.
+                        store.confirm_stage(job_id, stage.stage, now_ms()).await?;
+                        let claimed = &mut snapshot.stages[index];
+                        claimed.state = StageState::Dispatched;
+                        claimed.tasks = 0;
+                        claimed.decision = Some(decision);
+                        complete.insert(stage.stage);
+                        continue;
+                    }
                     let mut sends: Vec<Send> = (0..decision.tasks)
                         .map(|partition| Send {
                             task: TaskSpec {

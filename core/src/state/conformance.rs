@@ -220,6 +220,7 @@ fn coalesced(at: u64) -> StageDecision {
         tasks: 2,
         starts: vec![0, 3],
         input_tasks: vec![],
+        fused: vec![],
         input_rows: at,
         input_bytes: 10,
         note: format!("claimed at {at}"),

@@ -195,6 +195,9 @@ pub enum AdaptiveRule {
     Planned,
     /// Small shuffle partitions merged: each task runs a contiguous range of partitions.
     Coalesced,
+    /// Runs inside its one consumer's single task (no tasks, no shuffle of its own): a
+    /// single-task stage feeding a single-task stage gains nothing from the boundary.
+    Fused,
 }
 
 impl AdaptiveRule {
@@ -203,6 +206,7 @@ impl AdaptiveRule {
         match self {
             AdaptiveRule::Planned => "planned",
             AdaptiveRule::Coalesced => "coalesced",
+            AdaptiveRule::Fused => "fused",
         }
     }
 }
@@ -222,10 +226,14 @@ pub struct StageDecision {
     /// `t` runs partition `t`.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub starts: Vec<u32>,
-    /// Committed tasks of each input stage at the claim, in the order of the stage's
-    /// `inputs` (a consumer checks it is handed exactly these outputs).
+    /// `(stage, committed tasks)` of every stage the tasks read, at the claim — the
+    /// stage's inputs and those of the stages fused into it (a task checks it is handed
+    /// exactly these outputs).
     #[serde(default)]
-    pub input_tasks: Vec<u32>,
+    pub input_tasks: Vec<(u32, u32)>,
+    /// Stages whose plans run inside this stage's tasks, in place of their readers.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub fused: Vec<u32>,
     /// Rows the input stages committed.
     #[serde(default)]
     pub input_rows: u64,
