@@ -128,8 +128,8 @@ fn phases() -> Vec<(&'static str, Value)> {
         "s3.bandwidth": {"mb_per_s": 50}
     });
     let streams = json!({
-        "streams.duplicate_record": 0.1,
-        "streams.delay_record": {"rate": 0.1, "ms": 100, "max_ms": 1000},
+        "streams.duplicate_record": 0.2,
+        "streams.delay_record": {"rate": 0.2, "ms": 100, "max_ms": 1000},
         "streams.split_batch": 0.2
     });
     let mut all = serde_json::Map::new();
@@ -168,11 +168,13 @@ struct Run {
     latency: Duration,
 }
 
-/// Settings of the stack for the soak: small tasks (so even SF 0.01 fans out), the data
+/// Settings of the stack for the soak: small tasks (so even SF 0.01 fans out, and
+/// adaptive stages keep some shuffle partitions apart and merge others), the data
 /// location, a short task timeout and dispatch deadline (so lost work is found in
 /// seconds, not the deployment's minutes), and a deadline per query.
-const STACK_ENV: [(&str, &str); 9] = [
+const STACK_ENV: [(&str, &str); 10] = [
     ("LAMBDAFUSION_BYTES_PER_TASK", "20000"),
+    ("LAMBDAFUSION_SHUFFLE_BYTES_PER_TASK", "20000"),
     ("LAMBDAFUSION_MAX_TASKS_PER_STAGE", "4"),
     ("LAMBDAFUSION_DATA_BUCKETS", "lambdafusion/data"),
     ("LAMBDAFUSION_TASK_TIMEOUT_SECS", "8"),
