@@ -44,7 +44,7 @@ fn tpch_queries_match_datafusion() {
         }
         let mut failures = Vec::new();
         let mut multi_task_stages = 0;
-        let mut coalesced_stages = 0;
+        let (mut coalesced_stages, mut fused_stages) = (0, 0);
         for q in 1..=22 {
             let sql = tpch::query(q);
             let expected = baseline.sql(sql).await.unwrap().collect().await.unwrap();
@@ -66,6 +66,12 @@ fn tpch_queries_match_datafusion() {
                 .iter()
                 .filter(|s| s.decision.as_deref() == Some("coalesced"))
                 .count();
+            fused_stages += out
+                .status
+                .stages
+                .iter()
+                .filter(|s| s.decision.as_deref() == Some("fused"))
+                .count();
             if let Err(diff) =
                 lambdafusion::verify::compare(&expected, &out.batches, tpch::is_ordered(q))
             {
@@ -78,8 +84,9 @@ fn tpch_queries_match_datafusion() {
             "queries really ran distributed ({multi_task_stages} multi-task stages)"
         );
         assert!(
-            coalesced_stages >= 10,
-            "adaptive stages merged partitions ({coalesced_stages} coalesced stages)"
+            coalesced_stages >= 5 && fused_stages >= 5,
+            "adaptive stages merged partitions and stages ({coalesced_stages} coalesced, \
+             {fused_stages} fused)"
         );
     });
 }
