@@ -39,7 +39,7 @@ use crate::state::{
 use crate::{EngineConfig, Error, Result};
 
 /// The committed outputs of `stage`'s input `input`, in producer order.
-fn committed<'a>(snapshot: &'a JobSnapshot, input: u32) -> Vec<&'a TaskOutput> {
+fn committed(snapshot: &JobSnapshot, input: u32) -> Vec<&TaskOutput> {
     snapshot
         .tasks_of(input)
         .filter(|t| t.state == TaskState::Succeeded)
