@@ -16,8 +16,8 @@
 //!   shuffle input (at least one partition per task). Partition `p` of a hash-shuffled
 //!   plan depends on slice `p` of its inputs alone, so one task may run several of them;
 //!   its writer merges them (sort-preserving when the output is ordered).
-//! - **fuse**: a stage sized to one task whose one consumer is a single-task stage that
-//!   could start right after it runs *inside* that consumer's task: no tasks of its own
+//! - **fuse**: a stage sized to one task whose one consumer is a single-task stage
+//!   reading nothing else runs *inside* that consumer's task: no tasks of its own
 //!   (it is complete at its claim), no shuffle written or read, no hand-off. The
 //!   consumer's decision lists it, and its task runs [`fuse`]d plan.
 //! - otherwise the stage runs as planned: one task per plan partition.
@@ -195,8 +195,11 @@ fn size(
 }
 
 /// The fuse rule: a stage sized to one task, with no fused stage of its own, whose one
-/// consumer is a single-task stage that is still pending and can start as soon as this
-/// one would finish (its other inputs are complete) runs inside that consumer's task.
+/// consumer is a single-task stage reading nothing else runs inside that consumer's task.
+/// Like the coalesce rule it depends only on the stage's committed inputs and the stage
+/// graph cut at submit — never on how far other stages have got — so every scheduler
+/// that claims the stage decides the same. (The consumer cannot have been claimed yet:
+/// it waits for this stage.)
 fn fuse_into_consumer(
     stage: &StageRecord,
     sized: StageDecision,
@@ -213,21 +216,7 @@ fn fuse_into_consumer(
     let (Some(consumer), None) = (consumers.next(), consumers.next()) else {
         return sized;
     };
-    let others_complete = consumer
-        .inputs
-        .iter()
-        .filter(|i| i.stage != stage.stage)
-        .all(|i| {
-            snapshot
-                .stages
-                .iter()
-                .find(|s| s.stage == i.stage)
-                .is_some_and(|s| snapshot.stage_complete(s))
-        });
-    if consumer.state != crate::state::StageState::Pending
-        || consumer.tasks != 1
-        || !others_complete
-    {
+    if consumer.tasks != 1 || consumer.inputs.len() != 1 {
         return sized;
     }
     StageDecision {
@@ -465,10 +454,11 @@ mod tests {
         assert!(e.contains("3 partitions") && e.contains("2 slices"), "{e}");
     }
 
-    /// A stage sized to one task whose one consumer is a pending single-task stage is
-    /// fused into it (no tasks of its own); the consumer then lists it and reads what it
-    /// would have read. Not when the consumer waits for another input, or when the stage
-    /// keeps several tasks.
+    /// A stage sized to one task whose one consumer is a single-task stage reading only
+    /// it is fused into it (no tasks of its own); the consumer then lists it and reads
+    /// what it would have read. Not when the consumer reads another stage too (whether
+    /// that one is done must not change the decision), or when the stage keeps several
+    /// tasks.
     #[test]
     fn a_single_task_stage_feeding_a_single_task_stage_is_fused() {
         let middle = consumer(4, EdgeKind::Hash);
@@ -504,7 +494,7 @@ mod tests {
             c.note
         );
 
-        // A consumer still waiting for another stage: the boundary stays.
+        // A consumer that also reads another stage: the boundary stays.
         let mut waiting = snapshot(
             vec![output(0, vec![1, 2, 3, 4]), output(1, vec![1, 2, 3, 4])],
             middle.clone(),
