@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use datafusion::prelude::SessionContext;
 use lambdafusion::embedded::{Embedded, EmbeddedOptions};
+use lambdafusion::state::AdaptiveRule;
 use lambdafusion::EngineConfig;
 
 use crate::display::{bytes, text_table};
@@ -141,7 +142,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
                 .status
                 .stages
                 .iter()
-                .filter(|s| s.decision.as_deref() == Some("coalesced"))
+                .filter(|s| s.decision.as_deref() == Some(AdaptiveRule::Coalesced.as_str()))
                 .count(),
             handoffs_ms: out
                 .status

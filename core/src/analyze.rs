@@ -16,7 +16,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use crate::plan::human_bytes;
 use crate::shuffle::{ShuffleWriterExec, WriteSummary};
-use crate::state::{JobKind, JobSnapshot, OperatorMetrics, TaskState};
+use crate::state::{AdaptiveRule, JobKind, JobSnapshot, OperatorMetrics, TaskState};
 use crate::status::job_status;
 use crate::Result;
 
@@ -124,13 +124,9 @@ pub fn render(
         status.elapsed_ms,
         status.estimated_cost_usd
     )];
-    for (stage, plan) in status.stages.iter().zip(plans) {
-        let outputs: Vec<&[OperatorMetrics]> = snapshot
-            .tasks_of(stage.stage)
-            .filter(|t| t.state == TaskState::Succeeded)
-            .filter_map(|t| t.output.as_ref().map(|o| o.metrics.as_slice()))
-            .collect();
-        if stage.decision.as_deref() == Some("fused") {
+    for ((stage, record), plan) in status.stages.iter().zip(&snapshot.stages).zip(plans) {
+        let fused = record.decision.as_ref().map(|d| d.rule) == Some(AdaptiveRule::Fused);
+        if fused {
             kinds.push(format!("stage {}", stage.stage));
             texts.push(format!(
                 "0 tasks ({}); its operators and their figures are shown in that stage",
@@ -138,7 +134,11 @@ pub fn render(
             ));
             continue;
         }
-        let summed = sum_tasks(outputs.iter().copied()).unwrap_or_default();
+        let outputs = snapshot
+            .tasks_of(stage.stage)
+            .filter(|t| t.state == TaskState::Succeeded)
+            .filter_map(|t| t.output.as_ref().map(|o| o.metrics.as_slice()));
+        let summed = sum_tasks(outputs).unwrap_or_default();
         let mut text = format!(
             "{} task{} ({}), wall {} ms, task time {} ms{}{}\n",
             stage.tasks,

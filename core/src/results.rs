@@ -124,22 +124,15 @@ async fn analyzed(
     job_id: &str,
     schema: SchemaRef,
 ) -> Result<datafusion::arrow::array::RecordBatch> {
-    let store = &services.store;
-    let snapshot = store
+    let snapshot = services
+        .store
         .load_job(job_id)
         .await?
         .ok_or_else(|| Error::NotFound(format!("query {job_id}")))?;
     let ctx = services.session_state(1).task_ctx();
     let mut plans = Vec::with_capacity(snapshot.stages.len());
     for stage in &snapshot.stages {
-        let record = store.get_plan(job_id, stage.stage).await?.ok_or_else(|| {
-            Error::Internal(format!(
-                "stage {} of query {job_id} has no plan",
-                stage.stage
-            ))
-        })?;
-        let bytes = crate::plan::stage_plan_bytes(services, record).await?;
-        plans.push(crate::plan::decode_plan(&bytes, &ctx)?);
+        plans.push(crate::plan::read_stage_plan(services, job_id, stage.stage, &ctx).await?);
     }
     // A stage's tasks ran its plan with the stages fused into it in place of their
     // readers: show that plan, which their figures describe.

@@ -344,19 +344,10 @@ impl Executor {
         if let Some(decision) = stage.decision.as_ref().filter(|d| !d.fused.is_empty()) {
             let mut fused = HashMap::new();
             for &producer in &decision.fused {
-                let record = self
-                    .services
-                    .store
-                    .get_plan(&stage.job_id, producer)
-                    .await?
-                    .ok_or_else(|| {
-                        Error::Internal(format!(
-                            "stage {producer} of job {}, fused into stage {}, has no plan",
-                            stage.job_id, stage.stage
-                        ))
-                    })?;
-                let bytes = plan::stage_plan_bytes(&self.services, record).await?;
-                fused.insert(producer, plan::decode_plan(&bytes, &self.state.task_ctx())?);
+                let ctx = self.state.task_ctx();
+                let producer_plan =
+                    plan::read_stage_plan(&self.services, &stage.job_id, producer, &ctx).await?;
+                fused.insert(producer, producer_plan);
             }
             plan = plan::adaptive::fuse(plan, &fused)?;
         }

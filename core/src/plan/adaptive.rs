@@ -23,7 +23,6 @@
 //! - otherwise the stage runs as planned: one task per plan partition.
 
 use std::collections::HashMap;
-use std::ops::Range;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::{Transformed, TreeNode};
@@ -284,15 +283,6 @@ pub fn coalesce(per_partition: &[u64], target: u64) -> Vec<u32> {
     starts
 }
 
-/// The plan partitions of each task under `starts` (see [`coalesce`]).
-pub fn groups(starts: &[u32], partitions: u32) -> Vec<Range<u32>> {
-    starts
-        .iter()
-        .enumerate()
-        .map(|(i, &s)| s..starts.get(i + 1).copied().unwrap_or(partitions))
-        .collect()
-}
-
 /// `1.5 MiB`-style sizes for decision notes.
 pub fn human_bytes(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -331,7 +321,19 @@ mod tests {
             "empty ones ride along"
         );
         assert_eq!(coalesce(&[], 10), Vec::<u32>::new());
-        assert_eq!(groups(&[0, 1, 3], 5), vec![0..1, 1..3, 3..5]);
+        let decision = StageDecision {
+            rule: AdaptiveRule::Coalesced,
+            partitions: 5,
+            tasks: 3,
+            starts: vec![0, 1, 3],
+            input_tasks: vec![],
+            fused: vec![],
+            input_rows: 0,
+            input_bytes: 0,
+            note: String::new(),
+        };
+        let groups: Vec<_> = (0..3).map(|t| decision.partitions_of(t)).collect();
+        assert_eq!(groups, vec![0..1, 1..3, 3..5]);
     }
 
     fn output(partition: u32, ends: Vec<u64>) -> TaskRecord {

@@ -154,6 +154,23 @@ pub async fn stage_plan_bytes(services: &Services, record: PlanRecord) -> Result
     }
 }
 
+/// Reads and decodes the stored plan of stage `stage` of job `job_id`; `ctx` must resolve
+/// every object store the plan reads.
+pub async fn read_stage_plan(
+    services: &Services,
+    job_id: &str,
+    stage: u32,
+    ctx: &TaskContext,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let record = services
+        .store
+        .get_plan(job_id, stage)
+        .await?
+        .ok_or_else(|| Error::Internal(format!("stage {stage} of job {job_id} has no plan")))?;
+    let bytes = stage_plan_bytes(services, record).await?;
+    decode_plan(&bytes, ctx)
+}
+
 /// Encodes a stage plan to bytes.
 pub fn encode_plan(plan: Arc<dyn ExecutionPlan>) -> Result<Vec<u8>> {
     Ok(physical_plan_to_bytes_with_extension_codec(plan, &LambdaFusionCodec)?.to_vec())
