@@ -282,6 +282,17 @@ async fn explain_analyze_shows_each_stage_with_metrics_and_decisions() {
     );
     assert!(stages.last().unwrap().contains("rows=97"), "{all}");
     assert!(!all.contains("metrics unavailable"), "{all}");
+    // Its result is the annotated plan: the query's own rows are not offered for download.
+    let e = lambdafusion::results::objects(
+        engine.services(),
+        &out.status.id,
+        &lambdafusion::access::Caller::local(),
+        Duration::from_secs(60),
+    )
+    .await
+    .unwrap_err()
+    .to_string();
+    assert!(e.contains("is an EXPLAIN ANALYZE"), "{e}");
     // The plain query is unaffected and records no metrics.
     let plain = engine.sql(sql).await.unwrap();
     assert_eq!(plain.status.kind, "query");
