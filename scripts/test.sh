@@ -2,8 +2,9 @@
 # The whole test suite — what CI runs (.ci/run) and what you run:
 #   1. installs the pinned Python tools (moto, checkov) into .venv,
 #   2. checks the Terraform (fmt, checkov; the contract test runs with the Rust tests),
-#   3. runs every Rust test: unit, embedded end to end, TPC-H against DataFusion, the
-#      end-to-end tests against the local AWS stack and the chaos soak's short run,
+#   3. runs every Rust test: unit, embedded end to end, TPC-H against DataFusion, the end-to-end
+#      tests against the local AWS stack, the chaos soak's short run and the store's soak
+#      (those two in cargo invocations of their own, beside the others),
 #   4. checks formatting and, in the background, clippy lints, while it
 #   5. tests the patched moto_server against plain moto (local/localstack/test_moto_server.py),
 #      the Python client against `lambdafusion serve` and the local stack
@@ -32,15 +33,47 @@ step "build everything, tests included (the local AWS stack runs the function bi
 # and nothing is compiled twice.
 cargo build --workspace --all-targets --locked
 
-step "cargo test --workspace"
-cargo test --workspace --locked "$@"
+step "cargo test --workspace (the long local-stack suites run beside the rest)"
+# Each suite on the local AWS stack starts its own stack on free ports (tests/src/stack.rs),
+# so the longest ones, which mostly wait on moto, run as cargo invocations of their own.
+# `--workspace` on every invocation keeps one set of features: nothing is rebuilt.
+LOGS="$(mktemp -d)"
+BESIDE=(chaos store_on_the_stack)
+declare -A BESIDE_PID
+for t in "${BESIDE[@]}"; do
+  cargo test --workspace --locked --test "$t" "$@" >"$LOGS/$t.log" 2>&1 &
+  BESIDE_PID[$t]=$!
+done
+# Every other target: libraries, binaries and test files, from cargo's own list.
+mapfile -t OTHERS < <(cargo metadata --no-deps --format-version 1 --locked |
+  python3 -c '
+import json, sys
+beside = set(sys.argv[1:])
+for package in json.load(sys.stdin)["packages"]:
+    for target in package["targets"]:
+        if "test" in target["kind"] and target["name"] not in beside:
+            print("--test")
+            print(target["name"])
+' "${BESIDE[@]}")
+cargo test --workspace --locked --lib --bins "${OTHERS[@]}" "$@"
+cargo test --workspace --locked --doc "$@"
+for t in "${BESIDE[@]}"; do
+  if wait "${BESIDE_PID[$t]}"; then
+    echo "--- $t:"
+    grep -E '^(test .* \.\.\. |test result:)' "$LOGS/$t.log" || true
+  else
+    cat "$LOGS/$t.log"
+    echo "cargo test --test $t failed" >&2
+    exit 1
+  fi
+done
 
-step "lints (rustfmt; clippy runs beside the Python and browser tests below)"
+step "lints: rustfmt; clippy starts now and runs beside the Python and browser tests"
 cargo fmt --all --check
-# clippy checks every crate anew (about 6 minutes cold, all CPU) while the steps below
-# mostly wait on servers: run it beside them and collect it at the end.
-CLIPPY_LOG="$(mktemp)"
-cargo clippy --workspace --all-targets --locked -- -D warnings >"$CLIPPY_LOG" 2>&1 &
+# clippy checks every crate anew (about 7 minutes cold, all CPU) while the steps below
+# mostly wait on servers: run it beside them and collect it at the end. (Not beside the
+# Rust tests: the chaos soak's short run keeps to its three minutes only without it.)
+cargo clippy --workspace --all-targets --locked -- -D warnings >"$LOGS/clippy.log" 2>&1 &
 CLIPPY_PID=$!
 
 step "moto_server patches (local/localstack/test_moto_server.py)"
@@ -55,9 +88,9 @@ tests/browser/run.sh
 
 step "clippy (cargo clippy --workspace --all-targets -- -D warnings)"
 if wait "$CLIPPY_PID"; then
-  tail -n 1 "$CLIPPY_LOG"
+  tail -n 1 "$LOGS/clippy.log"
 else
-  cat "$CLIPPY_LOG"
+  cat "$LOGS/clippy.log"
   echo "clippy failed" >&2
   exit 1
 fi

@@ -18,14 +18,52 @@ pub fn repo_root() -> PathBuf {
         .to_path_buf()
 }
 
-/// One stack at a time: they share ports and the state directory.
+/// One stack at a time in a test binary: its stacks share the state directory.
 static ONE_AT_A_TIME: Mutex<()> = Mutex::new(());
 
 /// A running local stack; stopped when dropped.
+///
+/// Each test binary has its own state directory (`local/localstack/.state/test-<binary>`)
+/// and takes free ports, so that binaries can run side by side (scripts/test.sh runs the
+/// long stack suites beside the others) and never meet the default stack of `up`.
 pub struct Stack {
-    /// Variables the `up` script exported (`.state/env`).
+    /// Variables the `up` script exported (`<state>/env`).
     pub env: HashMap<String, String>,
+    state: PathBuf,
     _turn: MutexGuard<'static, ()>,
+}
+
+/// This test binary's stack state directory: `local/localstack/.state/test-<binary>`, the
+/// binary's name without cargo's hash.
+fn test_state_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let stem = exe
+        .file_stem()
+        .map(|s| s.to_string_lossy().to_string())
+        .unwrap_or_else(|| "stack".to_string());
+    let name = match stem.rsplit_once('-') {
+        Some((name, hash)) if hash.chars().all(|c| c.is_ascii_hexdigit()) => name.to_string(),
+        _ => stem,
+    };
+    repo_root().join(format!("local/localstack/.state/test-{name}"))
+}
+
+/// Four ports free on 127.0.0.1 now (held together while chosen, so they differ).
+fn free_ports() -> [u16; 4] {
+    let listeners: Vec<std::net::TcpListener> = (0..4)
+        .map(|_| std::net::TcpListener::bind("127.0.0.1:0").expect("bind 127.0.0.1:0"))
+        .collect();
+    let port = |i: usize| listeners[i].local_addr().expect("local address").port();
+    [port(0), port(1), port(2), port(3)]
+}
+
+/// Runs `local/localstack/down` on the state directory `state`.
+fn down(state: &Path) {
+    let root = repo_root();
+    let _ = Command::new(root.join("local/localstack/down"))
+        .current_dir(&root)
+        .env("STATE_DIR", state)
+        .output();
 }
 
 impl Stack {
@@ -36,12 +74,11 @@ impl Stack {
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner());
         let root = repo_root();
-        // A stack left over by an interrupted run would hold the ports.
-        let _ = Command::new(root.join("local/localstack/down"))
-            .current_dir(&root)
-            .output();
+        let state = test_state_dir();
+        // A stack left over by an interrupted run of this binary would still be running.
+        down(&state);
         // Logs of an earlier stack would mix into this one's.
-        let _ = std::fs::remove_dir_all(root.join("local/localstack/.state/logs"));
+        let _ = std::fs::remove_dir_all(state.join("logs"));
         for binary in ["scheduler-fn", "executor-fn", "lambdafusion-local"] {
             assert!(
                 root.join("target/debug").join(binary).exists(),
@@ -55,6 +92,13 @@ impl Stack {
         // Lambda's async retries after 200 / 400 ms instead of AWS's minutes, so that a
         // test sees a crashed invocation retried in seconds (a test may ask for "aws").
         command.env("LAMBDA_TIMING", "fast");
+        let [moto, invoke, url, front] = free_ports();
+        command
+            .env("STATE_DIR", &state)
+            .env("MOTO_PORT", moto.to_string())
+            .env("INVOKE_PORT", invoke.to_string())
+            .env("URL_PORT", url.to_string())
+            .env("FRONT_PORT", front.to_string());
         for (k, v) in extra {
             command.env(k, v);
         }
@@ -65,8 +109,9 @@ impl Stack {
             String::from_utf8_lossy(&out.stdout),
             String::from_utf8_lossy(&out.stderr)
         );
-        let env_file = root.join("local/localstack/.state/env");
-        let text = std::fs::read_to_string(&env_file).expect("local/localstack/.state/env");
+        let env_file = state.join("env");
+        let text = std::fs::read_to_string(&env_file)
+            .unwrap_or_else(|e| panic!("{}: {e}", env_file.display()));
         let env = text
             .lines()
             .filter_map(|l| l.trim().strip_prefix("export "))
@@ -78,7 +123,11 @@ impl Stack {
                 )
             })
             .collect();
-        Stack { env, _turn: turn }
+        Stack {
+            env,
+            state,
+            _turn: turn,
+        }
     }
 
     /// A variable of the stack's environment.
@@ -86,7 +135,7 @@ impl Stack {
         self.env
             .get(name)
             .cloned()
-            .unwrap_or_else(|| panic!("{name} missing from local/localstack/.state/env"))
+            .unwrap_or_else(|| panic!("{name} missing from {}/env", self.state.display()))
     }
 
     /// The HTTP endpoint of the API (the emulated function URL).
@@ -96,7 +145,7 @@ impl Stack {
 
     /// The state directory (logs, emulator config).
     pub fn state_dir(&self) -> PathBuf {
-        repo_root().join("local/localstack/.state")
+        self.state.clone()
     }
 
     /// The emulator's fault-plan endpoint: GET reports the faults injected so far, PUT
@@ -110,8 +159,8 @@ impl Stack {
 
     /// moto_server's resident memory now, in MiB (from /proc).
     pub fn moto_rss_mb(&self) -> f64 {
-        let pid = std::fs::read_to_string(self.state_dir().join("moto.pid"))
-            .expect("local/localstack/.state/moto.pid");
+        let pid =
+            std::fs::read_to_string(self.state_dir().join("moto.pid")).expect("<state>/moto.pid");
         let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim()))
             .expect("moto_server is running");
         let kb: f64 = status
@@ -171,10 +220,7 @@ impl Stack {
 
 impl Drop for Stack {
     fn drop(&mut self) {
-        let root = repo_root();
-        let _ = Command::new(root.join("local/localstack/down"))
-            .current_dir(&root)
-            .output();
+        down(&self.state);
     }
 }
 
