@@ -148,17 +148,57 @@ async fn a_small_build_side_is_broadcast() {
     );
 }
 
+/// A left join emits its unmatched build rows after the whole probe side: it is
+/// rewritten as a partitioned join, never a broadcast one.
 #[tokio::test]
-async fn outer_and_semi_joins_are_partitioned_not_broadcast() {
+async fn outer_joins_are_partitioned_not_broadcast() {
+    let sql = "SELECT d.label, f.id FROM dims d LEFT JOIN facts f ON f.k = d.k";
+    let g = graph(sql, 4).await;
+    let text = g.display();
+    assert!(!text.contains("mode=CollectLeft"), "{sql}\n{text}");
+    assert!(
+        !g.stages
+            .iter()
+            .any(|s| s.inputs.iter().any(|i| i.kind == EdgeKind::Broadcast)),
+        "{sql}\n{text}"
+    );
+}
+
+/// EXISTS / NOT EXISTS over a small build side: the build side is broadcast to one task
+/// per probe partition, each marking the build rows it matched, and one task combines
+/// the marks — the large probe side is scanned where it lies, never shuffled.
+#[tokio::test]
+async fn semi_and_anti_joins_mark_their_build_rows_per_probe_task() {
     for sql in [
-        "SELECT d.label, f.id FROM dims d LEFT JOIN facts f ON f.k = d.k",
         "SELECT d.label FROM dims d WHERE EXISTS (SELECT 1 FROM facts f WHERE f.k = d.k)",
         "SELECT d.label FROM dims d WHERE NOT EXISTS (SELECT 1 FROM facts f WHERE f.k = d.k AND f.v > 100)",
     ] {
         let g = graph(sql, 4).await;
         let text = g.display();
-        assert!(!text.contains("mode=CollectLeft"), "{sql}\n{text}");
-        assert!(!g.stages.iter().any(|s| s.inputs.iter().any(|i| i.kind == EdgeKind::Broadcast)), "{sql}\n{text}");
+        let probe = g
+            .stages
+            .iter()
+            .find(|s| show(&s.plan).contains("TaskJoinExec"))
+            .unwrap_or_else(|| panic!("{sql}\n{text}"));
+        assert_eq!(probe.tasks, 4, "{sql}\n{text}");
+        assert!(show(&probe.plan).contains("join_type=LeftMark"), "{sql}\n{text}");
+        assert!(
+            probe.inputs.iter().any(|i| i.kind == EdgeKind::Broadcast),
+            "{sql}\n{text}"
+        );
+        let combine = g
+            .stages
+            .iter()
+            .find(|s| show(&s.plan).contains("MarkCombineExec"))
+            .unwrap_or_else(|| panic!("{sql}\n{text}"));
+        assert!(
+            combine.inputs.iter().any(|i| i.stage == probe.id),
+            "{sql}\n{text}"
+        );
+        assert!(
+            !g.stages.iter().any(|s| s.output_partitions > 1 && s.id == probe.id),
+            "the probe side is not shuffled\n{text}"
+        );
     }
 }
 

@@ -1,5 +1,5 @@
 //! [`distribute_joins`]: the pass that makes collected-build-side joins safe to split
-//! into tasks.
+//! into tasks (left semi, anti and mark joins excepted: [`super::marks`]).
 //!
 //! A collect-left hash join or a nested-loop join whose type emits unmatched build-side
 //! rows (left, left semi / anti / mark, full) emits them when the *last* of its probe
@@ -44,6 +44,8 @@ pub fn distribute_joins(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn Execut
             if *join.partition_mode() != PartitionMode::CollectLeft
                 || !emits_build_side_at_end(*join.join_type())
                 || probe_partitions <= 1
+                // The stage splitter distributes these without a shuffle of the probe side.
+                || super::marks::applies(join)
             {
                 return Ok(Transformed::no(node));
             }

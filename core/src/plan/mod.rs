@@ -8,6 +8,7 @@
 
 pub mod adaptive;
 mod joins;
+pub mod marks;
 mod stages;
 
 use std::sync::Arc;

@@ -162,6 +162,11 @@ impl StageSplitter {
                 .with_fetch(merge.fetch());
             return Ok(Transformed::yes(Arc::new(merged)));
         }
+        if let Some(join) = node.downcast_ref::<HashJoinExec>() {
+            if super::marks::applies(join) {
+                return self.split_marks(join);
+            }
+        }
         let build_side = if let Some(join) = node.downcast_ref::<HashJoinExec>() {
             (*join.partition_mode() == PartitionMode::CollectLeft).then(|| join.left().clone())
         } else {
@@ -238,43 +243,18 @@ impl StageSplitter {
                 return Ok(Transformed::no(join));
             }
         }
-        // Coalesce over a gather reader already moves every producer's output here:
-        // read it whole in one partition directly.
-        let gathered = left
-            .downcast_ref::<CoalescePartitionsExec>()
-            .filter(|c| c.fetch().is_none())
-            .and_then(|c| c.input().downcast_ref::<ShuffleReaderExec>())
-            .filter(|r| matches!(r.mode(), ReadMode::Gather))
-            .map(|r| (r.stage(), r.producers()));
-        let new_left: Arc<dyn ExecutionPlan> = match gathered {
-            Some((stage, producers)) => Arc::new(ShuffleReaderExec::new(
-                stage,
-                producers,
-                ReadMode::All,
-                left.schema(),
-                None,
-            )),
+        let single_task = join.output_partitioning().partition_count() <= 1;
+        let new_left = match Self::gathered(&left) {
+            Some(reader) => reader,
             // A single consumer task computes the build side once anyway.
-            None if join.output_partitioning().partition_count() <= 1 => {
-                return Ok(Transformed::no(join));
-            }
+            None if single_task => return Ok(Transformed::no(join)),
             // A tiny scan (a dimension table): each consuming task reads the few bytes
             // itself — the same reads a broadcast would make, without a stage and its
             // hand-off.
             None if !reads_a_stage(&left) && super::scan_bytes(&left) <= self.inline_scan_bytes => {
                 return Ok(Transformed::no(join));
             }
-            None => {
-                let schema = left.schema();
-                let (stage, producers) = self.add_stage(left, None)?;
-                Arc::new(ShuffleReaderExec::new(
-                    stage,
-                    producers,
-                    ReadMode::All,
-                    schema,
-                    None,
-                ))
-            }
+            None => self.whole(left)?,
         };
         let mut children: Vec<Arc<dyn ExecutionPlan>> =
             join.children().into_iter().cloned().collect();
@@ -283,6 +263,59 @@ impl StageSplitter {
             children,
             ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
         )?))
+    }
+
+    /// A coalesce over a gather reader already moves every producer's output to one
+    /// place: the same stage read whole in one partition.
+    fn gathered(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+        if let Some(reader) = plan.downcast_ref::<ShuffleReaderExec>() {
+            if matches!(reader.mode(), ReadMode::All) {
+                return Some(plan.clone());
+            }
+        }
+        plan.downcast_ref::<CoalescePartitionsExec>()
+            .filter(|c| c.fetch().is_none())
+            .and_then(|c| c.input().downcast_ref::<ShuffleReaderExec>())
+            .filter(|r| matches!(r.mode(), ReadMode::Gather))
+            .map(|r| {
+                Arc::new(ShuffleReaderExec::new(
+                    r.stage(),
+                    r.producers(),
+                    ReadMode::All,
+                    plan.schema(),
+                    None,
+                )) as Arc<dyn ExecutionPlan>
+            })
+    }
+
+    /// `plan` read whole, in one partition and one fixed order: a stage of its own
+    /// unless it already is one.
+    fn whole(&mut self, plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if let Some(reader) = Self::gathered(&plan) {
+            return Ok(reader);
+        }
+        let schema = plan.schema();
+        let (stage, producers) = self.add_stage(plan, None)?;
+        Ok(Arc::new(ShuffleReaderExec::new(
+            stage,
+            producers,
+            ReadMode::All,
+            schema,
+            None,
+        )))
+    }
+
+    /// A semi, anti or mark join with a collected build side, distributed as
+    /// [`super::marks`] describes: the build side broadcast, a stage of per-probe-task
+    /// marks, and their combination in place of the join.
+    fn split_marks(
+        &mut self,
+        join: &HashJoinExec,
+    ) -> DfResult<Transformed<Arc<dyn ExecutionPlan>>> {
+        let build = self.whole(join.left().clone())?;
+        let (probe, combine) = super::marks::split(join, build)?;
+        let marks = self.whole(probe)?;
+        Ok(Transformed::yes(combine.combine(marks)?))
     }
 
     /// Wraps `input` in a writer as a new stage; returns its id and task count.

@@ -16,6 +16,8 @@ use datafusion_proto::protobuf;
 use prost::Message;
 
 use super::{ReadMode, ShuffleReaderExec, ShuffleWriterExec};
+use crate::plan::marks::{MarkCombineExec, TaskJoinExec};
+use datafusion::common::JoinType;
 
 /// Encoded [`ShuffleWriterExec`].
 #[derive(Clone, PartialEq, prost::Message)]
@@ -48,6 +50,27 @@ pub struct ShuffleReaderNode {
     pub partitioning: Option<protobuf::Partitioning>,
 }
 
+/// Encoded [`TaskJoinExec`] (its one input is the join).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TaskJoinNode {}
+
+/// Encoded [`MarkCombineExec`] (inputs: the build rows, the marks).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct MarkCombineNode {
+    /// 0 = left semi, 1 = left anti, 2 = left mark.
+    #[prost(uint32, tag = "1")]
+    pub join_type: u32,
+    /// The join's projection, if it has one.
+    #[prost(uint32, repeated, tag = "2")]
+    pub projection: Vec<u32>,
+    /// Whether `projection` is set (an empty one is a projection too).
+    #[prost(bool, tag = "3")]
+    pub projected: bool,
+    /// The join's fetch (row limit).
+    #[prost(uint64, optional, tag = "4")]
+    pub fetch: Option<u64>,
+}
+
 /// The one extension message: exactly one field is set.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct LambdaFusionNode {
@@ -57,7 +80,15 @@ pub struct LambdaFusionNode {
     /// A reader.
     #[prost(message, optional, tag = "2")]
     pub reader: Option<ShuffleReaderNode>,
+    /// A per-probe-partition join.
+    #[prost(message, optional, tag = "3")]
+    pub task_join: Option<TaskJoinNode>,
+    /// A combination of per-task marks.
+    #[prost(message, optional, tag = "4")]
+    pub mark_combine: Option<MarkCombineNode>,
 }
+
+const MARK_JOIN_TYPES: [JoinType; 3] = [JoinType::LeftSemi, JoinType::LeftAnti, JoinType::LeftMark];
 
 /// Extension codec for lambdafusion's execution nodes.
 #[derive(Debug, Default, Clone, Copy)]
@@ -77,6 +108,36 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let node = LambdaFusionNode::decode(buf).map_err(|e| codec_err(e.to_string()))?;
         let decode_ctx = PhysicalPlanDecodeContext::new(ctx, self);
+        if node.task_join.is_some() {
+            let [join] = inputs else {
+                return Err(codec_err(format!(
+                    "task join needs one input, got {}",
+                    inputs.len()
+                )));
+            };
+            return Ok(Arc::new(TaskJoinExec::try_new(join.clone())?));
+        }
+        if let Some(m) = node.mark_combine {
+            let [rows, marks] = inputs else {
+                return Err(codec_err(format!(
+                    "mark combine needs two inputs, got {}",
+                    inputs.len()
+                )));
+            };
+            let join_type = *MARK_JOIN_TYPES
+                .get(m.join_type as usize)
+                .ok_or_else(|| codec_err(format!("unknown mark join type {}", m.join_type)))?;
+            let projection = m
+                .projected
+                .then(|| m.projection.iter().map(|&i| i as usize).collect());
+            return Ok(Arc::new(MarkCombineExec::try_new(
+                join_type,
+                projection,
+                m.fetch.map(|f| f as usize),
+                rows.clone(),
+                marks.clone(),
+            )?));
+        }
         match (node.writer, node.reader) {
             (Some(w), None) => {
                 let [input] = inputs else {
@@ -145,7 +206,31 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
                         .map(|p| serialize_partitioning(p, self, proto_converter))
                         .transpose()?,
                 }),
-                reader: None,
+                ..Default::default()
+            }
+        } else if node.downcast_ref::<TaskJoinExec>().is_some() {
+            LambdaFusionNode {
+                task_join: Some(TaskJoinNode {}),
+                ..Default::default()
+            }
+        } else if let Some(m) = node.downcast_ref::<MarkCombineExec>() {
+            let join_type = MARK_JOIN_TYPES
+                .iter()
+                .position(|t| *t == m.join_type())
+                .ok_or_else(|| codec_err(format!("mark combine for a {} join", m.join_type())))?;
+            LambdaFusionNode {
+                mark_combine: Some(MarkCombineNode {
+                    join_type: join_type as u32,
+                    projection: m
+                        .projection()
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|&i| i as u32)
+                        .collect(),
+                    projected: m.projection().is_some(),
+                    fetch: m.fetch().map(|f| f as u64),
+                }),
+                ..Default::default()
             }
         } else if let Some(r) = node.downcast_ref::<ShuffleReaderExec>() {
             let (mode, partitioning) = match r.mode() {
@@ -154,7 +239,6 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
                 ReadMode::All => (2, None),
             };
             LambdaFusionNode {
-                writer: None,
                 reader: Some(ShuffleReaderNode {
                     stage: r.stage(),
                     producers: r.producers() as u32,
@@ -162,6 +246,7 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
                     schema: Some(protobuf::Schema::try_from(r.schema().as_ref())?),
                     partitioning,
                 }),
+                ..Default::default()
             }
         } else {
             return Err(DataFusionError::NotImplemented(format!(
