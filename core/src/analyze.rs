@@ -24,15 +24,23 @@ use crate::Result;
 /// are not part of the plan users see.
 const WRAPPERS: &[&str] = &["StopExec"];
 
-/// The figures of one task: the writer's (rows and bytes written), then each operator of
-/// the stage plan below it in pre-order, wrappers skipped.
+/// The figures of one task: the writer's (rows and bytes written, partitioning and
+/// encoding time, from its DataFusion metrics), then each operator of the stage plan
+/// below it in pre-order, wrappers skipped. `written` backs the writer's figures if it
+/// recorded none.
 pub fn task_metrics(writer: &ShuffleWriterExec, written: &WriteSummary) -> Vec<OperatorMetrics> {
-    let mut out = vec![OperatorMetrics {
-        name: "ShuffleWriterExec".into(),
-        rows: written.rows,
-        bytes: written.bytes,
-        ..OperatorMetrics::default()
-    }];
+    let mut own = operator_metrics(writer);
+    let bytes = writer
+        .metrics()
+        .and_then(|m| m.sum_by_name(crate::shuffle::BYTES_WRITTEN))
+        .map_or(0, |v| v.as_usize() as u64);
+    own.rows = if own.rows == 0 {
+        written.rows
+    } else {
+        own.rows
+    };
+    own.bytes = if bytes == 0 { written.bytes } else { bytes };
+    let mut out = vec![own];
     let _ = writer.input().apply(|node| {
         if !WRAPPERS.contains(&node.name()) {
             out.push(operator_metrics(node.as_ref()));

@@ -23,7 +23,7 @@ use object_store::ObjectStore;
 pub use codec::LambdaFusionCodec;
 pub use range::PartitionRangeExec;
 pub use reader::{ReadMode, ShuffleReaderExec, BYTES_READ, FETCHES};
-pub use writer::{ShuffleWriterExec, WriteSummary};
+pub use writer::{ShuffleWriterExec, WriteSummary, BYTES_WRITTEN, UPLOAD_TIME};
 
 use crate::state::TaskOutput;
 
