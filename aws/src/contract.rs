@@ -22,6 +22,9 @@ pub const ENV_BYTES_PER_TASK: &str = "LAMBDAFUSION_BYTES_PER_TASK";
 /// Target shuffle input bytes per task of a coalesced (adaptive) stage (optional,
 /// default 64 MiB).
 pub const ENV_SHUFFLE_BYTES_PER_TASK: &str = "LAMBDAFUSION_SHUFFLE_BYTES_PER_TASK";
+/// Least scan bytes per task of a leaf stage; smaller plan partitions are merged
+/// (optional, default 16 MiB).
+pub const ENV_MIN_SCAN_BYTES_PER_TASK: &str = "LAMBDAFUSION_MIN_SCAN_BYTES_PER_TASK";
 /// Whether stages are shaped from their inputs' committed sizes when they become ready
 /// (optional, default true).
 pub const ENV_ADAPTIVE: &str = "LAMBDAFUSION_ADAPTIVE";
@@ -82,6 +85,7 @@ pub const ALL_ENV: &[&str] = &[
     ENV_SCHEDULER_FUNCTION,
     ENV_BYTES_PER_TASK,
     ENV_SHUFFLE_BYTES_PER_TASK,
+    ENV_MIN_SCAN_BYTES_PER_TASK,
     ENV_ADAPTIVE,
     ENV_MAX_TASKS_PER_STAGE,
     ENV_MAX_ATTEMPTS,

@@ -14,6 +14,11 @@ pub struct EngineConfig {
     /// stage becomes ready, its small partitions are merged into tasks of about this
     /// much ([`crate::plan::adaptive`]).
     pub shuffle_bytes_per_task: u64,
+    /// Least scan bytes a task of a leaf stage should read: when the stage becomes ready,
+    /// its plan partitions smaller than this (an input cut finer than its work is worth,
+    /// such as many small files or a small `bytes_per_task`) are merged into tasks of
+    /// about this much ([`crate::plan::adaptive`]).
+    pub min_scan_bytes_per_task: u64,
     /// Whether stages are shaped from their inputs' committed sizes when they become
     /// ready (`false`: every stage runs exactly as planned at submit).
     pub adaptive: bool,
@@ -74,6 +79,7 @@ impl Default for EngineConfig {
         Self {
             bytes_per_task: 128 * 1024 * 1024,
             shuffle_bytes_per_task: 64 * 1024 * 1024,
+            min_scan_bytes_per_task: 16 * 1024 * 1024,
             adaptive: true,
             inline_scan_bytes: 4 * 1024 * 1024,
             max_tasks_per_stage: 64,
@@ -101,6 +107,12 @@ impl EngineConfig {
     /// Sets [`EngineConfig::bytes_per_task`].
     pub fn with_bytes_per_task(mut self, bytes: u64) -> Self {
         self.bytes_per_task = bytes.max(1);
+        self
+    }
+
+    /// Sets [`EngineConfig::min_scan_bytes_per_task`].
+    pub fn with_min_scan_bytes_per_task(mut self, bytes: u64) -> Self {
+        self.min_scan_bytes_per_task = bytes.max(1);
         self
     }
 

@@ -319,6 +319,7 @@ async fn a_saturated_engine_answers_503_with_retry_after() {
         config: common::allow(
             EngineConfig::default()
                 .with_bytes_per_task(1)
+                .with_min_scan_bytes_per_task(1)
                 .with_max_tasks_per_stage(8),
             tables.path(),
         ),
@@ -523,6 +524,7 @@ async fn a_result_with_missing_task_outputs_is_refused() {
                 output_partitions: 1,
                 inputs: vec![],
                 summary: "two tasks, one committed".into(),
+                scan_bytes: vec![],
                 dispatched_ms: Some(0),
                 confirmed_ms: Some(0),
                 decision: None,

@@ -21,6 +21,7 @@ async fn engine() -> (Arc<Embedded>, tempfile::TempDir) {
         config: common::allow(
             EngineConfig::default()
                 .with_bytes_per_task(1)
+                .with_min_scan_bytes_per_task(1)
                 .with_max_tasks_per_stage(3),
             dir.path(),
         ),

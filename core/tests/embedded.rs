@@ -47,6 +47,17 @@ const QUERIES: &[(&str, bool)] = &[
         "SELECT f.k, count(*) FROM facts f WHERE f.k IN (SELECT k FROM dims WHERE label LIKE 'group-1%') GROUP BY f.k",
         false,
     ),
+    // Semi and anti joins of a small build side: marks per probe task, combined once.
+    (
+        "SELECT d.k, d.label FROM dims d WHERE NOT EXISTS \
+         (SELECT 1 FROM facts f WHERE f.k = d.k AND f.k > 90) ORDER BY d.k",
+        true,
+    ),
+    (
+        "SELECT d.label FROM dims d WHERE EXISTS \
+         (SELECT 1 FROM facts f WHERE f.k = d.k AND f.s <> d.label AND f.id % 100 = 3)",
+        false,
+    ),
 ];
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -58,6 +69,7 @@ async fn queries_match_datafusion_across_many_tasks() {
     let engine = engine(
         EngineConfig::default()
             .with_bytes_per_task(1)
+            .with_min_scan_bytes_per_task(1)
             .with_shuffle_bytes_per_task(1)
             .with_max_tasks_per_stage(6),
         dir.path(),
@@ -79,6 +91,21 @@ async fn queries_match_datafusion_across_many_tasks() {
     let out = engine.sql(QUERIES[1].0).await.unwrap();
     assert!(out.status.stages.len() >= 2, "{:?}", out.status.stages);
     assert!(out.status.stages.iter().any(|s| s.tasks > 1));
+    // The semi and anti joins: six probe tasks each read the broadcast build side, and
+    // the decision says so with the build side's committed size.
+    for (sql, _) in &QUERIES[7..9] {
+        let out = engine.sql(sql).await.unwrap();
+        let probe = out
+            .status
+            .stages
+            .iter()
+            .find(|s| s.summary.starts_with("TaskJoin"))
+            .unwrap_or_else(|| panic!("{:#?}", out.status.stages));
+        assert_eq!(probe.tasks, 6, "{probe:?}");
+        let note = probe.decision_note.as_deref().unwrap();
+        assert!(note.contains("broadcast: stage"), "{note}");
+        assert!(note.contains("read whole by each task"), "{note}");
+    }
 }
 
 /// The adaptive planner's coalesce rule, forced three ways on the same over-partitioned
@@ -94,6 +121,7 @@ async fn adaptive_stages_coalesce_by_committed_shuffle_bytes() {
     let wide = || {
         EngineConfig::default()
             .with_bytes_per_task(1)
+            .with_min_scan_bytes_per_task(1)
             .with_max_tasks_per_stage(6)
     };
     let run = |engine: Arc<Embedded>| {
@@ -207,6 +235,7 @@ async fn stage_plans_too_large_for_an_item_go_to_object_storage() {
     let engine = engine(
         EngineConfig::default()
             .with_bytes_per_task(1)
+            .with_min_scan_bytes_per_task(1)
             .with_max_tasks_per_stage(3)
             .with_inline_plan_limit(0),
         dir.path(),
@@ -237,6 +266,7 @@ async fn explain_analyze_shows_each_stage_with_metrics_and_decisions() {
     let engine = engine(
         EngineConfig::default()
             .with_bytes_per_task(1)
+            .with_min_scan_bytes_per_task(1)
             .with_max_tasks_per_stage(6),
         dir.path(),
     )
@@ -259,6 +289,16 @@ async fn explain_analyze_shows_each_stage_with_metrics_and_decisions() {
     assert!(stages[0].starts_with("6 tasks"), "{all}");
     assert!(stages[0].contains("FilterExec"), "{all}");
     assert!(stages[0].contains("rows=29900"), "{all}");
+    // The writer reports through DataFusion's metrics like the operators below it: the
+    // rows it wrote and its partitioning and encoding time.
+    let writer = stages[0]
+        .lines()
+        .find(|l| l.contains("ShuffleWriterExec"))
+        .unwrap_or_else(|| panic!("{all}"));
+    assert!(
+        writer.contains("rows=388") && writer.contains("compute="),
+        "{writer}"
+    );
     // The aggregation (one task's worth of shuffle) ran fused inside the final merge's
     // one task: its operators and figures are shown there.
     assert!(
@@ -297,4 +337,139 @@ async fn explain_analyze_shows_each_stage_with_metrics_and_decisions() {
     let plain = engine.sql(sql).await.unwrap();
     assert_eq!(plain.status.kind, "query");
     lambdafusion::verify::compare(&reference(dir.path(), sql).await, &plain.batches, true).unwrap();
+}
+
+/// Writes `sql`'s result under `dir/name` as four Parquet files.
+async fn write_table(dir: &Path, name: &str, sql: &str) {
+    use datafusion::dataframe::DataFrameWriteOptions;
+    let ctx = datafusion::prelude::SessionContext::new();
+    ctx.sql(sql)
+        .await
+        .unwrap()
+        .repartition(datafusion::logical_expr::Partitioning::RoundRobinBatch(4))
+        .unwrap()
+        .write_parquet(
+            dir.join(name).to_str().unwrap(),
+            DataFrameWriteOptions::new(),
+            None,
+        )
+        .await
+        .unwrap();
+}
+
+/// The skew split, forced by data built for it: 95 rows in 100 of `skewed` share one
+/// join key, so after the hash shuffle one partition of the join stage holds most of
+/// its input. That partition runs as several tasks, each joining some of the skewed
+/// side's producers against all of the other side's rows; the rest are coalesced. The
+/// decision is recorded on the stage and the result equals DataFusion's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_skewed_partition_is_split_across_tasks() {
+    let dir = tempfile::tempdir().unwrap();
+    write_table(
+        dir.path(),
+        "skewed",
+        "SELECT value AS n, CASE WHEN value % 100 < 95 THEN 1 ELSE value END AS k \
+         FROM generate_series(1, 200000)",
+    )
+    .await;
+    write_table(
+        dir.path(),
+        "big",
+        "SELECT value AS id, CAST(value AS DOUBLE) AS w FROM generate_series(1, 200000)",
+    )
+    .await;
+    let engine = engine(
+        EngineConfig::default()
+            .with_bytes_per_task(1)
+            .with_min_scan_bytes_per_task(1)
+            .with_max_tasks_per_stage(16)
+            .with_shuffle_bytes_per_task(256 << 10),
+        dir.path(),
+    )
+    .await;
+    for t in ["skewed", "big"] {
+        engine
+            .sql(&format!(
+                "CREATE EXTERNAL TABLE {t} STORED AS PARQUET LOCATION '{}/'",
+                dir.path().join(t).display()
+            ))
+            .await
+            .unwrap();
+    }
+    let sql = "SELECT s.n % 10 AS g, count(*) AS n, sum(b.w) AS total \
+               FROM skewed s JOIN big b ON s.k = b.id GROUP BY g ORDER BY g";
+    let out = engine.sql(sql).await.unwrap_or_else(|e| panic!("{e}"));
+    let ctx = datafusion::prelude::SessionContext::new();
+    for t in ["skewed", "big"] {
+        ctx.register_parquet(t, dir.path().join(t).to_str().unwrap(), Default::default())
+            .await
+            .unwrap();
+    }
+    let expected = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    lambdafusion::verify::compare(&expected, &out.batches, true).unwrap();
+    let split = out
+        .status
+        .stages
+        .iter()
+        .find(|s| s.decision.as_deref() == Some("split"))
+        .unwrap_or_else(|| panic!("no stage was split: {:#?}", out.status.stages));
+    let note = split.decision_note.as_deref().unwrap();
+    assert!(note.contains("split skewed partition"), "{note}");
+    assert!(note.contains("tasks by stage"), "{note}");
+    assert!(
+        note.contains("partitioned: hash shuffles of stage"),
+        "{note}"
+    );
+    assert!(split.tasks >= 3, "{split:?}");
+}
+
+/// Over-partitioned input: with one byte per task every scan is planned as six tiny
+/// partitions; at its claim each leaf stage merges them into one task (at most
+/// `min_scan_bytes_per_task`, 16 MiB, of scan each), or — one task feeding a one-task
+/// consumer — runs inside that consumer. The results are DataFusion's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_over_partitioned_scan_is_coalesced_at_its_claim() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tables(dir.path()).await;
+    let engine = engine(
+        EngineConfig::default()
+            .with_bytes_per_task(1)
+            .with_max_tasks_per_stage(6),
+        dir.path(),
+    )
+    .await;
+    register(&engine, dir.path()).await;
+    let mut coalesced = 0;
+    for (sql, ordered) in QUERIES {
+        let out = engine
+            .sql(sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let expected = reference(dir.path(), sql).await;
+        if let Err(diff) = lambdafusion::verify::compare(&expected, &out.batches, *ordered) {
+            panic!("{sql}\n{diff}");
+        }
+        let wide_leaves = out
+            .status
+            .stages
+            .iter()
+            .filter(|s| s.inputs.is_empty() && s.planned_tasks == Some(6));
+        for stage in wide_leaves {
+            let note = stage.decision_note.as_deref().unwrap_or_default();
+            match stage.decision.as_deref() {
+                Some("coalesced") => {
+                    assert_eq!(
+                        (stage.tasks, stage.planned_tasks),
+                        (1, Some(6)),
+                        "{stage:?}"
+                    );
+                    assert!(note.contains("coalesced 6 scan partitions"), "{note}");
+                    coalesced += 1;
+                }
+                Some("fused") => assert_eq!(stage.tasks, 0, "{stage:?}"),
+                other => panic!("{sql}: leaf stage decided {other:?}: {stage:?}"),
+            }
+        }
+    }
+    assert!(coalesced >= 3, "{coalesced} leaf stages coalesced");
 }

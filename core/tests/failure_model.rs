@@ -33,6 +33,7 @@ async fn check_agg(h: &Harness, job: &str) {
 fn many_tasks() -> EngineConfig {
     EngineConfig::default()
         .with_bytes_per_task(1)
+        .with_min_scan_bytes_per_task(1)
         .with_max_tasks_per_stage(4)
 }
 
@@ -134,6 +135,7 @@ async fn a_commit_meeting_a_busy_store_is_retried_and_the_task_runs_once() {
     });
     let config = EngineConfig::default()
         .with_bytes_per_task(1)
+        .with_min_scan_bytes_per_task(1)
         .with_max_tasks_per_stage(2);
     let mut h = Harness::with(config, Some(hook), Faults::default()).await;
     let job = h.submit(JOIN).await;

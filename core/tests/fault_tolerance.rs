@@ -23,6 +23,7 @@ fn many_tasks() -> EngineConfig {
         ..EngineConfig::default()
     }
     .with_bytes_per_task(1)
+    .with_min_scan_bytes_per_task(1)
     .with_shuffle_bytes_per_task(1)
     .with_max_tasks_per_stage(4)
 }

@@ -15,6 +15,7 @@ fn options(dir: &std::path::Path, data: &std::path::Path) -> EmbeddedOptions {
         config: common::allow(
             EngineConfig::default()
                 .with_bytes_per_task(1)
+                .with_min_scan_bytes_per_task(1)
                 .with_max_tasks_per_stage(3),
             data,
         ),

@@ -26,6 +26,7 @@ async fn graph_with(sql: &str, partitions: usize, config: EngineConfig) -> Stage
     common::write_tables(dir.path()).await;
     let config = config
         .with_bytes_per_task(1)
+        .with_min_scan_bytes_per_task(1)
         .with_max_tasks_per_stage(partitions);
     let runtime = RuntimeEnvBuilder::new().build_arc().unwrap();
     let state = plan::session_state(runtime, &config, partitions);
@@ -87,7 +88,8 @@ async fn an_aggregation_becomes_a_hash_shuffle() {
         inputs(&g, 1),
         vec![StageInput {
             stage: 0,
-            kind: EdgeKind::Hash
+            kind: EdgeKind::Hash,
+            splittable: false,
         }]
     );
     // No ORDER BY: the result is the union of the final stage's four tasks.

@@ -61,8 +61,9 @@ async fn check_query(client: &Client, ctx: &SessionContext, q: usize) -> JobStat
 
 /// Settings that make even SF 0.01 fan out, and let tables be read from the bucket's
 /// `data/` prefix (where `load_tpch` puts them).
-const FAN_OUT: [(&str, &str); 3] = [
+const FAN_OUT: [(&str, &str); 4] = [
     ("LAMBDAFUSION_BYTES_PER_TASK", "100000"),
+    ("LAMBDAFUSION_MIN_SCAN_BYTES_PER_TASK", "100000"),
     ("LAMBDAFUSION_MAX_TASKS_PER_STAGE", "4"),
     ("LAMBDAFUSION_DATA_BUCKETS", "lambdafusion/data"),
 ];
@@ -476,6 +477,7 @@ fn measure_a_real_workload() {
     let data = tempfile::tempdir().unwrap();
     let stack = Stack::up(&[
         ("LAMBDAFUSION_BYTES_PER_TASK", "1048576"),
+        ("LAMBDAFUSION_MIN_SCAN_BYTES_PER_TASK", "1048576"),
         ("LAMBDAFUSION_DATA_BUCKETS", "lambdafusion/data"),
     ]);
     runtime().block_on(async {

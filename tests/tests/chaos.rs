@@ -172,8 +172,9 @@ struct Run {
 /// adaptive stages keep some shuffle partitions apart and merge others), the data
 /// location, a short task timeout and dispatch deadline (so lost work is found in
 /// seconds, not the deployment's minutes), and a deadline per query.
-const STACK_ENV: [(&str, &str); 10] = [
+const STACK_ENV: [(&str, &str); 11] = [
     ("LAMBDAFUSION_BYTES_PER_TASK", "20000"),
+    ("LAMBDAFUSION_MIN_SCAN_BYTES_PER_TASK", "20000"),
     ("LAMBDAFUSION_SHUFFLE_BYTES_PER_TASK", "20000"),
     ("LAMBDAFUSION_MAX_TASKS_PER_STAGE", "4"),
     ("LAMBDAFUSION_DATA_BUCKETS", "lambdafusion/data"),

@@ -184,6 +184,7 @@ async fn each_function_uses_exactly_the_permissions_it_is_granted() {
     let shuffle: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let config = EngineConfig::default()
         .with_bytes_per_task(1)
+        .with_min_scan_bytes_per_task(1)
         .with_max_tasks_per_stage(3)
         .with_task_timeout(Duration::ZERO)
         .with_inline_plan_limit(0)

@@ -63,6 +63,7 @@ fn wide_records(tasks: u32) -> NewJob {
         output_partitions: 1,
         inputs: vec![],
         summary: "wide".into(),
+        scan_bytes: vec![],
         dispatched_ms: Some(now),
         confirmed_ms: Some(now),
         decision: None,

@@ -29,6 +29,7 @@ fn tpch_queries_match_datafusion() {
             data_dir: None,
             config: EngineConfig::default()
                 .with_bytes_per_task(64 * 1024)
+                .with_min_scan_bytes_per_task(64 * 1024)
                 // Small enough that adaptive stages keep some hash partitions apart and
                 // merge others: coalesced tasks of several partitions are checked too.
                 .with_shuffle_bytes_per_task(16 * 1024)

@@ -178,7 +178,7 @@ impl Executor {
             stop.clone(),
             &task.job_id,
         )?);
-        let context = self.task_context(&stage).await?;
+        let context = self.task_context(&stage, task.partition).await?;
 
         let watcher = self.watch_job(job.clone(), stop.clone());
         let execution = uuid::Uuid::new_v4().simple().to_string();
@@ -362,8 +362,9 @@ impl Executor {
 
     /// A task context whose session carries the committed outputs of every stage the
     /// task reads (its inputs, and those of stages fused into it) — exactly as many as
-    /// the stage's decision counted when it was claimed.
-    async fn task_context(&self, stage: &StageRecord) -> Result<Arc<TaskContext>> {
+    /// the stage's decision counted when it was claimed; of a split partition's input,
+    /// only the producers the decision gave task `task`.
+    async fn task_context(&self, stage: &StageRecord, task: u32) -> Result<Arc<TaskContext>> {
         let reads: Vec<(u32, Option<u32>)> = match &stage.decision {
             Some(d) => d.input_tasks.iter().map(|&(s, n)| (s, Some(n))).collect(),
             None => stage.inputs.iter().map(|i| (i.stage, None)).collect(),
@@ -386,6 +387,22 @@ impl Executor {
                     )));
                 }
             }
+            let producers = stage
+                .decision
+                .as_ref()
+                .and_then(|d| d.producers_of(task, input));
+            let outputs = match producers {
+                Some(range) if range.end <= outputs.len() => outputs[range].to_vec(),
+                Some(range) => {
+                    return Err(Error::Internal(format!(
+                        "task {task} of stage {} reads producers {range:?} of stage {input}, \
+                         which has {}",
+                        stage.stage,
+                        outputs.len()
+                    )))
+                }
+                None => outputs,
+            };
             stages.insert(input, outputs);
         }
         let inputs = ShuffleInputs {

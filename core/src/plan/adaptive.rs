@@ -33,7 +33,8 @@ use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
 use crate::shuffle::{ReadMode, ShuffleReaderExec, ShuffleWriterExec};
 use crate::state::{
-    AdaptiveRule, EdgeKind, JobSnapshot, StageDecision, StageRecord, TaskOutput, TaskState,
+    AdaptiveRule, EdgeKind, JobSnapshot, SkewRead, StageDecision, StageRecord, TaskOutput,
+    TaskState,
 };
 use crate::{EngineConfig, Error, Result};
 
@@ -114,7 +115,7 @@ fn size(
                         bad.ends.len()
                     )));
                 }
-                hash_inputs.push(outputs);
+                hash_inputs.push((input.stage, input.splittable, outputs));
             }
             EdgeKind::Gather | EdgeKind::Broadcast => {
                 whole_bytes += outputs.iter().map(|o| o.all().end).sum::<u64>();
@@ -122,13 +123,43 @@ fn size(
         }
     }
     let mut per_partition = vec![0u64; partitions as usize];
-    for outputs in &hash_inputs {
+    for (_, _, outputs) in &hash_inputs {
         for (p, bytes) in per_partition.iter_mut().enumerate() {
             *bytes += slice_bytes(outputs, p)?;
         }
     }
     let hash_bytes: u64 = per_partition.iter().sum();
-    let with_fused = |note: String| match fused.as_slice() {
+    // How the stage's joins meet their inputs, with the committed sizes.
+    let mut joins = Vec::new();
+    if hash_inputs.len() >= 2 {
+        joins.push(format!(
+            "partitioned: hash shuffles of {}",
+            hash_inputs
+                .iter()
+                .map(|(s, _, outputs)| {
+                    let bytes: u64 = outputs.iter().map(|o| o.all().end).sum();
+                    format!("stage {s} ({})", human_bytes(bytes))
+                })
+                .collect::<Vec<_>>()
+                .join(" and ")
+        ));
+    }
+    for input in stage
+        .inputs
+        .iter()
+        .filter(|i| i.kind == EdgeKind::Broadcast)
+    {
+        let bytes: u64 = committed(snapshot, input.stage)
+            .iter()
+            .map(|o| o.all().end)
+            .sum();
+        joins.push(format!(
+            "broadcast: stage {} ({}) read whole by each task",
+            input.stage,
+            human_bytes(bytes)
+        ));
+    }
+    let with_fused_stages = |note: String| match fused.as_slice() {
         [] => note,
         stages => format!(
             "{note}; runs stage{} {} inside its task{} (fused)",
@@ -141,6 +172,14 @@ fn size(
             if partitions == 1 { "" } else { "s" },
         ),
     };
+    let with_fused = |note: String| {
+        let note = if joins.is_empty() {
+            note
+        } else {
+            format!("{note}; {}", joins.join("; "))
+        };
+        with_fused_stages(note)
+    };
     let planned = |note: String| StageDecision {
         rule: AdaptiveRule::Planned,
         partitions,
@@ -148,10 +187,15 @@ fn size(
         starts: vec![],
         input_tasks: input_tasks.clone(),
         fused: fused.clone(),
+        skew: vec![],
         input_rows,
         input_bytes: hash_bytes + whole_bytes * u64::from(partitions.max(1)),
         note: with_fused(note),
     };
+    if stage.inputs.is_empty() && config.adaptive && partitions > 1 && !stage.scan_bytes.is_empty()
+    {
+        return Ok(size_scan(stage, planned, config));
+    }
     if hash_inputs.is_empty() || partitions <= 1 || !config.adaptive {
         let why = if !config.adaptive {
             "adaptive stages are off"
@@ -166,31 +210,188 @@ fn size(
         )));
     }
     let starts = coalesce(&per_partition, config.shuffle_bytes_per_task);
-    if starts.len() as u32 == partitions {
+    // A partition far above the target and the median is split over several tasks, each
+    // reading some producers of its largest splittable input — when the stage writes a
+    // hash shuffle (its consumers read any number of producers).
+    let splittable: Vec<_> = hash_inputs
+        .iter()
+        .filter(|(_, splittable, _)| *splittable && stage.output_partitions > 1)
+        .collect();
+    let mut median = per_partition.clone();
+    median.sort_unstable();
+    let median = median[median.len() / 2];
+    let mut task_starts = Vec::with_capacity(starts.len());
+    let mut skew = Vec::new();
+    let mut split_notes = Vec::new();
+    let mut extra_bytes = 0u64;
+    for (i, &start) in starts.iter().enumerate() {
+        let end = starts.get(i + 1).copied().unwrap_or(partitions);
+        let bytes = per_partition[start as usize];
+        let skewed = end == start + 1
+            && bytes > config.shuffle_bytes_per_task
+            && bytes > median.saturating_mul(SKEW_FACTOR);
+        let pieces = skewed
+            .then(|| {
+                splittable
+                    .iter()
+                    .map(|(s, _, outputs)| {
+                        let slices: Vec<u64> = outputs
+                            .iter()
+                            .map(|o| o.slice(start as usize).map(|r| r.end - r.start))
+                            .collect::<Result<_>>()?;
+                        Ok((*s, slices))
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .transpose()?
+            .and_then(|candidates| {
+                candidates
+                    .into_iter()
+                    .max_by_key(|(s, slices)| (slices.iter().sum::<u64>(), std::cmp::Reverse(*s)))
+            })
+            .map(|(s, slices)| {
+                let pieces = bytes
+                    .div_ceil(config.shuffle_bytes_per_task.max(1))
+                    .min(MAX_SPLIT as u64) as usize;
+                (s, split_producers(&slices, pieces))
+            })
+            .filter(|(_, groups)| groups.len() > 1);
+        match pieces {
+            Some((input, groups)) => {
+                let own: u64 = hash_inputs
+                    .iter()
+                    .find(|(s, _, _)| *s == input)
+                    .map(|(_, _, outputs)| slice_bytes(outputs, start as usize))
+                    .transpose()?
+                    .unwrap_or(0);
+                extra_bytes += (bytes - own) * (groups.len() as u64 - 1);
+                split_notes.push(format!(
+                    "partition {start} ({}) over {} tasks by stage {input}'s producers",
+                    human_bytes(bytes),
+                    groups.len()
+                ));
+                for producers in groups {
+                    skew.push(SkewRead {
+                        task: task_starts.len() as u32,
+                        stage: input,
+                        producers,
+                    });
+                    task_starts.push(start);
+                }
+            }
+            None => task_starts.push(start),
+        }
+    }
+    if task_starts.len() as u32 == partitions && skew.is_empty() {
         return Ok(planned(format!(
             "{partitions} tasks as planned: {} of shuffle input, none of its partitions \
              small enough to merge",
             human_bytes(hash_bytes)
         )));
     }
-    let tasks = starts.len() as u32;
-    let note = with_fused(format!(
-        "coalesced {partitions} shuffle partitions ({}) into {tasks} task{} of about {} each",
-        human_bytes(hash_bytes),
-        if tasks == 1 { "" } else { "s" },
-        human_bytes(config.shuffle_bytes_per_task),
-    ));
+    let tasks = task_starts.len() as u32;
+    let merged = starts.len() as u32 != partitions;
+    let mut note = if merged {
+        format!(
+            "coalesced {partitions} shuffle partitions ({}) into {} task{} of about {} each",
+            human_bytes(hash_bytes),
+            starts.len(),
+            if starts.len() == 1 { "" } else { "s" },
+            human_bytes(config.shuffle_bytes_per_task),
+        )
+    } else {
+        format!(
+            "{partitions} shuffle partitions ({})",
+            human_bytes(hash_bytes)
+        )
+    };
+    if !skew.is_empty() {
+        note = format!(
+            "{note}; split skewed {}: {tasks} tasks",
+            split_notes.join(", ")
+        );
+    }
     Ok(StageDecision {
-        rule: AdaptiveRule::Coalesced,
+        rule: if skew.is_empty() {
+            AdaptiveRule::Coalesced
+        } else {
+            AdaptiveRule::Split
+        },
         partitions,
         tasks,
-        starts,
+        starts: task_starts,
         input_tasks,
-        fused,
+        fused: fused.clone(),
+        skew,
         input_rows,
-        input_bytes: hash_bytes + whole_bytes * u64::from(tasks),
-        note,
+        input_bytes: hash_bytes + extra_bytes + whole_bytes * u64::from(tasks),
+        note: with_fused(note),
     })
+}
+
+/// The coalesce rule for a leaf stage: contiguous plan partitions scanning less than
+/// `min_scan_bytes_per_task` together run as one task.
+fn size_scan(
+    stage: &StageRecord,
+    planned: impl Fn(String) -> StageDecision,
+    config: &EngineConfig,
+) -> StageDecision {
+    let partitions = stage.tasks;
+    let total: u64 = stage.scan_bytes.iter().sum();
+    let target = config.min_scan_bytes_per_task;
+    let starts = if stage.scan_bytes.len() == partitions as usize {
+        coalesce(&stage.scan_bytes, target)
+    } else {
+        Vec::new()
+    };
+    if starts.is_empty() || starts.len() as u32 == partitions {
+        return planned(format!(
+            "{partitions} tasks as planned: {} scanned, about {} per task",
+            human_bytes(total),
+            human_bytes(total / u64::from(partitions.max(1)))
+        ));
+    }
+    let tasks = starts.len() as u32;
+    StageDecision {
+        rule: AdaptiveRule::Coalesced,
+        tasks,
+        note: format!(
+            "coalesced {partitions} scan partitions ({}) into {tasks} task{} of up to {} \
+             each",
+            human_bytes(total),
+            if tasks == 1 { "" } else { "s" },
+            human_bytes(target),
+        ),
+        starts,
+        ..planned(String::new())
+    }
+}
+
+/// A partition is skewed when it holds more than this many times the median partition's
+/// bytes (and more than the target per task).
+const SKEW_FACTOR: u64 = 4;
+
+/// At most this many tasks share one skewed partition.
+const MAX_SPLIT: usize = 32;
+
+/// Divides producers with `slices` bytes each (of the skewed partition) into at most
+/// `pieces` contiguous groups of about equal bytes, none empty of bytes (producers with
+/// nothing ride along); returns each group's producer range.
+pub fn split_producers(slices: &[u64], pieces: usize) -> Vec<(u32, u32)> {
+    let total: u64 = slices.iter().sum();
+    let pieces = pieces.min(slices.iter().filter(|&&b| b > 0).count()).max(1);
+    let mut groups = Vec::with_capacity(pieces);
+    let (mut start, mut held) = (0usize, 0u64);
+    for (p, &bytes) in slices.iter().enumerate() {
+        held += bytes;
+        let cut = total * (groups.len() as u64 + 1) / pieces as u64;
+        if held >= cut && held > 0 && groups.len() + 1 < pieces {
+            groups.push((start as u32, p as u32 + 1));
+            start = p + 1;
+        }
+    }
+    groups.push((start as u32, slices.len() as u32));
+    groups
 }
 
 /// The fuse rule: a stage sized to one task, with no fused stage of its own, whose one
@@ -328,12 +529,93 @@ mod tests {
             starts: vec![0, 1, 3],
             input_tasks: vec![],
             fused: vec![],
+            skew: vec![],
             input_rows: 0,
             input_bytes: 0,
             note: String::new(),
         };
         let groups: Vec<_> = (0..3).map(|t| decision.partitions_of(t)).collect();
         assert_eq!(groups, vec![0..1, 1..3, 3..5]);
+    }
+
+    #[test]
+    fn split_producers_balances_bytes_in_contiguous_groups() {
+        assert_eq!(split_producers(&[10, 10, 10, 10], 2), vec![(0, 2), (2, 4)]);
+        assert_eq!(split_producers(&[30, 1, 1, 28], 2), vec![(0, 1), (1, 4)]);
+        assert_eq!(
+            split_producers(&[5, 0, 5], 4),
+            vec![(0, 1), (1, 3)],
+            "no more groups than producers with bytes"
+        );
+        assert_eq!(split_producers(&[7], 3), vec![(0, 1)]);
+        let decision = StageDecision {
+            rule: AdaptiveRule::Split,
+            partitions: 3,
+            tasks: 4,
+            starts: vec![0, 1, 1, 2],
+            input_tasks: vec![],
+            fused: vec![],
+            skew: vec![
+                SkewRead {
+                    task: 1,
+                    stage: 0,
+                    producers: (0, 2),
+                },
+                SkewRead {
+                    task: 2,
+                    stage: 0,
+                    producers: (2, 4),
+                },
+            ],
+            input_rows: 0,
+            input_bytes: 0,
+            note: String::new(),
+        };
+        let groups: Vec<_> = (0..4).map(|t| decision.partitions_of(t)).collect();
+        assert_eq!(groups, vec![0..1, 1..2, 1..2, 2..3]);
+        assert_eq!(decision.producers_of(2, 0), Some(2..4));
+        assert_eq!(decision.producers_of(0, 0), None);
+    }
+
+    /// A partition far above the target and the median runs as several tasks over its
+    /// producers when its input is splittable; the same bytes unsplittable stay one task.
+    #[test]
+    fn a_skewed_partition_is_split_only_when_its_input_allows() {
+        let mut stage = consumer(4, EdgeKind::Hash);
+        stage.output_partitions = 4;
+        stage.inputs[0].splittable = true;
+        // Four producers; partition 1 holds 100 bytes from each, the others 1.
+        let ends = vec![1, 101, 102, 103];
+        let snap = snapshot(
+            (0..4).map(|p| output(p, ends.clone())).collect(),
+            stage.clone(),
+        );
+        let config = EngineConfig {
+            shuffle_bytes_per_task: 150,
+            ..EngineConfig::default()
+        };
+        let d = decide(&stage, &snap, &config).unwrap();
+        assert_eq!(d.rule, AdaptiveRule::Split, "{}", d.note);
+        assert_eq!(d.starts, vec![0, 1, 1, 1, 2]);
+        assert_eq!(d.tasks, 5);
+        assert_eq!(d.producers_of(1, 0), Some(0..2));
+        assert_eq!(d.producers_of(2, 0), Some(2..3));
+        assert_eq!(d.producers_of(3, 0), Some(3..4));
+        assert!(
+            d.note.contains("partition 1 (400 B) over 3 tasks"),
+            "{}",
+            d.note
+        );
+        assert_eq!(decide(&stage, &snap, &config).unwrap(), d);
+
+        stage.inputs[0].splittable = false;
+        let snap = snapshot(
+            (0..4).map(|p| output(p, ends.clone())).collect(),
+            stage.clone(),
+        );
+        let d = decide(&stage, &snap, &config).unwrap();
+        assert_eq!(d.rule, AdaptiveRule::Coalesced, "{}", d.note);
+        assert!(d.skew.is_empty());
     }
 
     fn output(partition: u32, ends: Vec<u64>) -> TaskRecord {
@@ -386,8 +668,13 @@ mod tests {
             state: StageState::Pending,
             tasks: partitions,
             output_partitions: 1,
-            inputs: vec![StageInput { stage: 0, kind }],
+            inputs: vec![StageInput {
+                stage: 0,
+                kind,
+                splittable: false,
+            }],
             summary: String::new(),
+            scan_bytes: Vec::new(),
             dispatched_ms: None,
             confirmed_ms: None,
             decision: None,
@@ -470,6 +757,7 @@ mod tests {
             inputs: vec![StageInput {
                 stage: 1,
                 kind: EdgeKind::Gather,
+                splittable: false,
             }],
             ..middle.clone()
         };
@@ -508,6 +796,7 @@ mod tests {
         joined.inputs.push(StageInput {
             stage: 3,
             kind: EdgeKind::Broadcast,
+            splittable: false,
         });
         waiting.stages.push(joined);
         waiting.stages.push(other);

@@ -461,7 +461,7 @@ impl ExecutionPlan for MarkCombineExec {
 /// booleans in row order; a null mark counts as unmatched.
 fn combine(join_type: JoinType, rows: &RecordBatch, marks: &BooleanArray) -> DfResult<RecordBatch> {
     let n = rows.num_rows();
-    if n == 0 || marks.len() % n != 0 {
+    if n == 0 || !marks.len().is_multiple_of(n) {
         if n == 0 && marks.is_empty() {
             let width = rows.num_columns() - usize::from(join_type != JoinType::LeftMark);
             return Ok(rows.project(&(0..width).collect::<Vec<_>>())?);

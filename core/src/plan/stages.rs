@@ -18,6 +18,7 @@
 use std::sync::Arc;
 
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::JoinType;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::joins::{
@@ -50,6 +51,9 @@ pub struct Stage {
     pub output_partitions: usize,
     /// One line saying what it does.
     pub summary: String,
+    /// Bytes each plan partition scans, for a leaf stage (no inputs) whose partitions
+    /// are its scans' file groups; empty otherwise.
+    pub scan_bytes: Vec<u64>,
 }
 
 /// The stages of one query; the last one produces the result.
@@ -332,6 +336,11 @@ impl StageSplitter {
         let plan: Arc<dyn ExecutionPlan> = Arc::new(writer);
         let inputs = stage_inputs(&plan, tasks)?;
         let summary = summarize(&plan);
+        let scan_bytes = if inputs.is_empty() {
+            partition_scan_bytes(&plan, tasks)
+        } else {
+            Vec::new()
+        };
         self.stages.push(Stage {
             id,
             plan,
@@ -339,6 +348,7 @@ impl StageSplitter {
             tasks,
             output_partitions,
             summary,
+            scan_bytes,
         });
         Ok((id, tasks))
     }
@@ -375,6 +385,7 @@ fn stage_inputs(plan: &Arc<dyn ExecutionPlan>, tasks: usize) -> DfResult<Vec<Sta
                 inputs.push(StageInput {
                     stage: reader.stage(),
                     kind,
+                    splittable: kind == EdgeKind::Hash && split_safe(plan, reader.stage()),
                 });
             }
         }
@@ -382,6 +393,120 @@ fn stage_inputs(plan: &Arc<dyn ExecutionPlan>, tasks: usize) -> DfResult<Vec<Sta
     })?;
     inputs.sort_by_key(|i| i.stage);
     Ok(inputs)
+}
+
+/// Bytes each of the `partitions` partitions of `plan` scans: the file groups of the
+/// scans reached through operators that keep those partitions (a scan read whole by
+/// every partition, below a coalesce, is not counted). Empty when no scan has them
+/// (or for stages too wide to list: the records stay small).
+fn partition_scan_bytes(plan: &Arc<dyn ExecutionPlan>, partitions: usize) -> Vec<u64> {
+    use datafusion::datasource::physical_plan::FileScanConfig;
+    use datafusion::datasource::source::DataSourceExec;
+    const MOST: usize = 1024;
+    if partitions <= 1 || partitions > MOST {
+        return Vec::new();
+    }
+    let mut bytes = vec![0u64; partitions];
+    let mut found = false;
+    let _ = plan.apply(|node| {
+        if node.output_partitioning().partition_count() != partitions {
+            return Ok(TreeNodeRecursion::Jump);
+        }
+        if let Some(config) = node
+            .downcast_ref::<DataSourceExec>()
+            .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
+        {
+            if config.file_groups.len() == partitions {
+                found = true;
+                for (group, total) in config.file_groups.iter().zip(bytes.iter_mut()) {
+                    for file in group.files() {
+                        *total += match &file.range {
+                            Some(r) => (r.end - r.start).max(0) as u64,
+                            None => file.object_meta.size,
+                        };
+                    }
+                }
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    if found {
+        bytes
+    } else {
+        Vec::new()
+    }
+}
+
+/// Whether the rows `plan` reads from stage `stage` may be divided among tasks: on the
+/// way from its reader up to the writer, every operator handles each of those rows on its
+/// own — projections, filters, partial aggregates, and hash joins in which that side's
+/// rows are emitted row by row (an inner join either side; the probe side of a right /
+/// right semi / right anti join; the build side of a left / left semi / left anti /
+/// left mark join) — and the reader appears once. Anything that must see all of a
+/// partition's rows together (a final aggregate, a sort, a window, a limit) says no.
+fn split_safe(plan: &Arc<dyn ExecutionPlan>, stage: u32) -> bool {
+    use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+    fn reads(plan: &Arc<dyn ExecutionPlan>, stage: u32) -> usize {
+        let mut n = 0;
+        let _ = plan.apply(|node| {
+            if node
+                .downcast_ref::<ShuffleReaderExec>()
+                .is_some_and(|r| r.stage() == stage)
+            {
+                n += 1;
+            }
+            Ok(TreeNodeRecursion::Continue)
+        });
+        n
+    }
+    if reads(plan, stage) != 1 {
+        return false;
+    }
+    let mut node = plan.clone();
+    loop {
+        if let Some(reader) = node.downcast_ref::<ShuffleReaderExec>() {
+            return reader.stage() == stage;
+        }
+        if let Some(join) = node.downcast_ref::<HashJoinExec>() {
+            let on_left = reads(join.left(), stage) == 1;
+            let ok = if on_left {
+                matches!(
+                    join.join_type(),
+                    JoinType::Inner
+                        | JoinType::Left
+                        | JoinType::LeftSemi
+                        | JoinType::LeftAnti
+                        | JoinType::LeftMark
+                )
+            } else {
+                matches!(
+                    join.join_type(),
+                    JoinType::Inner | JoinType::Right | JoinType::RightSemi | JoinType::RightAnti
+                )
+            };
+            if !ok {
+                return false;
+            }
+            node = if on_left { join.left() } else { join.right() }.clone();
+            continue;
+        }
+        let passes = node.downcast_ref::<ShuffleWriterExec>().is_some()
+            || matches!(
+                node.name(),
+                "ProjectionExec" | "FilterExec" | "CoalesceBatchesExec" | "CooperativeExec"
+            )
+            || node
+                .downcast_ref::<AggregateExec>()
+                .is_some_and(|a| *a.mode() == AggregateMode::Partial);
+        let child = match node.children().as_slice() {
+            [only] => (*only).clone(),
+            _ => return false,
+        };
+        if !passes {
+            return false;
+        }
+        node = child;
+    }
 }
 
 /// "HashJoinExec <- AggregateExec <- DataSourceExec(parquet)" — the notable operators,

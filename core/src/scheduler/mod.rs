@@ -281,6 +281,7 @@ impl Scheduler {
                 output_partitions: s.output_partitions as u32,
                 inputs: s.inputs.clone(),
                 summary: s.summary.clone(),
+                scan_bytes: s.scan_bytes.clone(),
                 dispatched_ms: None,
                 confirmed_ms: None,
                 decision: None,

@@ -213,6 +213,7 @@ async fn record_result(
         output_partitions: 1,
         inputs: vec![],
         summary: "statement (answered by the scheduler)".into(),
+        scan_bytes: Vec::new(),
         dispatched_ms: Some(started),
         confirmed_ms: Some(started),
         decision: None,

@@ -56,9 +56,11 @@ fn stage(job_id: &str, id: u32, tasks: u32) -> StageRecord {
             vec![StageInput {
                 stage: id - 1,
                 kind: EdgeKind::Hash,
+                splittable: false,
             }]
         },
         summary: format!("stage {id}"),
+        scan_bytes: Vec::new(),
         dispatched_ms: None,
         confirmed_ms: None,
         decision: None,
@@ -221,6 +223,7 @@ fn coalesced(at: u64) -> StageDecision {
         starts: vec![0, 3],
         input_tasks: vec![],
         fused: vec![],
+        skew: vec![],
         input_rows: at,
         input_bytes: 10,
         note: format!("claimed at {at}"),

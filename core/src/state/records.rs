@@ -139,6 +139,12 @@ pub struct StageInput {
     pub stage: u32,
     /// How it is read.
     pub kind: EdgeKind,
+    /// A hash shuffle whose rows may be split across tasks: every operator between its
+    /// reader and the stage's writer handles each row on its own (the other inputs read
+    /// in full), so a skewed partition can run as several tasks, each over some of its
+    /// producers' slices ([`crate::plan::adaptive`]).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub splittable: bool,
 }
 
 /// A stage item (`sk = STAGE#<n>`): small and written only at creation, claim and
@@ -160,6 +166,11 @@ pub struct StageRecord {
     pub inputs: Vec<StageInput>,
     /// One line saying what the stage does, for progress displays.
     pub summary: String,
+    /// Bytes each plan partition of a leaf stage scans (from the plan's file groups);
+    /// empty for other stages. The adaptive planner merges partitions too small to be
+    /// worth a task.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub scan_bytes: Vec<u64>,
     /// When the stage was claimed for dispatch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatched_ms: Option<u64>,
@@ -198,6 +209,9 @@ pub enum AdaptiveRule {
     /// Runs inside its one consumer's single task (no tasks, no shuffle of its own): a
     /// single-task stage feeding a single-task stage gains nothing from the boundary.
     Fused,
+    /// A skewed partition split: it runs as several tasks, each reading some of one
+    /// input's producers (the other inputs in full); small partitions may be coalesced.
+    Split,
 }
 
 impl AdaptiveRule {
@@ -207,6 +221,7 @@ impl AdaptiveRule {
             AdaptiveRule::Planned => "planned",
             AdaptiveRule::Coalesced => "coalesced",
             AdaptiveRule::Fused => "fused",
+            AdaptiveRule::Split => "split",
         }
     }
 }
@@ -234,6 +249,9 @@ pub struct StageDecision {
     /// Stages whose plans run inside this stage's tasks, in place of their readers.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub fused: Vec<u32>,
+    /// Tasks of a split partition that read only some producers of one input.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub skew: Vec<SkewRead>,
     /// Rows the input stages committed.
     #[serde(default)]
     pub input_rows: u64,
@@ -244,16 +262,41 @@ pub struct StageDecision {
     pub note: String,
 }
 
+/// One task of a split partition: it reads producers `producers.0..producers.1` of input
+/// stage `stage` (and every producer of the other inputs).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SkewRead {
+    /// The task.
+    pub task: u32,
+    /// The input stage whose producers are divided.
+    pub stage: u32,
+    /// The producers it reads: first, and one past the last.
+    pub producers: (u32, u32),
+}
+
 impl StageDecision {
-    /// The plan partitions task `task` runs.
+    /// The plan partitions task `task` runs. The tasks of a split partition repeat its
+    /// start, and each runs that one partition.
     pub fn partitions_of(&self, task: u32) -> std::ops::Range<u32> {
         if self.starts.is_empty() {
             return task..task + 1;
         }
         let i = task as usize;
         let start = self.starts.get(i).copied().unwrap_or(self.partitions);
-        let end = self.starts.get(i + 1).copied().unwrap_or(self.partitions);
+        let end = self.starts[(i + 1).min(self.starts.len())..]
+            .iter()
+            .copied()
+            .find(|&s| s > start)
+            .unwrap_or(self.partitions);
         start..end.max(start)
+    }
+
+    /// The producers of input `stage` that task `task` reads, when it reads only some.
+    pub fn producers_of(&self, task: u32, stage: u32) -> Option<std::ops::Range<usize>> {
+        self.skew
+            .iter()
+            .find(|s| s.task == task && s.stage == stage)
+            .map(|s| s.producers.0 as usize..s.producers.1 as usize)
     }
 }
 

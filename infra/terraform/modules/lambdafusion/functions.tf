@@ -35,18 +35,19 @@ locals {
     },
     {
       for name, value in {
-        LAMBDAFUSION_BYTES_PER_TASK         = var.bytes_per_task
-        LAMBDAFUSION_SHUFFLE_BYTES_PER_TASK = var.shuffle_bytes_per_task
-        LAMBDAFUSION_ADAPTIVE               = var.adaptive_stages
-        LAMBDAFUSION_MAX_TASKS_PER_STAGE    = var.max_tasks_per_stage
-        LAMBDAFUSION_MAX_ATTEMPTS           = var.max_attempts
-        LAMBDAFUSION_DISPATCH_CONCURRENCY   = var.dispatch_concurrency
-        LAMBDAFUSION_FAST_PATH              = var.fast_path
-        LAMBDAFUSION_MAX_RESPONSE_BYTES     = var.max_response_bytes
-        LAMBDAFUSION_DATA_BUCKETS           = length(var.data_buckets) > 0 ? join(",", [for b in var.data_buckets : "s3://${b}"]) : null
-        LAMBDAFUSION_ADMIN_PRINCIPALS       = length(var.admin_principals) > 0 ? join(",", var.admin_principals) : null
-        LAMBDAFUSION_CATALOG_WRITERS        = var.catalog_writers == null ? null : join(",", var.catalog_writers)
-        LAMBDAFUSION_DISPATCH_DEADLINE_SECS = var.dispatch_deadline_seconds
+        LAMBDAFUSION_BYTES_PER_TASK          = var.bytes_per_task
+        LAMBDAFUSION_SHUFFLE_BYTES_PER_TASK  = var.shuffle_bytes_per_task
+        LAMBDAFUSION_MIN_SCAN_BYTES_PER_TASK = var.min_scan_bytes_per_task
+        LAMBDAFUSION_ADAPTIVE                = var.adaptive_stages
+        LAMBDAFUSION_MAX_TASKS_PER_STAGE     = var.max_tasks_per_stage
+        LAMBDAFUSION_MAX_ATTEMPTS            = var.max_attempts
+        LAMBDAFUSION_DISPATCH_CONCURRENCY    = var.dispatch_concurrency
+        LAMBDAFUSION_FAST_PATH               = var.fast_path
+        LAMBDAFUSION_MAX_RESPONSE_BYTES      = var.max_response_bytes
+        LAMBDAFUSION_DATA_BUCKETS            = length(var.data_buckets) > 0 ? join(",", [for b in var.data_buckets : "s3://${b}"]) : null
+        LAMBDAFUSION_ADMIN_PRINCIPALS        = length(var.admin_principals) > 0 ? join(",", var.admin_principals) : null
+        LAMBDAFUSION_CATALOG_WRITERS         = var.catalog_writers == null ? null : join(",", var.catalog_writers)
+        LAMBDAFUSION_DISPATCH_DEADLINE_SECS  = var.dispatch_deadline_seconds
       } : name => tostring(value) if value != null
     },
   )

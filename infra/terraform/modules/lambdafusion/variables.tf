@@ -432,6 +432,17 @@ variable "shuffle_bytes_per_task" {
   }
 }
 
+variable "min_scan_bytes_per_task" {
+  description = "Least scan bytes per task of a leaf stage: the adaptive planner merges smaller plan partitions (LAMBDAFUSION_MIN_SCAN_BYTES_PER_TASK); null for the code's default (16 MiB)."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.min_scan_bytes_per_task == null ? true : var.min_scan_bytes_per_task >= 1048576
+    error_message = "min_scan_bytes_per_task must be null or at least 1 MiB."
+  }
+}
+
 variable "adaptive_stages" {
   description = "Whether each stage is shaped from what its inputs committed when it becomes ready (LAMBDAFUSION_ADAPTIVE); null for the code's default (true)."
   type        = bool
