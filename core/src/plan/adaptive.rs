@@ -192,9 +192,17 @@ fn size(
         input_bytes: hash_bytes + whole_bytes * u64::from(partitions.max(1)),
         note: with_fused(note),
     };
-    if stage.inputs.is_empty() && config.adaptive && partitions > 1 && !stage.scan_bytes.is_empty()
-    {
-        return Ok(size_scan(stage, planned, config));
+    if hash_inputs.is_empty() && fused.is_empty() && config.adaptive && partitions > 1 {
+        if let Some((starts, note)) = size_scan(stage, config) {
+            let tasks = starts.len() as u32;
+            return Ok(StageDecision {
+                rule: AdaptiveRule::Coalesced,
+                tasks,
+                starts,
+                input_bytes: whole_bytes * u64::from(tasks),
+                ..planned(note)
+            });
+        }
     }
     if hash_inputs.is_empty() || partitions <= 1 || !config.adaptive {
         let why = if !config.adaptive {
@@ -329,42 +337,28 @@ fn size(
     })
 }
 
-/// The coalesce rule for a leaf stage: contiguous plan partitions scanning less than
-/// `min_scan_bytes_per_task` together run as one task.
-fn size_scan(
-    stage: &StageRecord,
-    planned: impl Fn(String) -> StageDecision,
-    config: &EngineConfig,
-) -> StageDecision {
+/// The coalesce rule for a stage that scans (a leaf, or a scan probing broadcast build
+/// sides): contiguous plan partitions scanning less than `min_scan_bytes_per_task`
+/// together run as one task. `None` when nothing merges.
+fn size_scan(stage: &StageRecord, config: &EngineConfig) -> Option<(Vec<u32>, String)> {
     let partitions = stage.tasks;
+    if stage.scan_bytes.len() != partitions as usize {
+        return None;
+    }
     let total: u64 = stage.scan_bytes.iter().sum();
     let target = config.min_scan_bytes_per_task;
-    let starts = if stage.scan_bytes.len() == partitions as usize {
-        coalesce(&stage.scan_bytes, target)
-    } else {
-        Vec::new()
-    };
-    if starts.is_empty() || starts.len() as u32 == partitions {
-        return planned(format!(
-            "{partitions} tasks as planned: {} scanned, about {} per task",
-            human_bytes(total),
-            human_bytes(total / u64::from(partitions.max(1)))
-        ));
+    let starts = coalesce(&stage.scan_bytes, target);
+    if starts.len() as u32 >= partitions {
+        return None;
     }
-    let tasks = starts.len() as u32;
-    StageDecision {
-        rule: AdaptiveRule::Coalesced,
-        tasks,
-        note: format!(
-            "coalesced {partitions} scan partitions ({}) into {tasks} task{} of up to {} \
-             each",
-            human_bytes(total),
-            if tasks == 1 { "" } else { "s" },
-            human_bytes(target),
-        ),
-        starts,
-        ..planned(String::new())
-    }
+    let tasks = starts.len();
+    let note = format!(
+        "coalesced {partitions} scan partitions ({}) into {tasks} task{} of up to {} each",
+        human_bytes(total),
+        if tasks == 1 { "" } else { "s" },
+        human_bytes(target),
+    );
+    Some((starts, note))
 }
 
 /// A partition is skewed when it holds more than this many times the median partition's

@@ -51,8 +51,9 @@ pub struct Stage {
     pub output_partitions: usize,
     /// One line saying what it does.
     pub summary: String,
-    /// Bytes each plan partition scans, for a leaf stage (no inputs) whose partitions
-    /// are its scans' file groups; empty otherwise.
+    /// Bytes each plan partition scans, for a stage reading no hash shuffle whose
+    /// partitions are its scans' file groups (a leaf stage, or a scan probing broadcast
+    /// build sides); empty otherwise.
     pub scan_bytes: Vec<u64>,
 }
 
@@ -336,7 +337,7 @@ impl StageSplitter {
         let plan: Arc<dyn ExecutionPlan> = Arc::new(writer);
         let inputs = stage_inputs(&plan, tasks)?;
         let summary = summarize(&plan);
-        let scan_bytes = if inputs.is_empty() {
+        let scan_bytes = if inputs.iter().all(|i| i.kind != EdgeKind::Hash) {
             partition_scan_bytes(&plan, tasks)
         } else {
             Vec::new()
