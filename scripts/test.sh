@@ -2,10 +2,10 @@
 # The whole test suite — what CI runs (.ci/run) and what you run:
 #   1. installs the pinned Python tools (moto, checkov) into .venv,
 #   2. checks the Terraform (fmt, checkov; the contract test runs with the Rust tests),
-#   3. runs every Rust test: unit, embedded end to end, TPC-H against DataFusion, the end-to-end
+#   3. checks formatting and starts clippy (at nice 19) beside everything below,
+#   4. runs every Rust test: unit, embedded end to end, TPC-H against DataFusion, the end-to-end
 #      tests against the local AWS stack, the chaos soak's short run and the store's soak
 #      (those two in cargo invocations of their own, beside the others),
-#   4. checks formatting and, in the background, clippy lints, while it
 #   5. tests the patched moto_server against plain moto (local/localstack/test_moto_server.py),
 #      the Python client against `lambdafusion serve` and the local stack
 #      (clients/python/test.sh) and the web console in Debian's Chromium
@@ -33,11 +33,22 @@ step "build everything, tests included (the local AWS stack runs the function bi
 # and nothing is compiled twice.
 cargo build --workspace --all-targets --locked
 
+step "lints: rustfmt; clippy starts now, at the lowest CPU priority, beside the tests"
+cargo fmt --all --check
+# clippy checks every crate anew (about 7 minutes of CPU cold) while most tests below
+# wait on servers: it runs beside them at nice 19, so that the tests (and the moto_server
+# they wait on) get the CPU first and keep their budgets; collected at the end. It has a
+# target directory of its own: cargo holds a build directory's lock while it compiles,
+# which would keep every `cargo test` below waiting for clippy.
+LOGS="$(mktemp -d)"
+CARGO_TARGET_DIR="$ROOT/target/clippy" nice -n 19 \
+  cargo clippy --workspace --all-targets --locked -- -D warnings >"$LOGS/clippy.log" 2>&1 &
+CLIPPY_PID=$!
+
 step "cargo test --workspace (the long local-stack suites run beside the rest)"
 # Each suite on the local AWS stack starts its own stack on free ports (tests/src/stack.rs),
 # so the longest ones, which mostly wait on moto, run as cargo invocations of their own.
 # `--workspace` on every invocation keeps one set of features: nothing is rebuilt.
-LOGS="$(mktemp -d)"
 BESIDE=(chaos store_on_the_stack)
 declare -A BESIDE_PID
 for t in "${BESIDE[@]}"; do
@@ -67,14 +78,6 @@ for t in "${BESIDE[@]}"; do
     exit 1
   fi
 done
-
-step "lints: rustfmt; clippy starts now and runs beside the Python and browser tests"
-cargo fmt --all --check
-# clippy checks every crate anew (about 7 minutes cold, all CPU) while the steps below
-# mostly wait on servers: run it beside them and collect it at the end. (Not beside the
-# Rust tests: the chaos soak's short run keeps to its three minutes only without it.)
-cargo clippy --workspace --all-targets --locked -- -D warnings >"$LOGS/clippy.log" 2>&1 &
-CLIPPY_PID=$!
 
 step "moto_server patches (local/localstack/test_moto_server.py)"
 "$VENV/bin/python" -m unittest local/localstack/test_moto_server.py 2>&1 | tail -n 3
