@@ -261,17 +261,15 @@ fn size(
                 let pieces = bytes
                     .div_ceil(config.shuffle_bytes_per_task.max(1))
                     .min(MAX_SPLIT as u64) as usize;
-                (s, split_producers(&slices, pieces))
+                (
+                    s,
+                    slices.iter().sum::<u64>(),
+                    split_producers(&slices, pieces),
+                )
             })
-            .filter(|(_, groups)| groups.len() > 1);
+            .filter(|(_, _, groups)| groups.len() > 1);
         match pieces {
-            Some((input, groups)) => {
-                let own: u64 = hash_inputs
-                    .iter()
-                    .find(|(s, _, _)| *s == input)
-                    .map(|(_, _, outputs)| slice_bytes(outputs, start as usize))
-                    .transpose()?
-                    .unwrap_or(0);
+            Some((input, own, groups)) => {
                 extra_bytes += (bytes - own) * (groups.len() as u64 - 1);
                 split_notes.push(format!(
                     "partition {start} ({}) over {} tasks by stage {input}'s producers",

@@ -121,19 +121,24 @@ pub fn scan_bytes(plan: &Arc<dyn ExecutionPlan>) -> u64 {
     let _ = plan.apply(|node| {
         if let Some(scan) = node.downcast_ref::<DataSourceExec>() {
             if let Some(config) = scan.data_source().downcast_ref::<FileScanConfig>() {
-                for group in &config.file_groups {
-                    for file in group.files() {
-                        total += match &file.range {
-                            Some(r) => (r.end - r.start).max(0) as u64,
-                            None => file.object_meta.size,
-                        };
-                    }
-                }
+                total += config.file_groups.iter().map(group_bytes).sum::<u64>();
             }
         }
         Ok(TreeNodeRecursion::Continue)
     });
     total
+}
+
+/// Bytes one file group (one scan partition) reads: whole files, or their byte ranges.
+pub(crate) fn group_bytes(group: &datafusion::datasource::physical_plan::FileGroup) -> u64 {
+    group
+        .files()
+        .iter()
+        .map(|file| match &file.range {
+            Some(r) => (r.end - r.start).max(0) as u64,
+            None => file.object_meta.size,
+        })
+        .sum()
 }
 
 /// The encoded plan a [`PlanRecord`] holds, read from object storage when it lives there.

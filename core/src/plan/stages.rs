@@ -420,12 +420,7 @@ fn partition_scan_bytes(plan: &Arc<dyn ExecutionPlan>, partitions: usize) -> Vec
             if config.file_groups.len() == partitions {
                 found = true;
                 for (group, total) in config.file_groups.iter().zip(bytes.iter_mut()) {
-                    for file in group.files() {
-                        *total += match &file.range {
-                            Some(r) => (r.end - r.start).max(0) as u64,
-                            None => file.object_meta.size,
-                        };
-                    }
+                    *total += super::group_bytes(group);
                 }
             }
         }
