@@ -122,6 +122,9 @@ impl AwsSettings {
         if let Some(v) = number(ENV_MIN_SCAN_BYTES_PER_TASK)? {
             engine = engine.with_min_scan_bytes_per_task(v);
         }
+        if let Some(v) = number(ENV_MAX_BROADCAST_BYTES)? {
+            engine = engine.with_max_broadcast_bytes(v);
+        }
         engine.max_response_bytes =
             Some(number(ENV_MAX_RESPONSE_BYTES)?.unwrap_or(4 * 1024 * 1024) as usize);
         let list = |k: &'static str| -> Vec<String> {
@@ -262,6 +265,7 @@ mod tests {
                         (ENV_ADAPTIVE, "false"),
                         (ENV_SHUFFLE_BYTES_PER_TASK, "2097152"),
                         (ENV_MIN_SCAN_BYTES_PER_TASK, "4194304"),
+                        (ENV_MAX_BROADCAST_BYTES, "0"),
                     ],
                 ]
                 .concat(),
@@ -273,6 +277,7 @@ mod tests {
         assert!(!s.engine.adaptive);
         assert_eq!(s.engine.shuffle_bytes_per_task, 2 * 1024 * 1024);
         assert_eq!(s.engine.min_scan_bytes_per_task, 4 * 1024 * 1024);
+        assert_eq!(s.engine.max_broadcast_bytes, 0);
         let err = AwsSettings::from_lookup(
             Role::Executor,
             lookup(&[&base[..], &[(ENV_ADAPTIVE, "sometimes")]].concat()),

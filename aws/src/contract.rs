@@ -25,6 +25,9 @@ pub const ENV_SHUFFLE_BYTES_PER_TASK: &str = "LAMBDAFUSION_SHUFFLE_BYTES_PER_TAS
 /// Least scan bytes per task of a leaf stage; smaller plan partitions are merged
 /// (optional, default 16 MiB).
 pub const ENV_MIN_SCAN_BYTES_PER_TASK: &str = "LAMBDAFUSION_MIN_SCAN_BYTES_PER_TASK";
+/// Largest committed side of a partitioned semi / anti / mark join that switches the
+/// join to a broadcast of it; 0 never switches (optional, default 16 MiB).
+pub const ENV_MAX_BROADCAST_BYTES: &str = "LAMBDAFUSION_MAX_BROADCAST_BYTES";
 /// Whether stages are shaped from their inputs' committed sizes when they become ready
 /// (optional, default true).
 pub const ENV_ADAPTIVE: &str = "LAMBDAFUSION_ADAPTIVE";
@@ -86,6 +89,7 @@ pub const ALL_ENV: &[&str] = &[
     ENV_BYTES_PER_TASK,
     ENV_SHUFFLE_BYTES_PER_TASK,
     ENV_MIN_SCAN_BYTES_PER_TASK,
+    ENV_MAX_BROADCAST_BYTES,
     ENV_ADAPTIVE,
     ENV_MAX_TASKS_PER_STAGE,
     ENV_MAX_ATTEMPTS,

@@ -19,6 +19,10 @@ pub struct EngineConfig {
     /// such as many small files or a small `bytes_per_task`) are merged into tasks of
     /// about this much ([`crate::plan::adaptive`]).
     pub min_scan_bytes_per_task: u64,
+    /// A partitioned semi / anti / mark join whose emitted side commits at most this many
+    /// bytes switches to a broadcast of that side: the other side's stage reads it whole
+    /// and marks its rows instead of hash-shuffling them ([`crate::plan::switch`]).
+    pub max_broadcast_bytes: u64,
     /// Whether stages are shaped from their inputs' committed sizes when they become
     /// ready (`false`: every stage runs exactly as planned at submit).
     pub adaptive: bool,
@@ -80,6 +84,7 @@ impl Default for EngineConfig {
             bytes_per_task: 128 * 1024 * 1024,
             shuffle_bytes_per_task: 64 * 1024 * 1024,
             min_scan_bytes_per_task: 16 * 1024 * 1024,
+            max_broadcast_bytes: 16 * 1024 * 1024,
             adaptive: true,
             inline_scan_bytes: 4 * 1024 * 1024,
             max_tasks_per_stage: 64,
@@ -107,6 +112,12 @@ impl EngineConfig {
     /// Sets [`EngineConfig::bytes_per_task`].
     pub fn with_bytes_per_task(mut self, bytes: u64) -> Self {
         self.bytes_per_task = bytes.max(1);
+        self
+    }
+
+    /// Sets [`EngineConfig::max_broadcast_bytes`] (0: never switch a join).
+    pub fn with_max_broadcast_bytes(mut self, bytes: u64) -> Self {
+        self.max_broadcast_bytes = bytes;
         self
     }
 

@@ -134,18 +134,16 @@ async fn analyzed(
     for stage in &snapshot.stages {
         plans.push(crate::plan::read_stage_plan(services, job_id, stage.stage, &ctx).await?);
     }
-    // A stage's tasks ran its plan with the stages fused into it in place of their
-    // readers: show that plan, which their figures describe.
-    let decoded = plans.clone();
+    // Show the plan each stage's tasks ran (stages fused into it, a switched join),
+    // which their figures describe.
+    let stored: std::collections::HashMap<u32, _> = snapshot
+        .stages
+        .iter()
+        .zip(&plans)
+        .map(|(stage, plan)| (stage.stage, plan.clone()))
+        .collect();
     for (stage, plan) in snapshot.stages.iter().zip(plans.iter_mut()) {
-        if let Some(d) = stage.decision.as_ref().filter(|d| !d.fused.is_empty()) {
-            let fused = d
-                .fused
-                .iter()
-                .filter_map(|&s| decoded.get(s as usize).map(|p| (s, p.clone())))
-                .collect();
-            *plan = crate::plan::adaptive::fuse(plan.clone(), &fused)?;
-        }
+        *plan = crate::plan::adaptive::task_plan(stage, plan.clone(), &stored)?;
     }
     crate::analyze::render(&snapshot, &plans, schema)
 }

@@ -110,7 +110,35 @@ impl JobStatus {
     }
 }
 
-/// From the last commit of `stage`'s inputs to its first task start.
+/// What `stage` reads, e.g. `"hash shuffle from stage 0"`: as planned, or as a switched
+/// join made it read ([`crate::plan::switch`]).
+fn reads(stage: &crate::state::StageRecord) -> Vec<String> {
+    use crate::plan::edge_name;
+    use crate::state::EdgeKind;
+    let switched = stage.decision.as_ref().and_then(|d| d.switched);
+    let mut reads: Vec<String> = stage
+        .inputs
+        .iter()
+        .map(|i| {
+            let kind = match switched {
+                Some(sw) if sw.join == stage.stage && sw.large == i.stage => "marks",
+                Some(sw) if sw.join == stage.stage => edge_name(EdgeKind::Gather),
+                _ => edge_name(i.kind),
+            };
+            format!("{kind} from stage {}", i.stage)
+        })
+        .collect();
+    if let Some(sw) = switched.filter(|sw| sw.large == stage.stage) {
+        reads.push(format!(
+            "{} from stage {}",
+            edge_name(EdgeKind::Broadcast),
+            sw.small
+        ));
+    }
+    reads
+}
+
+/// From the last commit of the stages `stage` waited for to its first task start.
 fn handoff(
     snapshot: &JobSnapshot,
     stage: &crate::state::StageRecord,
@@ -118,13 +146,12 @@ fn handoff(
 ) -> Option<u64> {
     let start = first_start?;
     let inputs_done = stage
-        .inputs
-        .iter()
-        .map(|i| {
+        .waits_for(stage.switch.is_some())
+        .map(|input| {
             snapshot
                 .stages
                 .iter()
-                .find(|s| s.stage == i.stage)
+                .find(|s| s.stage == input)
                 .and_then(|s| snapshot.last_commit_ms(s))
         })
         .collect::<Option<Vec<u64>>>()?
@@ -171,11 +198,7 @@ pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
             stage: s.stage,
             state: state.to_string(),
             summary: s.summary.clone(),
-            inputs: s
-                .inputs
-                .iter()
-                .map(|i| format!("{} from stage {}", crate::plan::edge_name(i.kind), i.stage))
-                .collect(),
+            inputs: reads(s),
             tasks: s.tasks,
             tasks_done: snapshot.succeeded(s.stage).min(s.tasks),
             failed_attempts: failed,

@@ -473,3 +473,143 @@ async fn an_over_partitioned_scan_is_coalesced_at_its_claim() {
     }
     assert!(coalesced >= 3, "{coalesced} leaf stages coalesced");
 }
+
+/// Join strategy from real sizes, forced by data built for it: a `NOT EXISTS` whose
+/// kept side is filtered by a predicate DataFusion cannot estimate (it guesses a fifth of
+/// 400,000 orders; 400 pass) is planned as a partitioned anti join, both sides
+/// hash-shuffled. At its claim the scan of `events` (the other side) sees that the kept
+/// side committed a few KiB and switches the join to a broadcast of it: its tasks mark
+/// the orders their events match, and the join's stage combines the marks in one task.
+/// With a broadcast limit of one byte the same query runs partitioned. Both results
+/// equal DataFusion's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_partitioned_anti_join_switches_to_broadcast_when_its_side_is_small() {
+    let dir = tempfile::tempdir().unwrap();
+    write_table(
+        dir.path(),
+        "orders",
+        "SELECT value AS id, value % 4999 AS k, CAST(value AS DOUBLE) AS w \
+         FROM generate_series(1, 400000)",
+    )
+    .await;
+    write_table(
+        dir.path(),
+        "events",
+        "SELECT value AS e, value % 4000 AS k, value % 7 AS kind \
+         FROM generate_series(1, 360000)",
+    )
+    .await;
+    // The kept side on the left (a left anti join) and, with a filter on `events` that
+    // makes DataFusion guess it the smaller (a fifth of 360,000 rows: 72,000 against
+    // 80,000, and still over its 1 MB collect-left threshold), on the right (a right anti
+    // join: q21's shape).
+    let queries = [
+        (
+            "SELECT (o.id / 1000) % 10 AS g, count(*) AS n, sum(o.w) AS total FROM orders o \
+             WHERE o.id % 1000 = 3 AND NOT EXISTS \
+             (SELECT 1 FROM events e WHERE e.k = o.k AND e.kind <> o.id % 7) \
+             GROUP BY g ORDER BY g",
+            "join_type=LeftAnti",
+        ),
+        (
+            "SELECT (o.id / 1000) % 10 AS g, count(*) AS n, sum(o.w) AS total FROM orders o \
+             WHERE o.id % 1000 = 3 AND NOT EXISTS \
+             (SELECT 1 FROM events e WHERE e.k = o.k AND e.kind <> o.id % 7 AND e.e % 3 = 0) \
+             GROUP BY g ORDER BY g",
+            "join_type=RightAnti",
+        ),
+    ];
+    let ctx = datafusion::prelude::SessionContext::new();
+    for t in ["orders", "events"] {
+        ctx.register_parquet(t, dir.path().join(t).to_str().unwrap(), Default::default())
+            .await
+            .unwrap();
+    }
+    for (limit, switched) in [(16 << 20, true), (1, false)] {
+        let engine = engine(
+            EngineConfig::default()
+                .with_bytes_per_task(1)
+                .with_min_scan_bytes_per_task(1)
+                .with_max_tasks_per_stage(4)
+                .with_max_broadcast_bytes(limit),
+            dir.path(),
+        )
+        .await;
+        for t in ["orders", "events"] {
+            engine
+                .sql(&format!(
+                    "CREATE EXTERNAL TABLE {t} STORED AS PARQUET LOCATION '{}/'",
+                    dir.path().join(t).display()
+                ))
+                .await
+                .unwrap();
+        }
+        for (sql, join_type) in queries {
+            let explain = engine.sql(&format!("EXPLAIN {sql}")).await.unwrap();
+            let plan = datafusion::arrow::util::pretty::pretty_format_batches(&explain.batches)
+                .unwrap()
+                .to_string();
+            assert!(
+                plan.contains(&format!("mode=Partitioned, {join_type}")),
+                "{plan}"
+            );
+            assert!(plan.contains("if it turns out small"), "{plan}");
+            let out = engine.sql(sql).await.unwrap_or_else(|e| panic!("{e}"));
+            let expected = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+            lambdafusion::verify::compare(&expected, &out.batches, true).unwrap();
+            let stages = &out.status.stages;
+            let join = stages
+                .iter()
+                .find(|s| s.summary.contains("HashJoin"))
+                .unwrap_or_else(|| panic!("no join stage: {stages:#?}"));
+            // The scan of `events`: the leaf stage deciding the join's strategy.
+            let said = format!("stage {}'s join", join.stage);
+            let events = stages
+                .iter()
+                .find(|s| {
+                    s.summary.ends_with("DataSource")
+                        && s.decision_note.as_deref().unwrap_or("").contains(&said)
+                })
+                .unwrap_or_else(|| panic!("no scan decided the join: {stages:#?}"));
+            let events_note = events.decision_note.as_deref().unwrap();
+            let join_note = join.decision_note.as_deref().unwrap();
+            if switched {
+                assert_eq!(events.decision.as_deref(), Some("broadcast"), "{events:?}");
+                assert!(
+                    events_note.contains("join switched from partitioned"),
+                    "{events_note}"
+                );
+                assert!(events
+                    .inputs
+                    .iter()
+                    .any(|i| i.starts_with("broadcast from stage")));
+                assert!(events.bytes < 64 << 10, "marks, not rows: {events:?}");
+                assert_eq!(join.decision.as_deref(), Some("broadcast"), "{join:?}");
+                assert_eq!(join.tasks, 1, "{join:?}");
+                assert!(
+                    join_note.contains("combined with the marks of stage"),
+                    "{join_note}"
+                );
+            } else {
+                assert_ne!(events.decision.as_deref(), Some("broadcast"), "{events:?}");
+                assert!(
+                    events_note.contains("over the broadcast limit"),
+                    "{events_note}"
+                );
+                assert!(events.bytes > 256 << 10, "hash-shuffled rows: {events:?}");
+                assert!(
+                    join_note.contains("partitioned: hash shuffles of stage"),
+                    "{join_note}"
+                );
+            }
+            // EXPLAIN ANALYZE shows the plans the tasks ran, with their figures.
+            let analyzed = engine.sql(&format!("EXPLAIN ANALYZE {sql}")).await.unwrap();
+            let text = datafusion::arrow::util::pretty::pretty_format_batches(&analyzed.batches)
+                .unwrap()
+                .to_string();
+            assert_eq!(text.contains("MarkCombineExec"), switched, "{text}");
+            assert_eq!(text.contains("TaskJoinExec"), switched, "{text}");
+            assert!(!text.contains("metrics unavailable"), "{text}");
+        }
+    }
+}

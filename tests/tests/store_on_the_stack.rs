@@ -64,6 +64,7 @@ fn wide_records(tasks: u32) -> NewJob {
         inputs: vec![],
         summary: "wide".into(),
         scan_bytes: vec![],
+        switch: None,
         dispatched_ms: Some(now),
         confirmed_ms: Some(now),
         decision: None,

@@ -339,18 +339,16 @@ impl Executor {
             ))
         })?;
         let bytes = plan::stage_plan_bytes(&self.services, record).await?;
-        let mut plan = plan::decode_plan(&bytes, &self.state.task_ctx())?;
-        // Stages fused into this one run inside its tasks, in place of their readers.
-        if let Some(decision) = stage.decision.as_ref().filter(|d| !d.fused.is_empty()) {
-            let mut fused = HashMap::new();
-            for &producer in &decision.fused {
-                let ctx = self.state.task_ctx();
-                let producer_plan =
-                    plan::read_stage_plan(&self.services, &stage.job_id, producer, &ctx).await?;
-                fused.insert(producer, producer_plan);
-            }
-            plan = plan::adaptive::fuse(plan, &fused)?;
+        let plan = plan::decode_plan(&bytes, &self.state.task_ctx())?;
+        // Stages fused into this one, a switched join: the plan its tasks really run.
+        let mut others = HashMap::new();
+        for producer in plan::adaptive::plans_needed(stage) {
+            let ctx = self.state.task_ctx();
+            let other =
+                plan::read_stage_plan(&self.services, &stage.job_id, producer, &ctx).await?;
+            others.insert(producer, other);
         }
+        let plan = plan::adaptive::task_plan(stage, plan, &others)?;
         if let Ok(mut plans) = self.plans.lock() {
             if plans.len() >= PLAN_CACHE_ENTRIES {
                 plans.clear();

@@ -62,8 +62,125 @@ pub fn decide(
     snapshot: &JobSnapshot,
     config: &EngineConfig,
 ) -> Result<StageDecision> {
+    if let Some(decision) = switched_join(stage, snapshot)? {
+        return Ok(decision);
+    }
     let sized = size(stage, snapshot, config)?;
+    let sized = switch_join(stage, sized, snapshot, config);
     Ok(fuse_into_consumer(stage, sized, snapshot, config))
+}
+
+/// Bytes `outputs` hold in all.
+fn total_bytes(outputs: &[&TaskOutput]) -> u64 {
+    outputs.iter().map(|o| o.all().end).sum()
+}
+
+/// The switch rule on the large side of a switchable join ([`super::switch`]): once
+/// its small side is committed, at most `max_broadcast_bytes` switches the join to a
+/// broadcast of it — this stage's tasks read it whole and mark its rows.
+fn switch_join(
+    stage: &StageRecord,
+    sized: StageDecision,
+    snapshot: &JobSnapshot,
+    config: &EngineConfig,
+) -> StageDecision {
+    let Some(switch) = stage.switch.filter(|_| config.adaptive) else {
+        return sized;
+    };
+    let small = committed(snapshot, switch.small);
+    let bytes = total_bytes(&small);
+    let limit = config.max_broadcast_bytes;
+    if limit == 0 || bytes > limit {
+        return StageDecision {
+            note: format!(
+                "{}; partitioned: stage {} ({}) is over the broadcast limit ({}), so stage \
+                 {}'s join reads both sides hash-shuffled, as planned",
+                sized.note,
+                switch.small,
+                human_bytes(bytes),
+                human_bytes(limit),
+                switch.join
+            ),
+            ..sized
+        };
+    }
+    let mut input_tasks = sized.input_tasks.clone();
+    input_tasks.push((switch.small, small.len() as u32));
+    input_tasks.sort_unstable();
+    StageDecision {
+        rule: AdaptiveRule::Broadcast,
+        input_tasks,
+        switched: Some(switch),
+        input_rows: sized.input_rows + small.iter().map(|o| o.rows).sum::<u64>(),
+        input_bytes: sized.input_bytes + bytes * u64::from(sized.tasks),
+        note: format!(
+            "{}; broadcast: stage {} ({}, at most {}) read whole by each task, which \
+             marks the rows of it that its own rows match: stage {}'s join switched from \
+             partitioned, and this stage writes no hash shuffle",
+            sized.note,
+            switch.small,
+            human_bytes(bytes),
+            human_bytes(limit),
+            switch.join
+        ),
+        ..sized
+    }
+}
+
+/// The decision of a stage whose join was switched at its large side's claim: one task
+/// combining the large side's marks over the small side, read whole.
+fn switched_join(stage: &StageRecord, snapshot: &JobSnapshot) -> Result<Option<StageDecision>> {
+    let switch = stage.inputs.iter().find_map(|i| {
+        snapshot
+            .stages
+            .iter()
+            .find(|s| s.stage == i.stage)
+            .and_then(|s| s.decision.as_ref())
+            .and_then(|d| d.switched)
+            .filter(|sw| sw.join == stage.stage)
+    });
+    let Some(switch) = switch else {
+        return Ok(None);
+    };
+    let small = committed(snapshot, switch.small);
+    let large = committed(snapshot, switch.large);
+    if let Some(bad) = large.iter().find(|o| o.ends.len() != 1) {
+        return Err(Error::Internal(format!(
+            "stage {} marks in one slice for stage {}, but {} holds {} slices",
+            switch.large,
+            stage.stage,
+            bad.object,
+            bad.ends.len()
+        )));
+    }
+    let (small_bytes, large_bytes) = (total_bytes(&small), total_bytes(&large));
+    let mut input_tasks = vec![
+        (switch.small, small.len() as u32),
+        (switch.large, large.len() as u32),
+    ];
+    input_tasks.sort_unstable();
+    Ok(Some(StageDecision {
+        rule: AdaptiveRule::Broadcast,
+        partitions: 1,
+        tasks: 1,
+        starts: vec![],
+        input_tasks,
+        fused: vec![],
+        skew: vec![],
+        switched: Some(switch),
+        input_rows: small.iter().chain(&large).map(|o| o.rows).sum(),
+        input_bytes: small_bytes + large_bytes,
+        note: format!(
+            "1 task: its join switched from partitioned to broadcast — stage {} ({}) read \
+             whole, combined with the marks of stage {}'s {} task{} ({})",
+            switch.small,
+            human_bytes(small_bytes),
+            switch.large,
+            large.len(),
+            if large.len() == 1 { "" } else { "s" },
+            human_bytes(large_bytes)
+        ),
+    }))
 }
 
 /// Whether `stage` was fused into its consumer.
@@ -188,6 +305,7 @@ fn size(
         input_tasks: input_tasks.clone(),
         fused: fused.clone(),
         skew: vec![],
+        switched: None,
         input_rows,
         input_bytes: hash_bytes + whole_bytes * u64::from(partitions.max(1)),
         note: with_fused(note),
@@ -329,6 +447,7 @@ fn size(
         input_tasks,
         fused: fused.clone(),
         skew,
+        switched: None,
         input_rows,
         input_bytes: hash_bytes + extra_bytes + whole_bytes * u64::from(tasks),
         note: with_fused(note),
@@ -398,13 +517,14 @@ fn fuse_into_consumer(
     snapshot: &JobSnapshot,
     config: &EngineConfig,
 ) -> StageDecision {
-    if !config.adaptive || sized.tasks != 1 || !sized.fused.is_empty() {
+    if !config.adaptive || sized.tasks != 1 || !sized.fused.is_empty() || sized.switched.is_some() {
         return sized;
     }
+    // A stage waiting for this one to decide a join switch counts as a consumer.
     let mut consumers = snapshot
         .stages
         .iter()
-        .filter(|c| c.inputs.iter().any(|i| i.stage == stage.stage));
+        .filter(|c| c.waits_for(true).any(|s| s == stage.stage));
     let (Some(consumer), None) = (consumers.next(), consumers.next()) else {
         return sized;
     };
@@ -421,6 +541,60 @@ fn fuse_into_consumer(
             consumer.stage
         ),
         ..sized
+    }
+}
+
+/// The other stages whose stored plans [`task_plan`] needs for `stage`: those fused into
+/// it and, on the large side of a switched join, the join's stage.
+pub fn plans_needed(stage: &StageRecord) -> Vec<u32> {
+    let Some(decision) = &stage.decision else {
+        return Vec::new();
+    };
+    let mut needed = decision.fused.clone();
+    if let Some(switch) = decision.switched.filter(|s| s.large == stage.stage) {
+        needed.push(switch.join);
+    }
+    needed
+}
+
+/// The plan the tasks of `stage` run, from its stored plan `plan` and the stored plans
+/// of the stages [`plans_needed`] names (in `others`): the stages fused into it in place
+/// of their readers ([`fuse`]), and a switched join's side of [`super::switch`].
+pub fn task_plan(
+    stage: &StageRecord,
+    plan: Arc<dyn ExecutionPlan>,
+    others: &HashMap<u32, Arc<dyn ExecutionPlan>>,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let Some(decision) = &stage.decision else {
+        return Ok(plan);
+    };
+    let stored = |s: u32| {
+        others.get(&s).cloned().ok_or_else(|| {
+            Error::Internal(format!(
+                "stage {} runs with stage {s}'s plan, which was not given",
+                stage.stage
+            ))
+        })
+    };
+    let fused = decision
+        .fused
+        .iter()
+        .map(|&s| Ok((s, stored(s)?)))
+        .collect::<Result<HashMap<_, _>>>()?;
+    let plan = fuse(plan, &fused)?;
+    match decision.switched {
+        Some(switch) if switch.large == stage.stage => {
+            super::switch::marking_plan(&plan, &stored(switch.join)?, switch)
+        }
+        Some(switch) => {
+            let large_tasks = decision
+                .input_tasks
+                .iter()
+                .find(|(s, _)| *s == switch.large)
+                .map_or(1, |&(_, n)| n as usize);
+            super::switch::combining_plan(&plan, switch, large_tasks)
+        }
+        None => Ok(plan),
     }
 }
 
@@ -496,7 +670,7 @@ pub fn human_bytes(bytes: u64) -> String {
 mod tests {
     use super::*;
     use crate::state::{
-        JobKind, JobRecord, JobState, StageInput, StageState, TaskOutput, TaskRecord,
+        JobKind, JobRecord, JobState, JoinSwitch, StageInput, StageState, TaskOutput, TaskRecord,
     };
 
     #[test]
@@ -515,6 +689,7 @@ mod tests {
         );
         assert_eq!(coalesce(&[], 10), Vec::<u32>::new());
         let decision = StageDecision {
+            switched: None,
             rule: AdaptiveRule::Coalesced,
             partitions: 5,
             tasks: 3,
@@ -541,6 +716,7 @@ mod tests {
         );
         assert_eq!(split_producers(&[7], 3), vec![(0, 1)]);
         let decision = StageDecision {
+            switched: None,
             rule: AdaptiveRule::Split,
             partitions: 3,
             tasks: 4,
@@ -667,6 +843,7 @@ mod tests {
             }],
             summary: String::new(),
             scan_bytes: Vec::new(),
+            switch: None,
             dispatched_ms: None,
             confirmed_ms: None,
             decision: None,
@@ -802,6 +979,98 @@ mod tests {
         };
         let d = decide(&middle, &snap_without_decision(&snap), &small).unwrap();
         assert!(d.tasks > 1 && d.rule != AdaptiveRule::Fused, "{}", d.note);
+    }
+
+    /// The switch rule: the large side of a switchable join waits for the small side,
+    /// switches the join to a broadcast of it when it committed at most
+    /// `max_broadcast_bytes`, and the join's stage then combines the marks in one task.
+    #[test]
+    fn a_join_switches_to_broadcast_when_its_small_side_is_small() {
+        let switch = JoinSwitch {
+            join: 2,
+            small: 0,
+            large: 1,
+        };
+        let join = StageRecord {
+            stage: 2,
+            inputs: vec![
+                StageInput {
+                    stage: 0,
+                    kind: EdgeKind::Hash,
+                    splittable: false,
+                },
+                StageInput {
+                    stage: 1,
+                    kind: EdgeKind::Hash,
+                    splittable: false,
+                },
+            ],
+            ..consumer(4, EdgeKind::Hash)
+        };
+        let large = StageRecord {
+            stage: 1,
+            tasks: 3,
+            output_partitions: 4,
+            inputs: vec![],
+            switch: Some(switch),
+            ..join.clone()
+        };
+        // The small side: two tasks of 4 bytes each.
+        let mut snap = snapshot(
+            vec![output(0, vec![1, 2, 3, 4]), output(1, vec![1, 2, 3, 4])],
+            large.clone(),
+        );
+        snap.stages[0].output_partitions = 4;
+        snap.stages.push(join.clone());
+        assert_eq!(large.waits_for(true).collect::<Vec<_>>(), vec![0]);
+        assert_eq!(large.waits_for(false).count(), 0);
+
+        let at = |limit| EngineConfig::default().with_max_broadcast_bytes(limit);
+        let d = decide(&large, &snap, &at(8)).unwrap();
+        assert_eq!(d.rule, AdaptiveRule::Broadcast, "{}", d.note);
+        assert_eq!((d.tasks, d.switched), (3, Some(switch)));
+        assert_eq!(d.input_tasks, vec![(0, 2)], "it reads the small side");
+        assert!(d.note.contains("stage 2's join switched"), "{}", d.note);
+        assert_eq!(decide(&large, &snap, &at(8)).unwrap(), d, "deterministic");
+        for (limit, adaptive) in [(7, true), (0, true), (8, false)] {
+            let config = EngineConfig {
+                adaptive,
+                ..at(limit)
+            };
+            let p = decide(&large, &snap, &config).unwrap();
+            assert_ne!(p.rule, AdaptiveRule::Broadcast, "{}", p.note);
+            assert_eq!((p.switched, p.input_tasks.clone()), (None, vec![]));
+        }
+        assert!(decide(&large, &snap, &at(7))
+            .unwrap()
+            .note
+            .contains("over the broadcast limit"));
+
+        // Switched: the join's stage runs one task over the marks (one slice each).
+        snap.stages[1].state = StageState::Dispatched;
+        snap.stages[1].decision = Some(d);
+        let marks = |slices: Vec<u64>| {
+            (0..3).map(move |p| {
+                let mut t = output(p, slices.clone());
+                t.stage = 1;
+                t
+            })
+        };
+        let mut done = snap.clone();
+        done.tasks.extend(marks(vec![9]));
+        let j = decide(&join, &done, &at(8)).unwrap();
+        assert_eq!(j.rule, AdaptiveRule::Broadcast, "{}", j.note);
+        assert_eq!((j.partitions, j.tasks, j.switched), (1, 1, Some(switch)));
+        assert_eq!(j.input_tasks, vec![(0, 2), (1, 3)]);
+        assert!(
+            j.note.contains("combined with the marks of stage 1"),
+            "{}",
+            j.note
+        );
+        // Marks in several slices are not marks: an error, not a wrong answer.
+        let mut wrong = snap.clone();
+        wrong.tasks.extend(marks(vec![1, 2, 3, 9]));
+        assert!(decide(&join, &wrong, &at(8)).is_err());
     }
 
     fn snap_without_decision(snap: &JobSnapshot) -> JobSnapshot {

@@ -83,8 +83,18 @@ pub fn split(
     join: &HashJoinExec,
     build: Arc<dyn ExecutionPlan>,
 ) -> DfResult<(Arc<dyn ExecutionPlan>, MarkPlan)> {
+    split_over(join, build, join.right().clone())
+}
+
+/// [`split`] with the probe tasks scanning `probe` (a plan with the join's right schema)
+/// instead of the join's own right side.
+pub fn split_over(
+    join: &HashJoinExec,
+    build: Arc<dyn ExecutionPlan>,
+    probe: Arc<dyn ExecutionPlan>,
+) -> DfResult<(Arc<dyn ExecutionPlan>, MarkPlan)> {
     let mark = build.schema().fields().len();
-    let probe = mark_join(join, build.clone(), join.right().clone(), Some(vec![mark]))?;
+    let probe = mark_join(join, build.clone(), probe, Some(vec![mark]))?;
     let rows = mark_join(
         join,
         build,

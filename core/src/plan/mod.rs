@@ -10,6 +10,7 @@ pub mod adaptive;
 mod joins;
 pub mod marks;
 mod stages;
+pub mod switch;
 
 use std::sync::Arc;
 

@@ -33,7 +33,7 @@ use datafusion::physical_plan::{
 };
 
 use crate::shuffle::{ReadMode, ShuffleReaderExec, ShuffleWriterExec};
-use crate::state::{EdgeKind, StageInput};
+use crate::state::{EdgeKind, JoinSwitch, StageInput};
 use crate::{EngineConfig, Result};
 
 /// One stage: a plan rooted at a [`ShuffleWriterExec`], run as `tasks` tasks.
@@ -55,6 +55,9 @@ pub struct Stage {
     /// partitions are its scans' file groups (a leaf stage, or a scan probing broadcast
     /// build sides); empty otherwise.
     pub scan_bytes: Vec<u64>,
+    /// Set on the large side of a join that may switch to a broadcast of its other
+    /// side ([`super::switch`]).
+    pub switch: Option<JoinSwitch>,
 }
 
 /// The stages of one query; the last one produces the result.
@@ -88,8 +91,17 @@ impl StageGraph {
             } else {
                 ""
             };
+            let switch = match s.switch {
+                Some(sw) => format!(
+                    "; waits for stage {}: if it turns out small, stage {}'s join reads it \
+                     whole (broadcast) and this stage marks its rows instead of writing a \
+                     hash shuffle",
+                    sw.small, sw.join
+                ),
+                None => String::new(),
+            };
             out.push_str(&format!(
-                "Stage {} ({} task{}, {} output slice{}){}{adaptive}\n",
+                "Stage {} ({} task{}, {} output slice{}){}{adaptive}{switch}\n",
                 s.id,
                 s.tasks,
                 if s.tasks == 1 { "" } else { "s" },
@@ -136,6 +148,7 @@ impl StageSplitter {
         };
         let root = plan.transform_up(|node| splitter.cut(node))?.data;
         splitter.add_stage(root, None)?;
+        super::switch::annotate(&mut splitter.stages);
         Ok(StageGraph {
             stages: splitter.stages,
         })
@@ -350,6 +363,7 @@ impl StageSplitter {
             output_partitions,
             summary,
             scan_bytes,
+            switch: None,
         });
         Ok((id, tasks))
     }

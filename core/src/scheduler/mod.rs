@@ -282,6 +282,7 @@ impl Scheduler {
                 inputs: s.inputs.clone(),
                 summary: s.summary.clone(),
                 scan_bytes: s.scan_bytes.clone(),
+                switch: s.switch,
                 dispatched_ms: None,
                 confirmed_ms: None,
                 decision: None,
@@ -593,7 +594,9 @@ impl Scheduler {
             if complete.contains(&stage.stage) {
                 continue;
             }
-            let ready = stage.inputs.iter().all(|i| complete.contains(&i.stage));
+            let ready = stage
+                .waits_for(config.adaptive)
+                .all(|s| complete.contains(&s));
             match stage.state {
                 StageState::Pending if ready => {
                     let decision = match plan::adaptive::decide(stage, &snapshot, config) {

@@ -214,6 +214,7 @@ async fn record_result(
         inputs: vec![],
         summary: "statement (answered by the scheduler)".into(),
         scan_bytes: Vec::new(),
+        switch: None,
         dispatched_ms: Some(started),
         confirmed_ms: Some(started),
         decision: None,

@@ -61,6 +61,7 @@ fn stage(job_id: &str, id: u32, tasks: u32) -> StageRecord {
         },
         summary: format!("stage {id}"),
         scan_bytes: Vec::new(),
+        switch: None,
         dispatched_ms: None,
         confirmed_ms: None,
         decision: None,
@@ -217,6 +218,7 @@ pub async fn jobs_are_created_once(store: &dyn JobStore) {
 /// The decision of a claim that coalesces 4 partitions into 2 tasks.
 fn coalesced(at: u64) -> StageDecision {
     StageDecision {
+        switched: None,
         rule: AdaptiveRule::Coalesced,
         partitions: 4,
         tasks: 2,

@@ -171,6 +171,11 @@ pub struct StageRecord {
     /// worth a task.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub scan_bytes: Vec<u64>,
+    /// Set on the large side of a partitioned semi / anti / mark join whose other side
+    /// may turn out small ([`crate::plan::switch`]): the stage then waits for that side
+    /// too, and at its claim the join's strategy is chosen from its real size.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switch: Option<JoinSwitch>,
     /// When the stage was claimed for dispatch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatched_ms: Option<u64>,
@@ -188,6 +193,17 @@ pub struct StageRecord {
 }
 
 impl StageRecord {
+    /// The stages that must be complete before this one is claimed: its inputs and,
+    /// while adaptive stages are on, the small side of a join it may switch.
+    pub fn waits_for(&self, adaptive: bool) -> impl Iterator<Item = u32> + '_ {
+        self.inputs.iter().map(|i| i.stage).chain(
+            self.switch
+                .filter(|_| adaptive)
+                .map(|s| s.small)
+                .into_iter(),
+        )
+    }
+
     /// The plan partitions task `task` runs: one partition per task as planned, or a
     /// contiguous range of them when the stage was coalesced.
     pub fn partitions_of(&self, task: u32) -> std::ops::Range<u32> {
@@ -212,6 +228,23 @@ pub enum AdaptiveRule {
     /// A skewed partition split: it runs as several tasks, each reading some of one
     /// input's producers (the other inputs in full); small partitions may be coalesced.
     Split,
+    /// A partitioned join switched to a broadcast of its side that turned out small: the
+    /// large side's stage reads it whole and marks its rows instead of hash-shuffling,
+    /// and the join's stage combines the marks in one task ([`crate::plan::switch`]).
+    Broadcast,
+}
+
+/// A partitioned semi / anti / mark join of stage `join` over hash shuffles of stages
+/// `small` and `large` that may run as a broadcast of `small` instead, when `small`
+/// turns out to be small ([`crate::plan::switch`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JoinSwitch {
+    /// The stage holding the join.
+    pub join: u32,
+    /// The side that may be broadcast (the rows the join emits or drops).
+    pub small: u32,
+    /// The other side: a stage reading no hash shuffle, read only by `join`.
+    pub large: u32,
 }
 
 impl AdaptiveRule {
@@ -222,6 +255,7 @@ impl AdaptiveRule {
             AdaptiveRule::Coalesced => "coalesced",
             AdaptiveRule::Fused => "fused",
             AdaptiveRule::Split => "split",
+            AdaptiveRule::Broadcast => "broadcast",
         }
     }
 }
@@ -252,6 +286,10 @@ pub struct StageDecision {
     /// Tasks of a split partition that read only some producers of one input.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub skew: Vec<SkewRead>,
+    /// The join switched to a broadcast, on its large side's and its own stage's
+    /// decisions: their tasks run the rewritten plans of [`crate::plan::switch`].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub switched: Option<JoinSwitch>,
     /// Rows the input stages committed.
     #[serde(default)]
     pub input_rows: u64,

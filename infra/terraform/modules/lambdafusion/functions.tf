@@ -38,6 +38,7 @@ locals {
         LAMBDAFUSION_BYTES_PER_TASK          = var.bytes_per_task
         LAMBDAFUSION_SHUFFLE_BYTES_PER_TASK  = var.shuffle_bytes_per_task
         LAMBDAFUSION_MIN_SCAN_BYTES_PER_TASK = var.min_scan_bytes_per_task
+        LAMBDAFUSION_MAX_BROADCAST_BYTES     = var.max_broadcast_bytes
         LAMBDAFUSION_ADAPTIVE                = var.adaptive_stages
         LAMBDAFUSION_MAX_TASKS_PER_STAGE     = var.max_tasks_per_stage
         LAMBDAFUSION_MAX_ATTEMPTS            = var.max_attempts

@@ -443,6 +443,17 @@ variable "min_scan_bytes_per_task" {
   }
 }
 
+variable "max_broadcast_bytes" {
+  description = "Largest committed side of a partitioned semi / anti / mark join that switches the join to a broadcast of that side (LAMBDAFUSION_MAX_BROADCAST_BYTES); 0 never switches; null for the code's default (16 MiB)."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.max_broadcast_bytes == null ? true : var.max_broadcast_bytes >= 0
+    error_message = "max_broadcast_bytes must be null or at least 0."
+  }
+}
+
 variable "adaptive_stages" {
   description = "Whether each stage is shaped from what its inputs committed when it becomes ready (LAMBDAFUSION_ADAPTIVE); null for the code's default (true)."
   type        = bool

@@ -1,0 +1,339 @@
+//! Join strategy from real sizes: a partitioned semi, anti or mark join switches to a
+//! broadcast of the side that turned out small.
+//!
+//! DataFusion chooses a join's strategy when it plans, from estimates. A semi, anti or
+//! mark join whose inputs it cannot size (TPC-H q21's `NOT EXISTS`, under two joins and a
+//! filter) is planned *partitioned*: both sides hash-shuffled on the join keys, the large
+//! one — often a scan of the largest table — included. Such a join emits rows of one side
+//! only (call it the *small* side: the rows kept, dropped or marked); the other (*large*)
+//! side only says which of them found a match. When the large side is a stage of its own
+//! that reads no hash shuffle and feeds only this join, the stage splitter records a
+//! [`JoinSwitch`] on it ([`annotate`]), and:
+//!
+//! - the large side's stage waits for the small side's stage as well as for its inputs
+//!   ([`crate::state::StageRecord::waits_for`]);
+//! - at its claim the scheduler compares what the small side really committed with
+//!   `max_broadcast_bytes` ([`super::adaptive`]). At most that, the join switches
+//!   ([`crate::state::AdaptiveRule::Broadcast`]): each task of the large side reads the
+//!   small side whole and runs the join's left-mark form over its own rows
+//!   ([`marking_plan`], the probe stage of [`super::marks`]), writing one mark per
+//!   small-side row instead of hash-shuffling its rows; the join's stage runs one task
+//!   that combines the marks ([`combining_plan`]) where the join was. Above the limit,
+//!   both sides are hash-shuffled and joined as planned.
+//!
+//! Both rewrites are made by the executor from the two stored stage plans and the
+//! recorded decisions, so every scheduler and executor arrives at the same plans.
+
+use std::sync::Arc;
+
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::common::JoinType;
+use datafusion::error::Result as DfResult;
+use datafusion::physical_plan::empty::EmptyExec;
+use datafusion::physical_plan::joins::{
+    CrossJoinExec, HashJoinExec, NestedLoopJoinExec, PartitionMode,
+};
+use datafusion::physical_plan::ExecutionPlan;
+
+use super::marks;
+use super::stages::Stage;
+use crate::shuffle::{ReadMode, ShuffleReaderExec, ShuffleWriterExec};
+use crate::state::{EdgeKind, JoinSwitch};
+use crate::{Error, Result};
+
+/// A switchable join found in a stage plan.
+struct Candidate {
+    /// The [`HashJoinExec`] node.
+    join: Arc<dyn ExecutionPlan>,
+    /// Whether the small side is the join's left child.
+    small_left: bool,
+    /// The stage read on the small side.
+    small: u32,
+    /// The stage read on the large side.
+    large: u32,
+}
+
+/// For a join emitting one side's rows: whether that side is the left one.
+fn small_side_is_left(join_type: JoinType) -> Option<bool> {
+    match join_type {
+        JoinType::LeftSemi | JoinType::LeftAnti | JoinType::LeftMark => Some(true),
+        JoinType::RightSemi | JoinType::RightAnti | JoinType::RightMark => Some(false),
+        _ => None,
+    }
+}
+
+/// The stage `plan` reads, when `plan` is a hash-shuffle reader under row-by-row
+/// wrappers only.
+fn thin_reader(plan: &Arc<dyn ExecutionPlan>) -> Option<u32> {
+    let mut node = plan.clone();
+    loop {
+        if let Some(reader) = node.downcast_ref::<ShuffleReaderExec>() {
+            return matches!(reader.mode(), ReadMode::Hash(_)).then(|| reader.stage());
+        }
+        if !matches!(
+            node.name(),
+            "ProjectionExec" | "FilterExec" | "CoalesceBatchesExec" | "CooperativeExec"
+        ) {
+            return None;
+        }
+        node = match node.children().as_slice() {
+            [only] => (*only).clone(),
+            _ => return None,
+        };
+    }
+}
+
+/// Whether `plan` reads another stage.
+fn reads_a_stage(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    let mut found = false;
+    let _ = plan.apply(|node| {
+        found = node.downcast_ref::<ShuffleReaderExec>().is_some();
+        Ok(if found {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    });
+    found
+}
+
+/// The switchable join of a stage plan: a partitioned semi / anti / mark join (not
+/// null-aware) over two hash-shuffle readers, reached from the root through operators of
+/// one child, or through the probe side of joins whose build side reads no stage — so
+/// that once the join's rows come in one partition, the rest of the stage runs on them
+/// in that partition unchanged.
+fn find(plan: &Arc<dyn ExecutionPlan>) -> Option<Candidate> {
+    let mut node = plan.clone();
+    loop {
+        if let Some(join) = node.downcast_ref::<HashJoinExec>() {
+            if *join.partition_mode() == PartitionMode::Partitioned {
+                let small_left = small_side_is_left(*join.join_type())?;
+                if join.null_aware {
+                    return None;
+                }
+                let (left, right) = (thin_reader(join.left())?, thin_reader(join.right())?);
+                let (small, large) = if small_left {
+                    (left, right)
+                } else {
+                    (right, left)
+                };
+                return (small != large).then(|| Candidate {
+                    join: node.clone(),
+                    small_left,
+                    small,
+                    large,
+                });
+            }
+            if reads_a_stage(join.left()) {
+                return None;
+            }
+            node = join.right().clone();
+            continue;
+        }
+        let build_side = node
+            .downcast_ref::<NestedLoopJoinExec>()
+            .map(|j| j.left().clone())
+            .or_else(|| {
+                node.downcast_ref::<CrossJoinExec>()
+                    .map(|j| j.left().clone())
+            });
+        node = match (build_side, node.children().as_slice()) {
+            (Some(left), [_, right]) if !reads_a_stage(&left) => (*right).clone(),
+            (None, [only]) => (*only).clone(),
+            _ => return None,
+        };
+    }
+}
+
+/// Records a [`JoinSwitch`] on the large side of every switchable join (see the
+/// [module docs](self)): the join's stage reads exactly its two sides, and the large
+/// side is a stage reading no hash shuffle that no other stage reads.
+pub(super) fn annotate(stages: &mut [Stage]) {
+    for j in 0..stages.len() {
+        let Some(candidate) = find(&stages[j].plan) else {
+            continue;
+        };
+        let (small, large) = (candidate.small, candidate.large);
+        let mut read: Vec<u32> = stages[j].inputs.iter().map(|i| i.stage).collect();
+        read.sort_unstable();
+        if read != [small.min(large), small.max(large)] {
+            continue;
+        }
+        let Some(large_stage) = stages.get(large as usize) else {
+            continue;
+        };
+        let readers = stages
+            .iter()
+            .filter(|s| s.inputs.iter().any(|i| i.stage == large))
+            .count();
+        if readers != 1
+            || large_stage.switch.is_some()
+            || large_stage.inputs.iter().any(|i| i.kind == EdgeKind::Hash)
+        {
+            continue;
+        }
+        let switch = JoinSwitch {
+            join: stages[j].id,
+            small,
+            large,
+        };
+        // Only a join both rewrites accept is offered the switch.
+        let plan = &stages[j].plan;
+        if marking_plan(&large_stage.plan, plan, switch).is_err()
+            || combining_plan(plan, switch, large_stage.tasks).is_err()
+        {
+            continue;
+        }
+        stages[large as usize].switch = Some(switch);
+    }
+}
+
+/// The candidate of `join_plan` that `switch` names.
+fn candidate(join_plan: &Arc<dyn ExecutionPlan>, switch: JoinSwitch) -> Result<Candidate> {
+    find(join_plan)
+        .filter(|c| c.small == switch.small && c.large == switch.large)
+        .ok_or_else(|| {
+            Error::Internal(format!(
+                "stage {} holds no partitioned join of stages {} and {}",
+                switch.join, switch.small, switch.large
+            ))
+        })
+}
+
+/// The candidate's join as a collect-left join with the small side on the left, and its
+/// small and large sides.
+fn as_left(
+    candidate: &Candidate,
+) -> Result<(
+    Arc<dyn ExecutionPlan>,
+    Arc<dyn ExecutionPlan>,
+    Arc<dyn ExecutionPlan>,
+)> {
+    let join = candidate
+        .join
+        .downcast_ref::<HashJoinExec>()
+        .ok_or_else(|| Error::Internal("the switched join is not a hash join".into()))?;
+    let (left, small, large): (Arc<dyn ExecutionPlan>, _, _) = if candidate.small_left {
+        (
+            Arc::new(
+                join.builder()
+                    .with_partition_mode(PartitionMode::CollectLeft)
+                    .build()?,
+            ),
+            join.left().clone(),
+            join.right().clone(),
+        )
+    } else {
+        (
+            join.swap_inputs(PartitionMode::CollectLeft)?,
+            join.right().clone(),
+            join.left().clone(),
+        )
+    };
+    Ok((left, small, large))
+}
+
+/// `side` with its reader of `stage` reading that stage's whole output, in one partition.
+fn read_whole(side: &Arc<dyn ExecutionPlan>, stage: u32) -> DfResult<Arc<dyn ExecutionPlan>> {
+    replace_reader(side, stage, |reader| {
+        Arc::new(ShuffleReaderExec::new(
+            stage,
+            reader.producers(),
+            ReadMode::All,
+            reader.schema(),
+            None,
+        ))
+    })
+}
+
+/// `plan` with its reader of `stage` replaced by `with(reader)`.
+fn replace_reader(
+    plan: &Arc<dyn ExecutionPlan>,
+    stage: u32,
+    with: impl Fn(&ShuffleReaderExec) -> Arc<dyn ExecutionPlan>,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    Ok(plan
+        .clone()
+        .transform_up(|node| match node.downcast_ref::<ShuffleReaderExec>() {
+            Some(reader) if reader.stage() == stage => Ok(Transformed::yes(with(reader))),
+            _ => Ok(Transformed::no(node)),
+        })?
+        .data)
+}
+
+/// The left-mark join of one stage's plan as [`HashJoinExec`].
+fn hash_join(plan: &Arc<dyn ExecutionPlan>) -> Result<&HashJoinExec> {
+    plan.downcast_ref::<HashJoinExec>()
+        .ok_or_else(|| Error::Internal("the swapped join is not a hash join".into()))
+}
+
+/// What the large side's tasks run once `switch` is taken: their own plan (below its
+/// writer) as the probe side of the join's left-mark form, whose build side is the small
+/// side read whole; one mark per small-side row written as a single slice.
+pub fn marking_plan(
+    large_plan: &Arc<dyn ExecutionPlan>,
+    join_plan: &Arc<dyn ExecutionPlan>,
+    switch: JoinSwitch,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let found = candidate(join_plan, switch)?;
+    let (left, small, large) = as_left(&found)?;
+    let build = read_whole(&small, switch.small)?;
+    let own = ShuffleWriterExec::from_plan(large_plan)?.input().clone();
+    let probe = replace_reader(&large, switch.large, |_| own.clone())?;
+    let (task, _) = marks::split_over(hash_join(&left)?, build, probe)?;
+    Ok(Arc::new(ShuffleWriterExec::try_new(
+        switch.large,
+        task,
+        None,
+    )?))
+}
+
+/// What the join's stage runs once `switch` is taken: its plan with the join replaced by
+/// the combination of the large side's marks (`large_tasks` producers) over the small
+/// side read whole — one partition holding all the join's rows.
+pub fn combining_plan(
+    join_plan: &Arc<dyn ExecutionPlan>,
+    switch: JoinSwitch,
+    large_tasks: usize,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let found = candidate(join_plan, switch)?;
+    let (left, small, large) = as_left(&found)?;
+    let build = read_whole(&small, switch.small)?;
+    let nothing = Arc::new(EmptyExec::new(large.schema()));
+    let (task, combine) = marks::split_over(hash_join(&left)?, build, nothing)?;
+    let marks = Arc::new(ShuffleReaderExec::new(
+        switch.large,
+        large_tasks,
+        ReadMode::All,
+        task.schema(),
+        None,
+    ));
+    let combined = combine.combine(marks)?;
+    if combined.schema().fields() != found.join.schema().fields() {
+        return Err(Error::Internal(format!(
+            "the switched join of stage {} answers {:?}, the join {:?}",
+            switch.join,
+            combined.schema(),
+            found.join.schema()
+        )));
+    }
+    let target = Arc::as_ptr(&found.join);
+    let plan = join_plan.clone().transform_down(|node| {
+        if std::ptr::addr_eq(Arc::as_ptr(&node), target) {
+            Ok(Transformed::new(
+                combined.clone(),
+                true,
+                TreeNodeRecursion::Jump,
+            ))
+        } else {
+            Ok(Transformed::no(node))
+        }
+    })?;
+    if !plan.transformed {
+        return Err(Error::Internal(format!(
+            "the join of stage {} was not found to switch",
+            switch.join
+        )));
+    }
+    Ok(plan.data)
+}
