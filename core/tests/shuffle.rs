@@ -96,7 +96,7 @@ async fn shuffle(
             .write_partitions(
                 p..p + 1,
                 Arc::new(TaskContext::default()),
-                store.as_ref(),
+                &store,
                 &path,
                 &|_| Ok(()),
             )
@@ -294,4 +294,70 @@ async fn a_reader_without_inputs_explains_itself() {
         .unwrap();
     assert!(error.to_string().contains("shuffle inputs"), "{error}");
     let _ = collect; // keep the import for readers looking for DataFusion's helpers
+}
+
+/// Bounded memory per task: a task whose encoded output is several times its memory
+/// pool holds only what the pool grants (a spillable reservation), spills the rest to
+/// local files, and uploads the object from them in parts. Every row is read back once
+/// by the right partition, and the pool is empty afterwards. (Before, the writer kept
+/// its whole output in memory outside the pool: nothing spilled whatever the limit.)
+#[tokio::test]
+async fn an_output_larger_than_the_task_memory_spills_and_round_trips() {
+    use datafusion::execution::memory_pool::{GreedyMemoryPool, MemoryPool};
+    use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+    const LIMIT: usize = 1 << 20;
+    const ROWS: usize = 50_000;
+    const BATCHES: usize = 8;
+    let schema = schema(4);
+    let batches: Vec<RecordBatch> = (0..BATCHES)
+        .map(|b| batch(&schema, (b * ROWS) as i64, ROWS, 1 << 40))
+        .collect();
+    let input = MemorySourceConfig::try_new_exec(&[batches], schema.clone(), None).unwrap();
+    let partitioning = Partitioning::Hash(vec![col("c0", &schema).unwrap()], 4);
+    let writer = ShuffleWriterExec::try_new(0, input, Some(partitioning.clone())).unwrap();
+    let pool = Arc::new(GreedyMemoryPool::new(LIMIT));
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_pool(pool.clone())
+        .build_arc()
+        .unwrap();
+    let context = Arc::new(TaskContext::default().with_runtime(runtime));
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let path = Path::from("shuffle/large");
+    let summary = writer
+        .write_partitions(0..1, context, &store, &path, &|_| Ok(()))
+        .await
+        .unwrap();
+    assert_eq!(summary.rows, (ROWS * BATCHES) as u64);
+    assert!(
+        summary.bytes > 3 * LIMIT as u64,
+        "the output ({} bytes) is several times the pool",
+        summary.bytes
+    );
+    let metrics = writer.metrics().unwrap();
+    assert!(metrics.spill_count().unwrap_or(0) > 0, "{metrics}");
+    assert!(
+        metrics.spilled_bytes().unwrap_or(0) as u64 >= summary.bytes - 2 * LIMIT as u64,
+        "{metrics}"
+    );
+    assert_eq!(pool.reserved(), 0, "the reservation is released");
+
+    let shuffled = Shuffled {
+        schema: schema.clone(),
+        store,
+        outputs: vec![TaskOutput {
+            attempt: 1,
+            object: path.to_string(),
+            ends: summary.ends,
+            rows: summary.rows,
+            bytes: summary.bytes,
+            started_ms: 0,
+            finished_ms: 0,
+            metrics: Vec::new(),
+        }],
+        written: ROWS * BATCHES,
+    };
+    let partitions = read(&shuffled, ReadMode::Hash(partitioning)).await;
+    let mut all: Vec<i64> = partitions.iter().flat_map(|p| ids(p, 0)).collect();
+    all.sort_unstable();
+    assert_eq!(all, (0..(ROWS * BATCHES) as i64).collect::<Vec<_>>());
 }

@@ -204,7 +204,7 @@ impl Executor {
             .write_partitions(
                 partitions.start as usize..partitions.end as usize,
                 context,
-                shuffle.as_ref(),
+                &shuffle,
                 &path,
                 &before_batch,
             )

@@ -200,37 +200,40 @@ fn candidate(join_plan: &Arc<dyn ExecutionPlan>, switch: JoinSwitch) -> Result<C
         })
 }
 
-/// The candidate's join as a collect-left join with the small side on the left, and its
-/// small and large sides.
-fn as_left(
-    candidate: &Candidate,
-) -> Result<(
-    Arc<dyn ExecutionPlan>,
-    Arc<dyn ExecutionPlan>,
-    Arc<dyn ExecutionPlan>,
-)> {
+/// A candidate's join turned collect-left with its small side on the left, and the
+/// join's two sides.
+struct Sides {
+    /// The collect-left [`HashJoinExec`] (left semi, anti or mark).
+    join: Arc<dyn ExecutionPlan>,
+    /// The small side's subtree (its reader reads a hash shuffle).
+    small: Arc<dyn ExecutionPlan>,
+    /// The large side's subtree.
+    large: Arc<dyn ExecutionPlan>,
+}
+
+/// The candidate's join as a collect-left join with the small side on the left.
+fn as_left(candidate: &Candidate) -> Result<Sides> {
     let join = candidate
         .join
         .downcast_ref::<HashJoinExec>()
         .ok_or_else(|| Error::Internal("the switched join is not a hash join".into()))?;
-    let (left, small, large): (Arc<dyn ExecutionPlan>, _, _) = if candidate.small_left {
-        (
-            Arc::new(
+    Ok(if candidate.small_left {
+        Sides {
+            join: Arc::new(
                 join.builder()
                     .with_partition_mode(PartitionMode::CollectLeft)
                     .build()?,
             ),
-            join.left().clone(),
-            join.right().clone(),
-        )
+            small: join.left().clone(),
+            large: join.right().clone(),
+        }
     } else {
-        (
-            join.swap_inputs(PartitionMode::CollectLeft)?,
-            join.right().clone(),
-            join.left().clone(),
-        )
-    };
-    Ok((left, small, large))
+        Sides {
+            join: join.swap_inputs(PartitionMode::CollectLeft)?,
+            small: join.right().clone(),
+            large: join.left().clone(),
+        }
+    })
 }
 
 /// `side` with its reader of `stage` reading that stage's whole output, in one partition.
@@ -275,12 +278,11 @@ pub fn marking_plan(
     join_plan: &Arc<dyn ExecutionPlan>,
     switch: JoinSwitch,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    let found = candidate(join_plan, switch)?;
-    let (left, small, large) = as_left(&found)?;
-    let build = read_whole(&small, switch.small)?;
+    let sides = as_left(&candidate(join_plan, switch)?)?;
+    let build = read_whole(&sides.small, switch.small)?;
     let own = ShuffleWriterExec::from_plan(large_plan)?.input().clone();
-    let probe = replace_reader(&large, switch.large, |_| own.clone())?;
-    let (task, _) = marks::split_over(hash_join(&left)?, build, probe)?;
+    let probe = replace_reader(&sides.large, switch.large, |_| own.clone())?;
+    let (task, _) = marks::split_over(hash_join(&sides.join)?, build, probe)?;
     Ok(Arc::new(ShuffleWriterExec::try_new(
         switch.large,
         task,
@@ -297,10 +299,10 @@ pub fn combining_plan(
     large_tasks: usize,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let found = candidate(join_plan, switch)?;
-    let (left, small, large) = as_left(&found)?;
-    let build = read_whole(&small, switch.small)?;
-    let nothing = Arc::new(EmptyExec::new(large.schema()));
-    let (task, combine) = marks::split_over(hash_join(&left)?, build, nothing)?;
+    let sides = as_left(&found)?;
+    let build = read_whole(&sides.small, switch.small)?;
+    let nothing = Arc::new(EmptyExec::new(sides.large.schema()));
+    let (task, combine) = marks::split_over(hash_join(&sides.join)?, build, nothing)?;
     let marks = Arc::new(ShuffleReaderExec::new(
         switch.large,
         large_tasks,

@@ -12,7 +12,6 @@ use datafusion::execution::SessionState;
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::physical_plan::displayable;
 use datafusion::prelude::SessionContext;
-use object_store::{ObjectStoreExt, PutPayload};
 
 use super::{SubmitOptions, Submitted};
 use crate::access::Caller;
@@ -182,13 +181,10 @@ async fn record_result(
         builder.append(0, b)?;
     }
     let rows = builder.rows()[0];
-    let (chunks, ends) = builder.finish()?;
-    let bytes = chunks.iter().map(|c| c.len() as u64).sum();
+    let object = builder.finish()?;
+    let (bytes, ends) = (object.bytes(), object.ends.clone());
     let path = task_output_path(&services.shuffle.prefix, job_id, 0, 0, 1, "statement");
-    services
-        .shuffle_store()?
-        .put(&path, PutPayload::from_iter(chunks))
-        .await?;
+    object.upload(&services.shuffle_store()?, &path).await?;
     let now = now_ms();
     let expires_at = services.expires_at();
     let job = JobRecord {

@@ -10,7 +10,8 @@
 //! a reader decodes it alone from one ranged read. The footer makes the object
 //! self-describing; readers normally take the ends from the completion record instead.
 
-use std::io::Cursor;
+use std::io::{Cursor, Write};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use datafusion::arrow::array::RecordBatch;
@@ -18,8 +19,11 @@ use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::ipc::reader::StreamReader;
 use datafusion::arrow::ipc::writer::{IpcWriteOptions, StreamWriter};
 use datafusion::arrow::ipc::CompressionType;
+use datafusion::execution::disk_manager::DiskManager;
+use datafusion::execution::{SpillFile, SpillWriter};
+use futures::StreamExt;
 use object_store::path::Path;
-use object_store::{GetOptions, GetRange, ObjectStore};
+use object_store::{GetOptions, GetRange, ObjectStore, ObjectStoreExt, PutPayload, WriteMultipart};
 
 use crate::{Error, Result};
 
@@ -69,12 +73,34 @@ pub fn compact_views(batch: &RecordBatch) -> Result<RecordBatch> {
     Ok(RecordBatch::try_new(batch.schema(), columns)?)
 }
 
+/// Where one slice's IPC bytes go: memory, and — once the object spills — a local file
+/// that the bytes held in memory are appended to.
+#[derive(Default)]
+struct SliceSink {
+    memory: Vec<u8>,
+    spill: Option<(Arc<dyn SpillFile>, Box<dyn SpillWriter>)>,
+    spilled: u64,
+}
+
+impl Write for SliceSink {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.memory.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
 /// Builds one shuffle object: slices are opened lazily, so a slice that never gets a row
-/// costs zero bytes.
+/// costs zero bytes. Encoded slices stay in memory until [`ObjectBuilder::spill`] moves
+/// them to local files (the writer spills when its memory pool says no), so a task's
+/// output may be any size its disk holds.
 pub struct ObjectBuilder {
     schema: SchemaRef,
     options: IpcWriteOptions,
-    slices: Vec<Option<StreamWriter<Vec<u8>>>>,
+    slices: Vec<Option<StreamWriter<SliceSink>>>,
     rows: Vec<u64>,
 }
 
@@ -97,7 +123,7 @@ impl ObjectBuilder {
         let writer = match &mut self.slices[slice] {
             Some(w) => w,
             empty => empty.insert(StreamWriter::try_new_with_options(
-                Vec::new(),
+                SliceSink::default(),
                 &self.schema,
                 self.options.clone(),
             )?),
@@ -112,23 +138,148 @@ impl ObjectBuilder {
         &self.rows
     }
 
-    /// Finishes every slice and returns the object's chunks (to upload without copying)
-    /// and the slice end offsets.
-    pub fn finish(self) -> Result<(Vec<Bytes>, Vec<u64>)> {
-        let mut chunks = Vec::with_capacity(self.slices.len() + 1);
+    /// Encoded bytes held in memory.
+    pub fn buffered(&self) -> usize {
+        self.slices
+            .iter()
+            .flatten()
+            .map(|w| w.get_ref().memory.len())
+            .sum()
+    }
+
+    /// Moves every slice's bytes held in memory to the end of that slice's local file
+    /// (created by `disk` on first use); returns the bytes moved.
+    pub fn spill(&mut self, disk: &Arc<DiskManager>) -> Result<u64> {
+        let mut moved = 0u64;
+        for writer in self.slices.iter_mut().flatten() {
+            let sink = writer.get_mut();
+            if sink.memory.is_empty() {
+                continue;
+            }
+            let (_, file) = match &mut sink.spill {
+                Some(spill) => spill,
+                empty => {
+                    let file = disk.create_tmp_file("shuffle writer slice")?;
+                    let writer = file.open_writer()?;
+                    empty.insert((file, writer))
+                }
+            };
+            file.write_all(&sink.memory)
+                .map_err(|e| Error::Internal(format!("cannot spill a shuffle slice: {e}")))?;
+            moved += sink.memory.len() as u64;
+            sink.spilled += sink.memory.len() as u64;
+            sink.memory = Vec::new();
+        }
+        Ok(moved)
+    }
+
+    /// Finishes every slice: the object's pieces in order and the slice end offsets.
+    pub fn finish(self) -> Result<FinishedObject> {
+        let mut pieces = Vec::with_capacity(self.slices.len() + 1);
         let mut ends = Vec::with_capacity(self.slices.len());
         let mut offset = 0u64;
         for slice in self.slices {
-            if let Some(mut writer) = slice {
-                writer.finish()?;
-                let bytes = writer.into_inner()?;
-                offset += bytes.len() as u64;
-                chunks.push(Bytes::from(bytes));
+            if let Some(writer) = slice {
+                let mut sink = writer.into_inner()?;
+                if let Some((file, mut writer)) = sink.spill.take() {
+                    writer.finish()?;
+                    drop(writer);
+                    pieces.push(Piece::Spilled(file, sink.spilled));
+                }
+                offset += sink.spilled + sink.memory.len() as u64;
+                if !sink.memory.is_empty() {
+                    pieces.push(Piece::Memory(Bytes::from(sink.memory)));
+                }
             }
             ends.push(offset);
         }
-        chunks.push(Bytes::from(encode_footer(&ends)));
-        Ok((chunks, ends))
+        pieces.push(Piece::Memory(Bytes::from(encode_footer(&ends))));
+        Ok(FinishedObject { pieces, ends })
+    }
+}
+
+/// Feeds `pieces` to `multipart` in order, waiting while parts are in flight.
+async fn put_pieces(pieces: Vec<Piece>, multipart: &mut WriteMultipart) -> Result<()> {
+    for piece in pieces {
+        match piece {
+            Piece::Memory(bytes) => {
+                multipart.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+                multipart.put(bytes);
+            }
+            Piece::Spilled(file, _) => {
+                let mut chunks = file.read_stream()?;
+                while let Some(chunk) = chunks.next().await {
+                    multipart.wait_for_capacity(PARTS_IN_FLIGHT).await?;
+                    multipart.put(chunk?);
+                }
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Part size of the multipart upload of a spilled object (S3 wants at least 5 MiB).
+const PART_BYTES: usize = 8 * 1024 * 1024;
+
+/// Parts of a spilled object uploading at once.
+const PARTS_IN_FLIGHT: usize = 2;
+
+/// A part of a finished shuffle object.
+enum Piece {
+    /// Bytes held in memory.
+    Memory(Bytes),
+    /// A local file of this many bytes.
+    Spilled(Arc<dyn SpillFile>, u64),
+}
+
+/// A finished shuffle object, ready to upload.
+pub struct FinishedObject {
+    pieces: Vec<Piece>,
+    /// End offset of each slice.
+    pub ends: Vec<u64>,
+}
+
+impl FinishedObject {
+    /// Object size in bytes, footer included.
+    pub fn bytes(&self) -> u64 {
+        self.pieces
+            .iter()
+            .map(|p| match p {
+                Piece::Memory(b) => b.len() as u64,
+                Piece::Spilled(_, n) => *n,
+            })
+            .sum()
+    }
+
+    /// Whether part of it lives in local files.
+    pub fn spilled(&self) -> bool {
+        self.pieces.iter().any(|p| matches!(p, Piece::Spilled(..)))
+    }
+
+    /// Uploads the object to `path`: one PUT when it is all in memory; otherwise a
+    /// multipart upload streamed from its files, holding a few parts in memory at a time
+    /// (aborted if any part fails).
+    pub async fn upload(self, store: &Arc<dyn ObjectStore>, path: &Path) -> Result<()> {
+        if !self.spilled() {
+            let chunks = self.pieces.into_iter().filter_map(|p| match p {
+                Piece::Memory(b) => Some(b),
+                Piece::Spilled(..) => None,
+            });
+            store.put(path, PutPayload::from_iter(chunks)).await?;
+            return Ok(());
+        }
+        let upload = store.put_multipart(path).await?;
+        let mut multipart = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+        match put_pieces(self.pieces, &mut multipart).await {
+            Ok(()) => {
+                multipart.finish().await?;
+                Ok(())
+            }
+            Err(e) => {
+                let _ = multipart.abort().await;
+                Err(e)
+            }
+        }
     }
 }
 
@@ -180,7 +331,6 @@ mod tests {
     use datafusion::arrow::array::{Int64Array, StringArray};
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use object_store::memory::InMemory;
-    use object_store::{ObjectStoreExt, PutPayload};
 
     use super::*;
 
@@ -211,7 +361,7 @@ mod tests {
         let encoded = |b: &RecordBatch| {
             let mut builder = ObjectBuilder::new(schema.clone(), 1).unwrap();
             builder.append(0, b).unwrap();
-            builder.finish().unwrap().1[0]
+            builder.finish().unwrap().ends[0]
         };
         let compacted = compact_views(&small).unwrap();
         assert_eq!(
@@ -241,18 +391,16 @@ mod tests {
         builder.append(2, &batch(&schema, 200, 0)).unwrap();
         builder.append(2, &batch(&schema, 300, 7)).unwrap();
         assert_eq!(builder.rows(), &[10, 0, 12, 0]);
-        let (chunks, ends) = builder.finish().unwrap();
+        let object = builder.finish().unwrap();
+        let ends = object.ends.clone();
         assert_eq!(ends.len(), 4);
         assert_eq!(ends[0], ends[1], "slice 1 is empty");
         assert_eq!(ends[2], ends[3], "slice 3 is empty");
 
-        let store = InMemory::new();
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
         let path = Path::from("t/obj");
-        store
-            .put(&path, PutPayload::from_iter(chunks))
-            .await
-            .unwrap();
-        assert_eq!(read_index(&store, &path).await.unwrap(), ends);
+        object.upload(&store, &path).await.unwrap();
+        assert_eq!(read_index(store.as_ref(), &path).await.unwrap(), ends);
 
         let slice2 = store.get_range(&path, ends[1]..ends[2]).await.unwrap();
         let batches = decode_slice(slice2).unwrap();
@@ -268,5 +416,53 @@ mod tests {
             })
             .collect();
         assert_eq!(ids, (100..105).chain(300..307).collect::<Vec<_>>());
+    }
+
+    /// Spilling moves the encoded slices to local files without changing a byte of the
+    /// object: the spilled object, uploaded in parts from its files, equals the one built
+    /// in memory, and holds no memory at the end but the last batch's.
+    #[tokio::test]
+    async fn a_spilled_object_uploads_in_parts_and_equals_the_one_in_memory() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        let disk = Arc::new(DiskManager::builder().build().unwrap());
+        let build = |spill: bool| {
+            let mut builder = ObjectBuilder::new(schema.clone(), 3).unwrap();
+            let mut moved = 0;
+            for i in 0..120 {
+                builder
+                    .append(i % 3, &batch(&schema, i as i64 * 10_000, 10_000))
+                    .unwrap();
+                if spill && i % 7 == 0 {
+                    moved += builder.spill(&disk).unwrap();
+                    assert_eq!(builder.buffered(), 0);
+                }
+            }
+            (builder, moved)
+        };
+        let (memory, _) = build(false);
+        let (spilled, moved) = build(true);
+        assert!(moved > 0);
+        let (memory, spilled) = (memory.finish().unwrap(), spilled.finish().unwrap());
+        assert!(spilled.spilled() && !memory.spilled());
+        assert_eq!(spilled.ends, memory.ends);
+        assert_eq!(spilled.bytes(), memory.bytes());
+        assert!(
+            spilled.bytes() > PART_BYTES as u64,
+            "several parts: {} bytes",
+            spilled.bytes()
+        );
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let (a, b) = (Path::from("t/memory"), Path::from("t/spilled"));
+        memory.upload(&store, &a).await.unwrap();
+        spilled.upload(&store, &b).await.unwrap();
+        let get = |p: Path| {
+            let store = store.clone();
+            async move { store.get(&p).await.unwrap().bytes().await.unwrap() }
+        };
+        assert_eq!(get(a).await, get(b.clone()).await, "the same object");
+        assert_eq!(read_index(store.as_ref(), &b).await.unwrap().len(), 3);
     }
 }

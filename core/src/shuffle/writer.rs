@@ -1,12 +1,14 @@
 //! [`ShuffleWriterExec`]: the root of every stage plan. It runs one partition of its
 //! input (or a coalesced task's range of them), splits the rows into the stage's output slices (hash partitioning, or a single
-//! slice for gather / broadcast / result stages) and uploads them as one object.
+//! slice for gather / broadcast / result stages) and uploads them as one object — from
+//! memory, or, once the task's memory pool says no, from local spill files in parts.
 
 use std::ops::Range;
 use std::sync::Arc;
 
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::memory_pool::MemoryConsumer;
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
@@ -21,7 +23,7 @@ use datafusion::physical_plan::{
 };
 use futures::StreamExt;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::ObjectStore;
 
 use super::format::ObjectBuilder;
 use super::range::PartitionRangeExec;
@@ -146,11 +148,16 @@ impl ShuffleWriterExec {
     /// their output to `path` in `store`. Calls `before_batch` with the number of batches
     /// written so far before each batch (the executor checks cancellation there) and
     /// gives up with its error.
+    ///
+    /// The encoded output is held in memory as far as the task's memory pool allows (a
+    /// spillable reservation); past it, it is spilled to local files and uploaded from
+    /// them by a multipart upload, so the task's memory stays within its pool whatever
+    /// the size of its output.
     pub async fn write_partitions(
         &self,
         partitions: Range<usize>,
         context: Arc<TaskContext>,
-        store: &dyn ObjectStore,
+        store: &Arc<dyn ObjectStore>,
         path: &Path,
         before_batch: &(dyn Fn(usize) -> Result<()> + Sync),
     ) -> Result<WriteSummary> {
@@ -159,6 +166,12 @@ impl ShuffleWriterExec {
         let baseline = BaselineMetrics::new(&self.metrics, 0);
         let bytes_written = MetricBuilder::new(&self.metrics).counter(BYTES_WRITTEN, 0);
         let upload_time = MetricBuilder::new(&self.metrics).subset_time(UPLOAD_TIME, 0);
+        let spills = MetricBuilder::new(&self.metrics).spill_count(0);
+        let spilled_bytes = MetricBuilder::new(&self.metrics).spilled_bytes(0);
+        let reservation = MemoryConsumer::new(format!("ShuffleWriterExec[{}]", self.stage))
+            .with_can_spill(true)
+            .register(context.memory_pool());
+        let disk = context.runtime_env().disk_manager.clone();
         let mut stream = plan.execute(partition, context)?;
         let mut builder = ObjectBuilder::new(self.input.schema(), self.output_slices())?;
         let mut partitioner = match &self.partitioning {
@@ -183,17 +196,24 @@ impl ShuffleWriterExec {
                 })?,
                 None => builder.append(0, &batch)?,
             }
+            if reservation.try_resize(builder.buffered()).is_err() {
+                let moved = builder.spill(&disk)?;
+                spills.add(1);
+                spilled_bytes.add(moved as usize);
+                reservation.resize(builder.buffered());
+            }
         }
         let slice_rows = builder.rows().to_vec();
-        let (chunks, ends) = {
+        let object = {
             let _timer = baseline.elapsed_compute().timer();
             builder.finish()?
         };
-        let bytes = chunks.iter().map(|c| c.len() as u64).sum();
+        let (bytes, ends) = (object.bytes(), object.ends.clone());
         {
             let _timer = upload_time.timer();
-            store.put(path, PutPayload::from_iter(chunks)).await?;
+            object.upload(store, path).await?;
         }
+        reservation.free();
         bytes_written.add(bytes as usize);
         baseline.done();
         Ok(WriteSummary {

@@ -196,12 +196,10 @@ impl StageRecord {
     /// The stages that must be complete before this one is claimed: its inputs and,
     /// while adaptive stages are on, the small side of a join it may switch.
     pub fn waits_for(&self, adaptive: bool) -> impl Iterator<Item = u32> + '_ {
-        self.inputs.iter().map(|i| i.stage).chain(
-            self.switch
-                .filter(|_| adaptive)
-                .map(|s| s.small)
-                .into_iter(),
-        )
+        self.inputs
+            .iter()
+            .map(|i| i.stage)
+            .chain(self.switch.filter(|_| adaptive).map(|s| s.small))
     }
 
     /// The plan partitions task `task` runs: one partition per task as planned, or a
