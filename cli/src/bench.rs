@@ -30,6 +30,9 @@ pub struct BenchOptions {
     pub slots: usize,
     /// Also run each query with adaptive stages off.
     pub compare_planned: bool,
+    /// Memory all slots of the embedded engine share (each task an equal part as its own
+    /// pool, spilling past it); `None`: the engine's default (half the machine's).
+    pub memory_limit: Option<usize>,
 }
 
 /// One query's figures.
@@ -59,6 +62,30 @@ pub struct BenchRow {
     pub rows: u64,
     /// `None` when the results matched, else the difference.
     pub mismatch: Option<String>,
+    /// Peak resident memory of the process while DataFusion ran the query.
+    pub datafusion_peak_rss: Option<u64>,
+    /// Peak resident memory of the process while lambdafusion ran the query.
+    pub peak_rss: Option<u64>,
+}
+
+/// Starts a new peak-resident-memory window (Linux: `clear_refs` resets `VmHWM` to the
+/// current resident set).
+fn reset_peak_rss() {
+    let _ = std::fs::write("/proc/self/clear_refs", "5");
+}
+
+/// Peak resident memory of this process since the last [`reset_peak_rss`], in bytes
+/// (`VmHWM` in `/proc/self/status`); `None` where there is none.
+pub fn peak_rss() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    parse_peak_rss(&status)
+}
+
+/// The `VmHWM` line of a `/proc/<pid>/status` text, in bytes.
+fn parse_peak_rss(status: &str) -> Option<u64> {
+    let line = status.lines().find(|l| l.starts_with("VmHWM:"))?;
+    let kb: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kb * 1024)
 }
 
 /// Runs the benchmark; prints progress to stderr and returns the rows.
@@ -89,6 +116,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
         let sql = tpch::query(q);
         let mut best_df = Duration::MAX;
         let mut expected = Vec::new();
+        reset_peak_rss();
         for _ in 0..options.iterations.max(1) {
             let started = Instant::now();
             let df = baseline
@@ -101,8 +129,12 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
                 .map_err(|e| format!("q{q} on DataFusion: {e}"))?;
             best_df = best_df.min(started.elapsed());
         }
+        let datafusion_peak_rss = peak_rss();
+        // The engine's window starts at the resident set DataFusion's run left behind
+        // (what the allocator keeps mapped counts in the engine's figure: it errs high).
         let mut best_lf = Duration::MAX;
         let mut last = None;
+        reset_peak_rss();
         for _ in 0..options.iterations.max(1) {
             let started = Instant::now();
             let out = engine
@@ -112,6 +144,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
             best_lf = best_lf.min(started.elapsed());
             last = Some(out);
         }
+        let engine_peak_rss = peak_rss();
         let mut best_planned = None;
         if let Some(planned) = &planned_engine {
             for _ in 0..options.iterations.max(1) {
@@ -156,6 +189,8 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
             shuffle_bytes: intermediate.iter().map(|s| s.bytes).sum(),
             rows: out.status.result_rows.unwrap_or(0),
             mismatch,
+            datafusion_peak_rss,
+            peak_rss: engine_peak_rss,
         };
         eprintln!(
             "q{q:<2} datafusion {:>7.1} ms  lambdafusion {:>7.1} ms{}",
@@ -188,6 +223,7 @@ async fn start_engine(
             .with_adaptive(adaptive)
             .with_data_location(dir.display().to_string()),
         slots: options.slots,
+        memory_limit: options.memory_limit,
         ..EmbeddedOptions::default()
     })
     .await
@@ -230,6 +266,8 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
                 r.shuffle_objects.to_string(),
                 bytes(r.shuffle_bytes),
                 r.rows.to_string(),
+                r.peak_rss.map_or("-".into(), bytes),
+                r.datafusion_peak_rss.map_or("-".into(), bytes),
                 if r.mismatch.is_none() {
                     "ok".into()
                 } else {
@@ -281,6 +319,14 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
             .to_string(),
         bytes(rows.iter().map(|r| r.shuffle_bytes).sum()),
         String::new(),
+        rows.iter()
+            .filter_map(|r| r.peak_rss)
+            .max()
+            .map_or("-".into(), |m| format!("max {}", bytes(m))),
+        rows.iter()
+            .filter_map(|r| r.datafusion_peak_rss)
+            .max()
+            .map_or("-".into(), |m| format!("max {}", bytes(m))),
         format!(
             "{}/{} ok",
             rows.iter().filter(|r| r.mismatch.is_none()).count(),
@@ -288,9 +334,16 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
         ),
     ]);
     let mut out = format!(
-        "TPC-H SF {} — single-process DataFusion vs lambdafusion embedded ({} function slots, {} bytes/task, {} shuffle bytes/task, at most {} tasks/stage); best of {} run{}\n\n",
+        "TPC-H SF {} — single-process DataFusion vs lambdafusion embedded ({} function slots, {}, {} bytes/task, {} shuffle bytes/task, at most {} tasks/stage); best of {} run{}\n\n",
         options.sf,
         options.slots,
+        options.memory_limit.map_or("task memory: the engine's default".to_string(), |m| {
+            format!(
+                "{} of memory ({} per task)",
+                bytes(m as u64),
+                bytes((m / options.slots.max(1)) as u64)
+            )
+        }),
         bytes(options.config.bytes_per_task),
         bytes(options.config.shuffle_bytes_per_task),
         options.config.max_tasks_per_stage,
@@ -311,6 +364,8 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
             "shuffle objects",
             "shuffle bytes",
             "rows",
+            "peak rss",
+            "datafusion rss",
             "result",
         ],
         &table,
@@ -331,4 +386,23 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
         ));
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn peak_rss_is_read_from_the_status_file() {
+        let status =
+            "Name:\tlambdafusion\nVmPeak:\t  900 kB\nVmHWM:\t    2048 kB\nVmRSS:\t 1024 kB\n";
+        assert_eq!(parse_peak_rss(status), Some(2048 * 1024));
+        assert_eq!(parse_peak_rss("Name: x\n"), None);
+        if cfg!(target_os = "linux") {
+            assert!(
+                peak_rss().unwrap() > 1 << 20,
+                "this process uses more than 1 MiB"
+            );
+        }
+    }
 }

@@ -280,6 +280,10 @@ enum BenchCommand {
         /// at submit) and print those times beside the adaptive ones.
         #[arg(long)]
         compare_planned: bool,
+        /// Memory the engine's slots share, in MiB: each task gets an equal part as its
+        /// own memory pool and spills past it (default: half the machine's memory).
+        #[arg(long)]
+        memory_limit_mb: Option<usize>,
     },
 }
 
@@ -332,6 +336,7 @@ async fn run(cli: Cli) -> Result<(), String> {
                     slots,
                     shuffle_bytes_per_task,
                     compare_planned,
+                    memory_limit_mb,
                 },
         } => {
             let queries = if queries.is_empty() {
@@ -353,6 +358,7 @@ async fn run(cli: Cli) -> Result<(), String> {
                     .with_shuffle_bytes_per_task(shuffle_bytes_per_task),
                 slots: slots.unwrap_or(EmbeddedOptions::default().slots),
                 compare_planned,
+                memory_limit: memory_limit_mb.map(|mb| mb << 20),
             };
             let rows = bench::run(&options).await?;
             println!("{}", bench::report(&options, &rows));

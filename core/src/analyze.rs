@@ -16,7 +16,7 @@ use datafusion::physical_plan::ExecutionPlan;
 
 use crate::plan::human_bytes;
 use crate::shuffle::{ShuffleWriterExec, WriteSummary};
-use crate::state::{AdaptiveRule, JobKind, JobSnapshot, OperatorMetrics, TaskState};
+use crate::state::{JobKind, JobSnapshot, OperatorMetrics, TaskState};
 use crate::status::job_status;
 use crate::Result;
 
@@ -133,7 +133,8 @@ pub fn render(
         status.estimated_cost_usd
     )];
     for ((stage, record), plan) in status.stages.iter().zip(&snapshot.stages).zip(plans) {
-        let fused = record.decision.as_ref().map(|d| d.rule) == Some(AdaptiveRule::Fused);
+        // Fused into its consumer, or a switched join's stage run by its large side.
+        let fused = record.decision.as_ref().is_some_and(|d| d.tasks == 0);
         if fused {
             kinds.push(format!("stage {}", stage.stage));
             texts.push(format!(

@@ -383,7 +383,9 @@ async fn a_skewed_partition_is_split_across_tasks() {
             .with_bytes_per_task(1)
             .with_min_scan_bytes_per_task(1)
             .with_max_tasks_per_stage(16)
-            .with_shuffle_bytes_per_task(256 << 10),
+            .with_shuffle_bytes_per_task(256 << 10)
+            // Both sides are small enough to broadcast: keep the join partitioned.
+            .with_max_broadcast_bytes(0),
         dir.path(),
     )
     .await;
@@ -480,8 +482,10 @@ async fn an_over_partitioned_scan_is_coalesced_at_its_claim() {
 /// hash-shuffled. At its claim the scan of `events` (the other side) sees that the kept
 /// side committed a few KiB and switches the join to a broadcast of it: its tasks mark
 /// the orders their events match, and the join's stage combines the marks in one task.
-/// With a broadcast limit of one byte the same query runs partitioned. Both results
-/// equal DataFusion's.
+/// With a broadcast limit of one byte the same query runs partitioned. An inner join
+/// planned partitioned switches too: the scan of `events` then runs the join's whole
+/// stage over its own rows, and the join's stage runs no tasks. All results equal
+/// DataFusion's.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_partitioned_anti_join_switches_to_broadcast_when_its_side_is_small() {
     let dir = tempfile::tempdir().unwrap();
@@ -517,6 +521,13 @@ async fn a_partitioned_anti_join_switches_to_broadcast_when_its_side_is_small() 
              (SELECT 1 FROM events e WHERE e.k = o.k AND e.kind <> o.id % 7 AND e.e % 3 = 0) \
              GROUP BY g ORDER BY g",
             "join_type=RightAnti",
+        ),
+        // An inner join: switched, the scan of `events` runs the join's whole stage.
+        (
+            "SELECT (o.id / 1000) % 10 AS g, count(*) AS n, sum(e.kind) AS kinds \
+             FROM orders o JOIN events e ON e.k = o.k \
+             WHERE o.id % 1000 = 3 GROUP BY g ORDER BY g",
+            "join_type=Inner",
         ),
     ];
     let ctx = datafusion::prelude::SessionContext::new();
@@ -573,6 +584,7 @@ async fn a_partitioned_anti_join_switches_to_broadcast_when_its_side_is_small() 
                 .unwrap_or_else(|| panic!("no scan decided the join: {stages:#?}"));
             let events_note = events.decision_note.as_deref().unwrap();
             let join_note = join.decision_note.as_deref().unwrap();
+            let inner = join_type == "join_type=Inner";
             if switched {
                 assert_eq!(events.decision.as_deref(), Some("broadcast"), "{events:?}");
                 assert!(
@@ -583,13 +595,18 @@ async fn a_partitioned_anti_join_switches_to_broadcast_when_its_side_is_small() 
                     .inputs
                     .iter()
                     .any(|i| i.starts_with("broadcast from stage")));
-                assert!(events.bytes < 64 << 10, "marks, not rows: {events:?}");
+                assert!(events.bytes < 64 << 10, "not its rows: {events:?}");
                 assert_eq!(join.decision.as_deref(), Some("broadcast"), "{join:?}");
-                assert_eq!(join.tasks, 1, "{join:?}");
-                assert!(
-                    join_note.contains("combined with the marks of stage"),
-                    "{join_note}"
-                );
+                if inner {
+                    assert_eq!(join.tasks, 0, "{join:?}");
+                    assert!(join_note.contains("ran inside the"), "{join_note}");
+                } else {
+                    assert_eq!(join.tasks, 1, "{join:?}");
+                    assert!(
+                        join_note.contains("combined with the marks of stage"),
+                        "{join_note}"
+                    );
+                }
             } else {
                 assert_ne!(events.decision.as_deref(), Some("broadcast"), "{events:?}");
                 assert!(
@@ -607,8 +624,17 @@ async fn a_partitioned_anti_join_switches_to_broadcast_when_its_side_is_small() 
             let text = datafusion::arrow::util::pretty::pretty_format_batches(&analyzed.batches)
                 .unwrap()
                 .to_string();
-            assert_eq!(text.contains("MarkCombineExec"), switched, "{text}");
-            assert_eq!(text.contains("TaskJoinExec"), switched, "{text}");
+            assert_eq!(
+                text.contains("MarkCombineExec"),
+                switched && !inner,
+                "{text}"
+            );
+            assert_eq!(text.contains("TaskJoinExec"), switched && !inner, "{text}");
+            assert_eq!(
+                text.contains("mode=CollectLeft, join_type=Inner"),
+                switched && inner,
+                "{text}"
+            );
             assert!(!text.contains("metrics unavailable"), "{text}");
         }
     }

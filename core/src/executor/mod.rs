@@ -369,7 +369,17 @@ impl Executor {
         };
         let mut stages = HashMap::new();
         for (input, expected) in reads {
-            let tasks = self.services.store.list_tasks(&stage.job_id, input).await?;
+            // An input whose output another stage wrote (a switched join's stage).
+            let source = stage
+                .decision
+                .as_ref()
+                .and_then(|d| d.read_from.iter().find(|(i, _)| *i == input))
+                .map_or(input, |&(_, s)| s);
+            let tasks = self
+                .services
+                .store
+                .list_tasks(&stage.job_id, source)
+                .await?;
             let outputs: Vec<TaskOutput> = tasks
                 .into_iter()
                 .filter(|t| t.state == TaskState::Succeeded)

@@ -20,6 +20,12 @@
 //!   reading nothing else runs *inside* that consumer's task: no tasks of its own
 //!   (it is complete at its claim), no shuffle written or read, no hand-off. The
 //!   consumer's decision lists it, and its task runs [`fuse`]d plan.
+//! - **split**: a partition far above the target and the median runs as several tasks,
+//!   each reading some producers of its largest splittable input.
+//! - **broadcast** (a join switch, [`super::switch`]): the large side of a partitioned
+//!   semi / anti / mark join whose other side committed at most `max_broadcast_bytes`
+//!   reads that side whole and writes marks; the join's stage then combines them in one
+//!   task.
 //! - otherwise the stage runs as planned: one task per plan partition.
 
 use std::collections::HashMap;
@@ -33,15 +39,28 @@ use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
 use crate::shuffle::{ReadMode, ShuffleReaderExec, ShuffleWriterExec};
 use crate::state::{
-    AdaptiveRule, EdgeKind, JobSnapshot, SkewRead, StageDecision, StageRecord, TaskOutput,
-    TaskState,
+    AdaptiveRule, EdgeKind, JobSnapshot, SkewRead, StageDecision, StageRecord, SwitchMode,
+    TaskOutput, TaskState,
 };
 use crate::{EngineConfig, Error, Result};
+
+/// The stage whose tasks wrote `stage`'s output: itself, or — when its switched join ran
+/// inside its large side's tasks ([`SwitchMode::Join`]) — that large side.
+pub fn source_of(snapshot: &JobSnapshot, stage: u32) -> u32 {
+    snapshot
+        .stages
+        .iter()
+        .find(|s| s.stage == stage)
+        .and_then(|s| s.decision.as_ref())
+        .and_then(|d| d.switched)
+        .filter(|sw| sw.mode == SwitchMode::Join && sw.join == stage)
+        .map_or(stage, |sw| sw.large)
+}
 
 /// The committed outputs of `stage`'s input `input`, in producer order.
 fn committed(snapshot: &JobSnapshot, input: u32) -> Vec<&TaskOutput> {
     snapshot
-        .tasks_of(input)
+        .tasks_of(source_of(snapshot, input))
         .filter(|t| t.state == TaskState::Succeeded)
         .filter_map(|t| t.output.as_ref())
         .collect()
@@ -67,7 +86,16 @@ pub fn decide(
     }
     let sized = size(stage, snapshot, config)?;
     let sized = switch_join(stage, sized, snapshot, config);
-    Ok(fuse_into_consumer(stage, sized, snapshot, config))
+    let mut decision = fuse_into_consumer(stage, sized, snapshot, config);
+    decision.read_from = decision
+        .input_tasks
+        .iter()
+        .filter_map(|&(input, _)| {
+            let source = source_of(snapshot, input);
+            (source != input).then_some((input, source))
+        })
+        .collect();
+    Ok(decision)
 }
 
 /// Bytes `outputs` hold in all.
@@ -107,16 +135,24 @@ fn switch_join(
     let mut input_tasks = sized.input_tasks.clone();
     input_tasks.push((switch.small, small.len() as u32));
     input_tasks.sort_unstable();
+    let what = match switch.mode {
+        SwitchMode::Marks => "marks the rows of it that its own rows match".to_string(),
+        SwitchMode::Join => format!(
+            "joins its own rows to it and runs the rest of stage {} (which runs no tasks)",
+            switch.join
+        ),
+    };
     StageDecision {
         rule: AdaptiveRule::Broadcast,
         input_tasks,
         switched: Some(switch),
+        read_from: vec![],
         input_rows: sized.input_rows + small.iter().map(|o| o.rows).sum::<u64>(),
         input_bytes: sized.input_bytes + bytes * u64::from(sized.tasks),
         note: format!(
             "{}; broadcast: stage {} ({}, at most {}) read whole by each task, which \
-             marks the rows of it that its own rows match: stage {}'s join switched from \
-             partitioned, and this stage writes no hash shuffle",
+             {what}: stage {}'s join switched from partitioned, and this stage's rows are \
+             not hash-shuffled for it",
             sized.note,
             switch.small,
             human_bytes(bytes),
@@ -144,6 +180,39 @@ fn switched_join(stage: &StageRecord, snapshot: &JobSnapshot) -> Result<Option<S
     };
     let small = committed(snapshot, switch.small);
     let large = committed(snapshot, switch.large);
+    let (small_bytes, large_bytes) = (total_bytes(&small), total_bytes(&large));
+    let mut input_tasks = vec![
+        (switch.small, small.len() as u32),
+        (switch.large, large.len() as u32),
+    ];
+    input_tasks.sort_unstable();
+    if switch.mode == SwitchMode::Join {
+        // It ran inside the large side's tasks, which wrote its output.
+        return Ok(Some(StageDecision {
+            rule: AdaptiveRule::Broadcast,
+            partitions: stage.tasks,
+            tasks: 0,
+            starts: vec![],
+            input_tasks,
+            fused: vec![],
+            skew: vec![],
+            switched: Some(switch),
+            read_from: vec![],
+            input_rows: small.iter().chain(&large).map(|o| o.rows).sum(),
+            input_bytes: small_bytes * large.len() as u64,
+            note: format!(
+                "0 tasks: its join switched from partitioned to broadcast, so it ran inside \
+                 the {} task{} of stage {}, each reading stage {} ({}) whole; its consumers \
+                 read their output ({})",
+                large.len(),
+                if large.len() == 1 { "" } else { "s" },
+                switch.large,
+                switch.small,
+                human_bytes(small_bytes),
+                human_bytes(large_bytes)
+            ),
+        }));
+    }
     if let Some(bad) = large.iter().find(|o| o.ends.len() != 1) {
         return Err(Error::Internal(format!(
             "stage {} marks in one slice for stage {}, but {} holds {} slices",
@@ -153,12 +222,6 @@ fn switched_join(stage: &StageRecord, snapshot: &JobSnapshot) -> Result<Option<S
             bad.ends.len()
         )));
     }
-    let (small_bytes, large_bytes) = (total_bytes(&small), total_bytes(&large));
-    let mut input_tasks = vec![
-        (switch.small, small.len() as u32),
-        (switch.large, large.len() as u32),
-    ];
-    input_tasks.sort_unstable();
     Ok(Some(StageDecision {
         rule: AdaptiveRule::Broadcast,
         partitions: 1,
@@ -168,6 +231,7 @@ fn switched_join(stage: &StageRecord, snapshot: &JobSnapshot) -> Result<Option<S
         fused: vec![],
         skew: vec![],
         switched: Some(switch),
+        read_from: vec![],
         input_rows: small.iter().chain(&large).map(|o| o.rows).sum(),
         input_bytes: small_bytes + large_bytes,
         note: format!(
@@ -306,6 +370,7 @@ fn size(
         fused: fused.clone(),
         skew: vec![],
         switched: None,
+        read_from: vec![],
         input_rows,
         input_bytes: hash_bytes + whole_bytes * u64::from(partitions.max(1)),
         note: with_fused(note),
@@ -448,6 +513,7 @@ fn size(
         fused: fused.clone(),
         skew,
         switched: None,
+        read_from: vec![],
         input_rows,
         input_bytes: hash_bytes + extra_bytes + whole_bytes * u64::from(tasks),
         note: with_fused(note),
@@ -583,9 +649,12 @@ pub fn task_plan(
         .collect::<Result<HashMap<_, _>>>()?;
     let plan = fuse(plan, &fused)?;
     match decision.switched {
-        Some(switch) if switch.large == stage.stage => {
-            super::switch::marking_plan(&plan, &stored(switch.join)?, switch)
-        }
+        Some(switch) if switch.large == stage.stage => match switch.mode {
+            SwitchMode::Marks => super::switch::marking_plan(&plan, &stored(switch.join)?, switch),
+            SwitchMode::Join => super::switch::joining_plan(&plan, &stored(switch.join)?, switch),
+        },
+        // Its tasks never run: the large side's ran its plan.
+        Some(switch) if switch.mode == SwitchMode::Join => Ok(plan),
         Some(switch) => {
             let large_tasks = decision
                 .input_tasks
@@ -690,6 +759,7 @@ mod tests {
         assert_eq!(coalesce(&[], 10), Vec::<u32>::new());
         let decision = StageDecision {
             switched: None,
+            read_from: vec![],
             rule: AdaptiveRule::Coalesced,
             partitions: 5,
             tasks: 3,
@@ -717,6 +787,7 @@ mod tests {
         assert_eq!(split_producers(&[7], 3), vec![(0, 1)]);
         let decision = StageDecision {
             switched: None,
+            read_from: vec![],
             rule: AdaptiveRule::Split,
             partitions: 3,
             tasks: 4,
@@ -990,6 +1061,7 @@ mod tests {
             join: 2,
             small: 0,
             large: 1,
+            mode: SwitchMode::Marks,
         };
         let join = StageRecord {
             stage: 2,

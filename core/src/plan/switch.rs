@@ -21,6 +21,16 @@
 //!   that combines the marks ([`combining_plan`]) where the join was. Above the limit,
 //!   both sides are hash-shuffled and joined as planned.
 //!
+//! An *inner* join planned partitioned (DataFusion puts the side it guesses smaller on
+//! the left, as build side) is offered the same switch when every operator between it
+//! and its stage's writer handles rows on their own (projections, filters, partial
+//! aggregates, probes of joins with inline build sides): switched
+//! ([`crate::state::SwitchMode::Join`]), each task of the large side runs the join's whole
+//! stage over its own rows with the small side read whole as build side
+//! ([`joining_plan`]) and writes that stage's output; the join's stage runs no tasks, and
+//! its consumers read the large side's output in its place
+//! ([`crate::state::StageDecision::read_from`]).
+//!
 //! Both rewrites are made by the executor from the two stored stage plans and the
 //! recorded decisions, so every scheduler and executor arrives at the same plans.
 
@@ -38,7 +48,7 @@ use datafusion::physical_plan::ExecutionPlan;
 use super::marks;
 use super::stages::Stage;
 use crate::shuffle::{ReadMode, ShuffleReaderExec, ShuffleWriterExec};
-use crate::state::{EdgeKind, JoinSwitch};
+use crate::state::{EdgeKind, JoinSwitch, SwitchMode};
 use crate::{Error, Result};
 
 /// A switchable join found in a stage plan.
@@ -51,6 +61,8 @@ struct Candidate {
     small: u32,
     /// The stage read on the large side.
     large: u32,
+    /// How the join runs once switched.
+    mode: SwitchMode,
 }
 
 /// For a join emitting one side's rows: whether that side is the left one.
@@ -97,20 +109,55 @@ fn reads_a_stage(plan: &Arc<dyn ExecutionPlan>) -> bool {
     found
 }
 
-/// The switchable join of a stage plan: a partitioned semi / anti / mark join (not
-/// null-aware) over two hash-shuffle readers, reached from the root through operators of
-/// one child, or through the probe side of joins whose build side reads no stage — so
-/// that once the join's rows come in one partition, the rest of the stage runs on them
-/// in that partition unchanged.
+/// Whether `node`, on the way from a stage's writer down to its join, handles the rows
+/// of each partition on their own, whatever the partitions are: what a stage may be run
+/// over the large side's scan partitions instead of hash partitions with.
+fn row_by_row(node: &Arc<dyn ExecutionPlan>) -> bool {
+    use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+    if let Some(join) = node.downcast_ref::<HashJoinExec>() {
+        return *join.partition_mode() == PartitionMode::CollectLeft
+            && matches!(
+                join.join_type(),
+                JoinType::Inner
+                    | JoinType::Right
+                    | JoinType::RightSemi
+                    | JoinType::RightAnti
+                    | JoinType::RightMark
+            );
+    }
+    node.downcast_ref::<ShuffleWriterExec>().is_some()
+        || matches!(
+            node.name(),
+            "ProjectionExec" | "FilterExec" | "CoalesceBatchesExec" | "CooperativeExec"
+        )
+        || node
+            .downcast_ref::<AggregateExec>()
+            .is_some_and(|a| *a.mode() == AggregateMode::Partial)
+}
+
+/// The switchable join of a stage plan: a partitioned join (not null-aware) over two
+/// hash-shuffle readers, reached from the root through operators of one child, or
+/// through the probe side of joins whose build side reads no stage. A semi / anti / mark
+/// join switches to marks: once its rows come in one partition, the rest of the stage
+/// runs on them in that partition unchanged. An inner join (its build side the small
+/// one) switches to running the stage in the large side's tasks, which needs every
+/// operator above it to handle rows [`row_by_row`].
 fn find(plan: &Arc<dyn ExecutionPlan>) -> Option<Candidate> {
     let mut node = plan.clone();
+    let mut rows_alone = true;
     loop {
         if let Some(join) = node.downcast_ref::<HashJoinExec>() {
             if *join.partition_mode() == PartitionMode::Partitioned {
-                let small_left = small_side_is_left(*join.join_type())?;
                 if join.null_aware {
                     return None;
                 }
+                let (small_left, mode) = match small_side_is_left(*join.join_type()) {
+                    Some(left) => (left, SwitchMode::Marks),
+                    None if *join.join_type() == JoinType::Inner && rows_alone => {
+                        (true, SwitchMode::Join)
+                    }
+                    None => return None,
+                };
                 let (left, right) = (thin_reader(join.left())?, thin_reader(join.right())?);
                 let (small, large) = if small_left {
                     (left, right)
@@ -122,14 +169,17 @@ fn find(plan: &Arc<dyn ExecutionPlan>) -> Option<Candidate> {
                     small_left,
                     small,
                     large,
+                    mode,
                 });
             }
             if reads_a_stage(join.left()) {
                 return None;
             }
+            rows_alone &= row_by_row(&node);
             node = join.right().clone();
             continue;
         }
+        rows_alone &= row_by_row(&node);
         let build_side = node
             .downcast_ref::<NestedLoopJoinExec>()
             .map(|j| j.left().clone())
@@ -176,12 +226,21 @@ pub(super) fn annotate(stages: &mut [Stage]) {
             join: stages[j].id,
             small,
             large,
+            mode: candidate.mode,
         };
-        // Only a join both rewrites accept is offered the switch.
+        // Only a join its rewrites accept is offered the switch; a joining switch leaves
+        // the join's stage without tasks, so not the result stage.
         let plan = &stages[j].plan;
-        if marking_plan(&large_stage.plan, plan, switch).is_err()
-            || combining_plan(plan, switch, large_stage.tasks).is_err()
-        {
+        let accepted = match switch.mode {
+            SwitchMode::Marks => {
+                marking_plan(&large_stage.plan, plan, switch).is_ok()
+                    && combining_plan(plan, switch, large_stage.tasks).is_ok()
+            }
+            SwitchMode::Join => {
+                j + 1 < stages.len() && joining_plan(&large_stage.plan, plan, switch).is_ok()
+            }
+        };
+        if !accepted {
             continue;
         }
         stages[large as usize].switch = Some(switch);
@@ -319,11 +378,21 @@ pub fn combining_plan(
             found.join.schema()
         )));
     }
-    let target = Arc::as_ptr(&found.join);
-    let plan = join_plan.clone().transform_down(|node| {
+    replace_join(join_plan, &found.join, combined, switch)
+}
+
+/// `plan` with its node `join` replaced by `with`.
+fn replace_join(
+    plan: &Arc<dyn ExecutionPlan>,
+    join: &Arc<dyn ExecutionPlan>,
+    with: Arc<dyn ExecutionPlan>,
+    switch: JoinSwitch,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let target = Arc::as_ptr(join);
+    let plan = plan.clone().transform_down(|node| {
         if std::ptr::addr_eq(Arc::as_ptr(&node), target) {
             Ok(Transformed::new(
-                combined.clone(),
+                with.clone(),
                 true,
                 TreeNodeRecursion::Jump,
             ))
@@ -338,4 +407,36 @@ pub fn combining_plan(
         )));
     }
     Ok(plan.data)
+}
+
+/// What the large side's tasks run once an inner join's switch is taken: the join's
+/// stage plan, its join collecting the small side read whole as build side and probing
+/// the large side's own plan (below its writer), written as the join's stage would.
+pub fn joining_plan(
+    large_plan: &Arc<dyn ExecutionPlan>,
+    join_plan: &Arc<dyn ExecutionPlan>,
+    switch: JoinSwitch,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let found = candidate(join_plan, switch)?;
+    let join = found
+        .join
+        .downcast_ref::<HashJoinExec>()
+        .ok_or_else(|| Error::Internal("the switched join is not a hash join".into()))?;
+    let build = read_whole(join.left(), switch.small)?;
+    let own = ShuffleWriterExec::from_plan(large_plan)?.input().clone();
+    let probe = replace_reader(join.right(), switch.large, |_| own.clone())?;
+    let collected = join
+        .builder()
+        .with_partition_mode(PartitionMode::CollectLeft)
+        .with_new_children(vec![build, probe])?
+        .reset_state()
+        .recompute_properties()
+        .build_exec()?;
+    let plan = replace_join(join_plan, &found.join, collected, switch)?;
+    let writer = ShuffleWriterExec::from_plan(&plan)?;
+    Ok(Arc::new(ShuffleWriterExec::try_new(
+        switch.large,
+        writer.input().clone(),
+        writer.partitioning().cloned(),
+    )?))
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::error::{DataFusionError, Result as DfResult};
-use datafusion::execution::memory_pool::MemoryConsumer;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
@@ -149,10 +149,13 @@ impl ShuffleWriterExec {
     /// written so far before each batch (the executor checks cancellation there) and
     /// gives up with its error.
     ///
-    /// The encoded output is held in memory as far as the task's memory pool allows (a
-    /// spillable reservation); past it, it is spilled to local files and uploaded from
-    /// them by a multipart upload, so the task's memory stays within its pool whatever
-    /// the size of its output.
+    /// The encoded output is held in memory under a reservation of the task's memory
+    /// pool, at most a quarter of a bounded pool (the operators above need the rest);
+    /// past that, or when the pool refuses, it is spilled to local files and uploaded
+    /// from them by a multipart upload, so the task's memory stays within its pool
+    /// whatever the size of its output. (The reservation is not a spillable consumer of
+    /// the pool: a fair pool would then halve the share of the task's sort or join
+    /// whether or not the writer held anything.)
     pub async fn write_partitions(
         &self,
         partitions: Range<usize>,
@@ -168,9 +171,13 @@ impl ShuffleWriterExec {
         let upload_time = MetricBuilder::new(&self.metrics).subset_time(UPLOAD_TIME, 0);
         let spills = MetricBuilder::new(&self.metrics).spill_count(0);
         let spilled_bytes = MetricBuilder::new(&self.metrics).spilled_bytes(0);
-        let reservation = MemoryConsumer::new(format!("ShuffleWriterExec[{}]", self.stage))
-            .with_can_spill(true)
-            .register(context.memory_pool());
+        let pool = context.memory_pool();
+        let reservation =
+            MemoryConsumer::new(format!("ShuffleWriterExec[{}]", self.stage)).register(pool);
+        let most = match pool.memory_limit() {
+            MemoryLimit::Finite(limit) => limit / 4,
+            MemoryLimit::Infinite | MemoryLimit::Unknown => usize::MAX,
+        };
         let disk = context.runtime_env().disk_manager.clone();
         let mut stream = plan.execute(partition, context)?;
         let mut builder = ObjectBuilder::new(self.input.schema(), self.output_slices())?;
@@ -196,7 +203,8 @@ impl ShuffleWriterExec {
                 })?,
                 None => builder.append(0, &batch)?,
             }
-            if reservation.try_resize(builder.buffered()).is_err() {
+            let held = builder.buffered();
+            if held > most || reservation.try_resize(held).is_err() {
                 let moved = builder.spill(&disk)?;
                 spills.add(1);
                 spilled_bytes.add(moved as usize);

@@ -219,6 +219,7 @@ pub async fn jobs_are_created_once(store: &dyn JobStore) {
 fn coalesced(at: u64) -> StageDecision {
     StageDecision {
         switched: None,
+        read_from: vec![],
         rule: AdaptiveRule::Coalesced,
         partitions: 4,
         tasks: 2,

@@ -243,6 +243,23 @@ pub struct JoinSwitch {
     pub small: u32,
     /// The other side: a stage reading no hash shuffle, read only by `join`.
     pub large: u32,
+    /// How the switched join runs.
+    #[serde(default)]
+    pub mode: SwitchMode,
+}
+
+/// How a switched join runs ([`crate::plan::switch`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum SwitchMode {
+    /// A semi / anti / mark join: the large side's tasks write one mark per small-side
+    /// row, and the join's stage combines them in one task.
+    #[default]
+    Marks,
+    /// An inner join: the large side's tasks run the join's whole stage over their own
+    /// rows (the small side read whole), writing its output; the join's stage runs no
+    /// tasks, and its consumers read what the large side wrote.
+    Join,
 }
 
 impl AdaptiveRule {
@@ -288,6 +305,10 @@ pub struct StageDecision {
     /// decisions: their tasks run the rewritten plans of [`crate::plan::switch`].
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switched: Option<JoinSwitch>,
+    /// `(input, stage)`: inputs whose output another stage wrote — a join's stage whose
+    /// switched join ran inside its large side's tasks ([`SwitchMode::Join`]).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub read_from: Vec<(u32, u32)>,
     /// Rows the input stages committed.
     #[serde(default)]
     pub input_rows: u64,
