@@ -118,19 +118,36 @@ fn switch_join(
     let small = committed(snapshot, switch.small);
     let bytes = total_bytes(&small);
     let limit = config.max_broadcast_bytes;
+    let partitioned = |why: String| StageDecision {
+        note: format!(
+            "{}; partitioned: {why}, so stage {}'s join reads both sides hash-shuffled, as \
+             planned",
+            sized.note, switch.join
+        ),
+        ..sized.clone()
+    };
     if limit == 0 || bytes > limit {
-        return StageDecision {
-            note: format!(
-                "{}; partitioned: stage {} ({}) is over the broadcast limit ({}), so stage \
-                 {}'s join reads both sides hash-shuffled, as planned",
-                sized.note,
-                switch.small,
-                human_bytes(bytes),
-                human_bytes(limit),
-                switch.join
-            ),
-            ..sized
-        };
+        return partitioned(format!(
+            "stage {} ({}) is over the broadcast limit ({})",
+            switch.small,
+            human_bytes(bytes),
+            human_bytes(limit)
+        ));
+    }
+    // Every task reads (and builds a hash table of) the small side: worth it while that
+    // costs less than shuffling this stage's rows, taken as a quarter of what it scans.
+    let scanned: u64 = stage.scan_bytes.iter().sum();
+    let broadcast = bytes.saturating_mul(u64::from(sized.tasks.max(1)));
+    if scanned > 0 && broadcast > scanned / BROADCAST_SHARE_OF_SCAN {
+        return partitioned(format!(
+            "stage {} ({}) read by each of {} tasks ({}) would outweigh shuffling this \
+             stage's rows (about a quarter of its {} scan)",
+            switch.small,
+            human_bytes(bytes),
+            sized.tasks,
+            human_bytes(broadcast),
+            human_bytes(scanned)
+        ));
     }
     let mut input_tasks = sized.input_tasks.clone();
     input_tasks.push((switch.small, small.len() as u32));
@@ -162,6 +179,11 @@ fn switch_join(
         ..sized
     }
 }
+
+/// A join switches only while its small side, read by every task of the large side, is
+/// at most this fraction's inverse of the bytes the large side scans (what it would
+/// shuffle instead is taken as a quarter of that: projected and filtered).
+const BROADCAST_SHARE_OF_SCAN: u64 = 4;
 
 /// The decision of a stage whose join was switched at its large side's claim: one task
 /// combining the large side's marks over the small side, read whole.
@@ -1117,6 +1139,20 @@ mod tests {
             .unwrap()
             .note
             .contains("over the broadcast limit"));
+        // Read by each of 3 tasks, 8 bytes cost 24: more than a quarter of a 30-byte scan
+        // (partitioned), less than a quarter of a 120-byte one (switched).
+        let mut scanning = snap.clone();
+        scanning.stages[1].scan_bytes = vec![10, 10, 10];
+        let costly = decide(&scanning.stages[1].clone(), &scanning, &at(8)).unwrap();
+        assert_ne!(costly.rule, AdaptiveRule::Broadcast, "{}", costly.note);
+        assert!(
+            costly.note.contains("would outweigh shuffling"),
+            "{}",
+            costly.note
+        );
+        scanning.stages[1].scan_bytes = vec![40, 40, 40];
+        let cheap = decide(&scanning.stages[1].clone(), &scanning, &at(8)).unwrap();
+        assert_eq!(cheap.rule, AdaptiveRule::Broadcast, "{}", cheap.note);
 
         // Switched: the join's stage runs one task over the marks (one slice each).
         snap.stages[1].state = StageState::Dispatched;
