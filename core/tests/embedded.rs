@@ -339,6 +339,30 @@ async fn explain_analyze_shows_each_stage_with_metrics_and_decisions() {
     lambdafusion::verify::compare(&reference(dir.path(), sql).await, &plain.batches, true).unwrap();
 }
 
+/// Registers each table of `tables` (written by [`write_table`] under `dir`) with
+/// `engine`, and returns a DataFusion session with the same tables, for the reference.
+async fn register_tables(
+    engine: &Embedded,
+    dir: &Path,
+    tables: &[&str],
+) -> datafusion::prelude::SessionContext {
+    let ctx = datafusion::prelude::SessionContext::new();
+    for t in tables {
+        let location = dir.join(t);
+        engine
+            .sql(&format!(
+                "CREATE EXTERNAL TABLE {t} STORED AS PARQUET LOCATION '{}/'",
+                location.display()
+            ))
+            .await
+            .unwrap();
+        ctx.register_parquet(*t, location.to_str().unwrap(), Default::default())
+            .await
+            .unwrap();
+    }
+    ctx
+}
+
 /// Writes `sql`'s result under `dir/name` as four Parquet files.
 async fn write_table(dir: &Path, name: &str, sql: &str) {
     use datafusion::dataframe::DataFrameWriteOptions;
@@ -389,24 +413,10 @@ async fn a_skewed_partition_is_split_across_tasks() {
         dir.path(),
     )
     .await;
-    for t in ["skewed", "big"] {
-        engine
-            .sql(&format!(
-                "CREATE EXTERNAL TABLE {t} STORED AS PARQUET LOCATION '{}/'",
-                dir.path().join(t).display()
-            ))
-            .await
-            .unwrap();
-    }
+    let ctx = register_tables(&engine, dir.path(), &["skewed", "big"]).await;
     let sql = "SELECT s.n % 10 AS g, count(*) AS n, sum(b.w) AS total \
                FROM skewed s JOIN big b ON s.k = b.id GROUP BY g ORDER BY g";
     let out = engine.sql(sql).await.unwrap_or_else(|e| panic!("{e}"));
-    let ctx = datafusion::prelude::SessionContext::new();
-    for t in ["skewed", "big"] {
-        ctx.register_parquet(t, dir.path().join(t).to_str().unwrap(), Default::default())
-            .await
-            .unwrap();
-    }
     let expected = ctx.sql(sql).await.unwrap().collect().await.unwrap();
     lambdafusion::verify::compare(&expected, &out.batches, true).unwrap();
     let split = out
@@ -530,12 +540,6 @@ async fn a_partitioned_anti_join_switches_to_broadcast_when_its_side_is_small() 
             "join_type=Inner",
         ),
     ];
-    let ctx = datafusion::prelude::SessionContext::new();
-    for t in ["orders", "events"] {
-        ctx.register_parquet(t, dir.path().join(t).to_str().unwrap(), Default::default())
-            .await
-            .unwrap();
-    }
     for (limit, switched) in [(16 << 20, true), (1, false)] {
         let engine = engine(
             EngineConfig::default()
@@ -546,15 +550,7 @@ async fn a_partitioned_anti_join_switches_to_broadcast_when_its_side_is_small() 
             dir.path(),
         )
         .await;
-        for t in ["orders", "events"] {
-            engine
-                .sql(&format!(
-                    "CREATE EXTERNAL TABLE {t} STORED AS PARQUET LOCATION '{}/'",
-                    dir.path().join(t).display()
-                ))
-                .await
-                .unwrap();
-        }
+        let ctx = register_tables(&engine, dir.path(), &["orders", "events"]).await;
         for (sql, join_type) in queries {
             let explain = engine.sql(&format!("EXPLAIN {sql}")).await.unwrap();
             let plan = datafusion::arrow::util::pretty::pretty_format_batches(&explain.batches)

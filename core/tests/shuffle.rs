@@ -65,6 +65,20 @@ fn schema(columns: usize) -> SchemaRef {
     ))
 }
 
+/// The completion record's output of a task that wrote `summary` to `path`.
+fn output(path: &Path, summary: lambdafusion::shuffle::WriteSummary) -> TaskOutput {
+    TaskOutput {
+        attempt: 1,
+        object: path.to_string(),
+        ends: summary.ends,
+        rows: summary.rows,
+        bytes: summary.bytes,
+        started_ms: 0,
+        finished_ms: 0,
+        metrics: Vec::new(),
+    }
+}
+
 struct Shuffled {
     schema: SchemaRef,
     store: Arc<dyn ObjectStore>,
@@ -111,16 +125,7 @@ async fn shuffle(
             summary.ends,
             "the footer index matches the completion record"
         );
-        outputs.push(TaskOutput {
-            attempt: 1,
-            object: path.to_string(),
-            ends: summary.ends,
-            rows: summary.rows,
-            bytes: summary.bytes,
-            started_ms: 0,
-            finished_ms: 0,
-            metrics: Vec::new(),
-        });
+        outputs.push(output(&path, summary));
     }
     Shuffled {
         schema,
@@ -344,16 +349,7 @@ async fn an_output_larger_than_the_task_memory_spills_and_round_trips() {
     let shuffled = Shuffled {
         schema: schema.clone(),
         store,
-        outputs: vec![TaskOutput {
-            attempt: 1,
-            object: path.to_string(),
-            ends: summary.ends,
-            rows: summary.rows,
-            bytes: summary.bytes,
-            started_ms: 0,
-            finished_ms: 0,
-            metrics: Vec::new(),
-        }],
+        outputs: vec![output(&path, summary)],
         written: ROWS * BATCHES,
     };
     let partitions = read(&shuffled, ReadMode::Hash(partitioning)).await;

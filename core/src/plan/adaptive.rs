@@ -208,19 +208,25 @@ fn switched_join(stage: &StageRecord, snapshot: &JobSnapshot) -> Result<Option<S
         (switch.large, large.len() as u32),
     ];
     input_tasks.sort_unstable();
+    let decision = StageDecision {
+        rule: AdaptiveRule::Broadcast,
+        partitions: 1,
+        tasks: 1,
+        starts: vec![],
+        input_tasks,
+        fused: vec![],
+        skew: vec![],
+        switched: Some(switch),
+        read_from: vec![],
+        input_rows: small.iter().chain(&large).map(|o| o.rows).sum(),
+        input_bytes: small_bytes + large_bytes,
+        note: String::new(),
+    };
     if switch.mode == SwitchMode::Join {
         // It ran inside the large side's tasks, which wrote its output.
         return Ok(Some(StageDecision {
-            rule: AdaptiveRule::Broadcast,
             partitions: stage.tasks,
             tasks: 0,
-            starts: vec![],
-            input_tasks,
-            fused: vec![],
-            skew: vec![],
-            switched: Some(switch),
-            read_from: vec![],
-            input_rows: small.iter().chain(&large).map(|o| o.rows).sum(),
             input_bytes: small_bytes * large.len() as u64,
             note: format!(
                 "0 tasks: its join switched from partitioned to broadcast, so it ran inside \
@@ -233,6 +239,7 @@ fn switched_join(stage: &StageRecord, snapshot: &JobSnapshot) -> Result<Option<S
                 human_bytes(small_bytes),
                 human_bytes(large_bytes)
             ),
+            ..decision
         }));
     }
     if let Some(bad) = large.iter().find(|o| o.ends.len() != 1) {
@@ -245,17 +252,6 @@ fn switched_join(stage: &StageRecord, snapshot: &JobSnapshot) -> Result<Option<S
         )));
     }
     Ok(Some(StageDecision {
-        rule: AdaptiveRule::Broadcast,
-        partitions: 1,
-        tasks: 1,
-        starts: vec![],
-        input_tasks,
-        fused: vec![],
-        skew: vec![],
-        switched: Some(switch),
-        read_from: vec![],
-        input_rows: small.iter().chain(&large).map(|o| o.rows).sum(),
-        input_bytes: small_bytes + large_bytes,
         note: format!(
             "1 task: its join switched from partitioned to broadcast — stage {} ({}) read \
              whole, combined with the marks of stage {}'s {} task{} ({})",
@@ -266,6 +262,7 @@ fn switched_join(stage: &StageRecord, snapshot: &JobSnapshot) -> Result<Option<S
             if large.len() == 1 { "" } else { "s" },
             human_bytes(large_bytes)
         ),
+        ..decision
     }))
 }
 

@@ -370,7 +370,7 @@ impl StageSplitter {
 }
 
 /// Whether `plan` reads another stage (holds a [`ShuffleReaderExec`]).
-fn reads_a_stage(plan: &Arc<dyn ExecutionPlan>) -> bool {
+pub(super) fn reads_a_stage(plan: &Arc<dyn ExecutionPlan>) -> bool {
     let mut found = false;
     let _ = plan.apply(|node| {
         found = node.downcast_ref::<ShuffleReaderExec>().is_some();
@@ -455,7 +455,6 @@ fn partition_scan_bytes(plan: &Arc<dyn ExecutionPlan>, partitions: usize) -> Vec
 /// left mark join) — and the reader appears once. Anything that must see all of a
 /// partition's rows together (a final aggregate, a sort, a window, a limit) says no.
 fn split_safe(plan: &Arc<dyn ExecutionPlan>, stage: u32) -> bool {
-    use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
     fn reads(plan: &Arc<dyn ExecutionPlan>, stage: u32) -> usize {
         let mut n = 0;
         let _ = plan.apply(|node| {
@@ -500,14 +499,7 @@ fn split_safe(plan: &Arc<dyn ExecutionPlan>, stage: u32) -> bool {
             node = if on_left { join.left() } else { join.right() }.clone();
             continue;
         }
-        let passes = node.downcast_ref::<ShuffleWriterExec>().is_some()
-            || matches!(
-                node.name(),
-                "ProjectionExec" | "FilterExec" | "CoalesceBatchesExec" | "CooperativeExec"
-            )
-            || node
-                .downcast_ref::<AggregateExec>()
-                .is_some_and(|a| *a.mode() == AggregateMode::Partial);
+        let passes = row_local(&node);
         let child = match node.children().as_slice() {
             [only] => (*only).clone(),
             _ => return false,
@@ -517,6 +509,20 @@ fn split_safe(plan: &Arc<dyn ExecutionPlan>, stage: u32) -> bool {
         }
         node = child;
     }
+}
+
+/// Whether `node` (an operator of one child) handles each row of a partition on its own:
+/// the writer, projections, filters, batch coalescing and partial aggregates.
+pub(super) fn row_local(node: &Arc<dyn ExecutionPlan>) -> bool {
+    use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+    node.downcast_ref::<ShuffleWriterExec>().is_some()
+        || matches!(
+            node.name(),
+            "ProjectionExec" | "FilterExec" | "CoalesceBatchesExec" | "CooperativeExec"
+        )
+        || node
+            .downcast_ref::<AggregateExec>()
+            .is_some_and(|a| *a.mode() == AggregateMode::Partial)
 }
 
 /// "HashJoinExec <- AggregateExec <- DataSourceExec(parquet)" — the notable operators,

@@ -46,7 +46,7 @@ use datafusion::physical_plan::joins::{
 use datafusion::physical_plan::ExecutionPlan;
 
 use super::marks;
-use super::stages::Stage;
+use super::stages::{reads_a_stage, row_local, Stage};
 use crate::shuffle::{ReadMode, ShuffleReaderExec, ShuffleWriterExec};
 use crate::state::{EdgeKind, JoinSwitch, SwitchMode};
 use crate::{Error, Result};
@@ -95,25 +95,10 @@ fn thin_reader(plan: &Arc<dyn ExecutionPlan>) -> Option<u32> {
     }
 }
 
-/// Whether `plan` reads another stage.
-fn reads_a_stage(plan: &Arc<dyn ExecutionPlan>) -> bool {
-    let mut found = false;
-    let _ = plan.apply(|node| {
-        found = node.downcast_ref::<ShuffleReaderExec>().is_some();
-        Ok(if found {
-            TreeNodeRecursion::Stop
-        } else {
-            TreeNodeRecursion::Continue
-        })
-    });
-    found
-}
-
 /// Whether `node`, on the way from a stage's writer down to its join, handles the rows
 /// of each partition on their own, whatever the partitions are: what a stage may be run
 /// over the large side's scan partitions instead of hash partitions with.
 fn row_by_row(node: &Arc<dyn ExecutionPlan>) -> bool {
-    use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
     if let Some(join) = node.downcast_ref::<HashJoinExec>() {
         return *join.partition_mode() == PartitionMode::CollectLeft
             && matches!(
@@ -125,14 +110,7 @@ fn row_by_row(node: &Arc<dyn ExecutionPlan>) -> bool {
                     | JoinType::RightMark
             );
     }
-    node.downcast_ref::<ShuffleWriterExec>().is_some()
-        || matches!(
-            node.name(),
-            "ProjectionExec" | "FilterExec" | "CoalesceBatchesExec" | "CooperativeExec"
-        )
-        || node
-            .downcast_ref::<AggregateExec>()
-            .is_some_and(|a| *a.mode() == AggregateMode::Partial)
+    row_local(node)
 }
 
 /// The switchable join of a stage plan: a partitioned join (not null-aware) over two
