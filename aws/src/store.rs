@@ -1213,6 +1213,7 @@ mod tests {
                 started_ms: 1,
                 finished_ms: 2,
                 metrics: Vec::new(),
+                requests: Default::default(),
             }),
             error: None,
             retryable: false,

@@ -78,6 +78,7 @@ pub fn stage_summary(status: &JobStatus) -> String {
                     (Some(rule), _) => rule.clone(),
                     (None, _) => "-".into(),
                 },
+                requests(&s.requests),
             ]
         })
         .collect();
@@ -91,15 +92,24 @@ pub fn stage_summary(status: &JobStatus) -> String {
             "input",
             "operators",
             "adaptive",
+            "requests (store r/w, GET/PUT, invokes)",
         ],
         &rows,
     )
 }
 
-/// One line: state, elapsed time, tasks, estimated cost.
+/// Requests in one short cell: store reads/writes, object GETs/PUTs, invocations.
+pub fn requests(r: &lambdafusion::requests::RequestCounts) -> String {
+    format!(
+        "{}/{}, {}/{}, {}",
+        r.store_reads, r.store_writes, r.object_gets, r.object_puts, r.invocations
+    )
+}
+
+/// One line: state, elapsed time, tasks, requests, estimated cost.
 pub fn status_line(status: &JobStatus) -> String {
     format!(
-        "query {} {} in {} ms: {} stage{}, {} task{}, estimated Lambda cost ${:.6}",
+        "query {} {} in {} ms: {} stage{}, {} task{}, {} requests ({}), estimated Lambda cost ${:.6}",
         status.id,
         status.state,
         status.elapsed_ms,
@@ -107,6 +117,17 @@ pub fn status_line(status: &JobStatus) -> String {
         if status.stages.len() == 1 { "" } else { "s" },
         status.tasks,
         if status.tasks == 1 { "" } else { "s" },
+        {
+            let r = &status.requests;
+            r.store_reads
+                + r.store_writes
+                + r.object_gets
+                + r.object_puts
+                + r.object_lists
+                + r.object_deletes
+                + r.invocations
+        },
+        status.requests,
         status.estimated_cost_usd
     )
 }

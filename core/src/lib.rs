@@ -21,6 +21,7 @@ pub mod error;
 pub mod executor;
 pub mod faults;
 pub mod plan;
+pub mod requests;
 pub mod results;
 pub mod scheduler;
 pub mod services;

@@ -75,6 +75,40 @@ impl Services {
         )
     }
 
+    /// These services as one task attempt (or one submission) uses them: every store call
+    /// and object request counted into `tally` ([`crate::requests`]), and, with
+    /// `memory_limit`, a memory pool of that size of its own (operators spill past it).
+    pub fn counted(
+        &self,
+        tally: &Arc<crate::requests::Tally>,
+        memory_limit: Option<usize>,
+    ) -> Result<Services> {
+        use crate::requests::{count_store_call, sink, CountingRegistry};
+        use crate::state::intercept::{Action, Hook};
+        let counting = tally.clone();
+        let hook: Hook = Arc::new(move |call| {
+            count_store_call(&counting, call.op);
+            Action::Proceed
+        });
+        let registry = Arc::new(CountingRegistry::new(
+            self.runtime.object_store_registry.clone(),
+            sink(tally.clone()),
+        ));
+        let mut runtime =
+            datafusion::execution::runtime_env::RuntimeEnvBuilder::from_runtime_env(&self.runtime)
+                .with_object_store_registry(registry);
+        if let Some(limit) = memory_limit {
+            runtime = runtime.with_memory_pool(Arc::new(
+                datafusion::execution::memory_pool::FairSpillPool::new(limit),
+            ));
+        }
+        Ok(Services {
+            store: Arc::new(crate::state::Intercepted::new(self.store.clone(), hook)),
+            runtime: runtime.build_arc()?,
+            ..self.clone()
+        })
+    }
+
     /// TTL for records written now (seconds since epoch).
     pub fn expires_at(&self) -> u64 {
         (crate::time::now_ms() / 1000) + self.config.job_ttl.as_secs()

@@ -3,7 +3,8 @@
 
 use serde::{Deserialize, Serialize};
 
-use crate::state::{JobKind, JobSnapshot, TaskState};
+use crate::requests::{Request, RequestCounts};
+use crate::state::{counters_of, JobKind, JobSnapshot, StageRecord, TaskState};
 use crate::time::now_ms;
 
 /// Lambda price assumptions for the cost estimate (us-east-1, arm64, 2026 list prices).
@@ -14,6 +15,8 @@ pub mod prices {
     pub const LAMBDA_REQUEST: f64 = 0.000_000_2;
     /// USD per DynamoDB on-demand write request unit.
     pub const DYNAMODB_WRITE: f64 = 0.000_000_625;
+    /// USD per DynamoDB on-demand read request unit.
+    pub const DYNAMODB_READ: f64 = 0.000_000_125;
     /// USD per S3 PUT request.
     pub const S3_PUT: f64 = 0.000_005;
     /// USD per S3 GET request.
@@ -66,6 +69,11 @@ pub struct StageStatus {
     /// Plan partitions of the stage as cut at submit (its tasks, unless coalesced).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub planned_tasks: Option<u32>,
+    /// Requests made for the stage so far: those its committed tasks counted, and the
+    /// scheduler's for its claim, dispatch, retries and wake-ups (see
+    /// [`scheduler_requests`]).
+    #[serde(default)]
+    pub requests: RequestCounts,
 }
 
 /// A job's status. `GET /v1/queries/{id}` returns it as JSON.
@@ -98,8 +106,13 @@ pub struct JobStatus {
     pub tasks: u32,
     /// Per-stage progress.
     pub stages: Vec<StageStatus>,
+    /// Requests made for the query so far: every stage's, and the job's own (creating,
+    /// planning, finishing and cleaning up): store reads and writes (DynamoDB), object
+    /// GETs / PUTs / LISTs / DELETEs (S3) and function invocations (Lambda).
+    #[serde(default)]
+    pub requests: RequestCounts,
     /// Estimated Lambda + DynamoDB + S3 cost of the work done so far, in USD, assuming
-    /// executors of [`ASSUMED_EXECUTOR_MB`] MB.
+    /// executors of [`ASSUMED_EXECUTOR_MB`] MB, one billed unit per store request.
     pub estimated_cost_usd: f64,
 }
 
@@ -160,15 +173,80 @@ fn handoff(
     Some(start.saturating_sub(inputs_done))
 }
 
+/// The requests the scheduler makes for `stage`, derived from its records (the scheduler
+/// does not count as it goes; these follow from what it does):
+/// - its claim and the confirmation of its dispatch: two writes; one invocation per task;
+/// - each retry: the failure, the new attempt and its confirmation (three writes), one
+///   invocation;
+/// - each commit counter that reached 0 wakes the scheduler through the stream: one
+///   snapshot read; with the fast path, the task that brought it to 0 reads the stage's
+///   counters (when it has several) and the last one wakes the scheduler at once (one
+///   invocation, one snapshot read).
+pub fn scheduler_requests(snapshot: &JobSnapshot, stage: &StageRecord) -> RequestCounts {
+    let mut r = RequestCounts::default();
+    if stage.dispatched_ms.is_none() {
+        return r;
+    }
+    r.add(Request::StoreWrite, 2);
+    r.add(Request::Invocation, u64::from(stage.tasks));
+    let retries: u64 = snapshot
+        .tasks_of(stage.stage)
+        .map(|t| u64::from(t.failures))
+        .sum();
+    r.add(Request::StoreWrite, 3 * retries);
+    r.add(Request::Invocation, retries);
+    if stage.tasks > 0 {
+        let counters = snapshot
+            .counters
+            .iter()
+            .filter(|c| c.stage == stage.stage && c.remaining == 0)
+            .count() as u64;
+        r.add(Request::StoreRead, counters);
+        if counters_of(stage.tasks) > 1 {
+            r.add(Request::StoreRead, counters);
+        }
+        if snapshot.stage_complete(stage) {
+            r.add(Request::Invocation, 1);
+            r.add(Request::StoreRead, 1);
+        }
+    }
+    r
+}
+
+/// The requests of the job itself: those its submission counted while planning
+/// ([`JobRecord::requests`](crate::state::JobRecord::requests)), and, derived from its
+/// records, creating it (one write per item: job, active entry, history entry, stages
+/// and plans), the first scheduler step
+/// (a snapshot read), finishing it (the job item and its active entry) and deleting
+/// its intermediate objects (one LIST, one DELETE per object).
+pub fn job_requests(snapshot: &JobSnapshot) -> RequestCounts {
+    let mut r = snapshot.job.requests;
+    r.add(Request::StoreWrite, 3 + 2 * snapshot.stages.len() as u64);
+    r.add(Request::StoreRead, 1);
+    if snapshot.job.state.is_terminal() && snapshot.job.kind != JobKind::Statement {
+        r.add(Request::StoreWrite, 2);
+        r.add(Request::ObjectList, 1);
+        let final_stage = snapshot.job.final_stage();
+        let intermediate = snapshot
+            .tasks
+            .iter()
+            .filter(|t| t.stage != final_stage && t.output.is_some())
+            .count() as u64;
+        r.add(Request::ObjectDelete, intermediate);
+    }
+    r
+}
+
 /// Builds the status of a job from its snapshot.
 pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
     let job = &snapshot.job;
     let mut stages = Vec::with_capacity(snapshot.stages.len());
-    let (mut gb_seconds, mut invocations, mut puts, mut gets, mut writes) =
-        (0.0, 0u64, 0u64, 0u64, 0u64);
+    let mut gb_seconds = 0.0;
+    let mut requests = job_requests(snapshot);
     for s in &snapshot.stages {
         let (mut rows, mut bytes, mut objects, mut task_ms, mut failed) = (0, 0, 0, 0, 0);
         let mut first_start: Option<u64> = None;
+        let mut stage_requests = scheduler_requests(snapshot, s);
         for t in snapshot.tasks_of(s.stage) {
             failed += t.failures;
             if let (TaskState::Succeeded, Some(o)) = (t.state, &t.output) {
@@ -177,15 +255,11 @@ pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
                 bytes += o.bytes;
                 objects += 1;
                 task_ms += o.finished_ms.saturating_sub(o.started_ms);
-                gets += o.ends.len() as u64;
+                stage_requests += o.requests;
             }
         }
         gb_seconds += task_ms as f64 / 1000.0 * ASSUMED_EXECUTOR_MB / 1024.0;
-        invocations += objects + failed as u64;
-        puts += objects;
-        // Per task: its commit and its counter update (1 WCU each); per stage: claim and
-        // confirmation.
-        writes += objects * 2 + 2;
+        requests += stage_requests;
         let complete = snapshot.stage_complete(s);
         let state = if complete {
             "complete"
@@ -214,16 +288,13 @@ pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
             decision: s.decision.as_ref().map(|d| d.rule.as_str().to_string()),
             decision_note: s.decision.as_ref().map(|d| d.note.clone()),
             planned_tasks: s.decision.as_ref().map(|d| d.partitions),
+            requests: stage_requests,
         });
     }
     let result_rows = (job.state == crate::state::JobState::Succeeded)
         .then(|| stages.last().map_or(0, |s| s.rows));
     let end = job.finished_ms.unwrap_or_else(now_ms);
-    let cost = gb_seconds * prices::LAMBDA_GB_SECOND
-        + invocations as f64 * prices::LAMBDA_REQUEST
-        + writes as f64 * prices::DYNAMODB_WRITE
-        + puts as f64 * prices::S3_PUT
-        + gets as f64 * prices::S3_GET;
+    let cost = gb_seconds * prices::LAMBDA_GB_SECOND + request_cost(&requests);
     JobStatus {
         id: job.job_id.clone(),
         state: job.state.as_str().to_string(),
@@ -242,6 +313,17 @@ pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
         tasks_done: stages.iter().map(|s| s.tasks_done).sum(),
         tasks: stages.iter().map(|s| s.tasks).sum(),
         stages,
+        requests,
         estimated_cost_usd: cost,
     }
+}
+
+/// What `requests` cost at the list prices of [`prices`] (one billed unit per store
+/// request; LISTs at the PUT price, DELETEs free).
+pub fn request_cost(requests: &RequestCounts) -> f64 {
+    requests.invocations as f64 * prices::LAMBDA_REQUEST
+        + requests.store_writes as f64 * prices::DYNAMODB_WRITE
+        + requests.store_reads as f64 * prices::DYNAMODB_READ
+        + (requests.object_puts + requests.object_lists) as f64 * prices::S3_PUT
+        + requests.object_gets as f64 * prices::S3_GET
 }

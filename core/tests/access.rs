@@ -499,6 +499,7 @@ async fn a_result_with_missing_task_outputs_is_refused() {
         started_ms: 0,
         finished_ms: 0,
         metrics: Vec::new(),
+        requests: Default::default(),
     });
     store
         .create_job(&NewJob {
@@ -514,6 +515,7 @@ async fn a_result_with_missing_task_outputs_is_refused() {
                 deadline_ms: None,
                 finished_ms: Some(1),
                 error: None,
+                requests: Default::default(),
                 expires_at,
             },
             stages: vec![StageRecord {

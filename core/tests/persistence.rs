@@ -64,6 +64,7 @@ async fn catalog_and_results_survive_a_restart() {
         deadline_ms: None,
         finished_ms: None,
         error: None,
+        requests: Default::default(),
         expires_at: u64::MAX,
     };
     drop(engine);

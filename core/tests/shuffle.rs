@@ -76,6 +76,7 @@ fn output(path: &Path, summary: lambdafusion::shuffle::WriteSummary) -> TaskOutp
         started_ms: 0,
         finished_ms: 0,
         metrics: Vec::new(),
+        requests: Default::default(),
     }
 }
 

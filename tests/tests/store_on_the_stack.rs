@@ -53,6 +53,7 @@ fn wide_records(tasks: u32) -> NewJob {
         deadline_ms: None,
         finished_ms: None,
         error: None,
+        requests: Default::default(),
         expires_at: TTL,
     };
     let stage = StageRecord {
@@ -110,6 +111,7 @@ fn commit(job: &str, partition: u32, tasks: u32) -> TaskCommit {
             started_ms: 1,
             finished_ms: 2,
             metrics: Vec::new(),
+            requests: Default::default(),
         },
         now_ms: 3,
         expires_at: TTL,

@@ -15,10 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use datafusion::execution::memory_pool::FairSpillPool;
-use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::{SessionState, TaskContext};
-use datafusion::physical_plan::execution_plan::reset_plan_states;
 use datafusion::physical_plan::ExecutionPlan;
 use object_store::ObjectStoreExt;
 use tracing::{debug, info, warn, Instrument};
@@ -26,6 +23,7 @@ use tracing::{debug, info, warn, Instrument};
 use crate::dispatch::TaskSpec;
 use crate::faults::{job_key, FaultKind};
 use crate::plan;
+use crate::requests::{Request, Tally};
 use crate::shuffle::{task_output_path, ShuffleInputs, ShuffleWriterExec};
 use crate::state::{
     counters_of, CommitOutcome, JobKind, JobRecord, JobState, StageRecord, TaskCommit, TaskOutput,
@@ -53,7 +51,7 @@ pub enum TaskReport {
     Failed(String),
 }
 
-/// Stage plans kept per executor (per warm Lambda container).
+/// Stages whose plans are kept per executor (per warm Lambda container).
 const PLAN_CACHE_ENTRIES: usize = 64;
 
 /// Tries of a commit that fails transiently, before the attempt is given up (about a
@@ -64,11 +62,32 @@ const COMMIT_RETRY_BASE: Duration = Duration::from_millis(100);
 /// Longest pause between commit tries.
 const COMMIT_RETRY_CAP: Duration = Duration::from_secs(10);
 
-/// Runs tasks. Create one per process (it caches decoded stage plans).
+/// Runs tasks. Create one per process (it caches encoded stage plans).
 pub struct Executor {
     services: Services,
     state: SessionState,
-    plans: Mutex<HashMap<(String, u32), Arc<dyn ExecutionPlan>>>,
+    plans: Mutex<HashMap<(String, u32), StagePlans>>,
+}
+
+/// The encoded plans the tasks of one stage run: the stage's own, and those of the
+/// stages [`plan::adaptive::plans_needed`] names.
+#[derive(Clone)]
+struct StagePlans {
+    own: Arc<Vec<u8>>,
+    others: Vec<(u32, Arc<Vec<u8>>)>,
+}
+
+impl StagePlans {
+    /// Decodes them with `ctx` into the plan a task of `stage` runs.
+    fn decode(&self, stage: &StageRecord, ctx: &TaskContext) -> Result<Arc<dyn ExecutionPlan>> {
+        let own = plan::decode_plan(&self.own, ctx)?;
+        let others = self
+            .others
+            .iter()
+            .map(|(s, bytes)| Ok((*s, plan::decode_plan(bytes, ctx)?)))
+            .collect::<Result<HashMap<_, _>>>()?;
+        plan::adaptive::task_plan(stage, own, &others)
+    }
 }
 
 impl std::fmt::Debug for Executor {
@@ -119,11 +138,27 @@ impl Executor {
 
     /// Runs a task; errors are returned, not recorded. See [`Executor::handle`].
     pub async fn run(&self, task: &TaskSpec) -> Result<TaskReport> {
-        let store = &self.services.store;
-        let faults = &self.services.faults;
+        let tally = Tally::new();
+        // Each task its own memory pool: one task's hash table cannot starve its
+        // neighbours, and past the limit operators spill (to the runtime's disk manager).
+        let services = self
+            .services
+            .counted(&tally, self.services.config.task_memory_limit)?;
+        self.attempt(task, &services, &tally).await
+    }
+
+    /// Runs one attempt of `task` on `services` (counted into `tally`).
+    async fn attempt(
+        &self,
+        task: &TaskSpec,
+        services: &Services,
+        tally: &Tally,
+    ) -> Result<TaskReport> {
+        let store = &services.store;
+        let faults = &services.faults;
         let started_ms = now_ms();
         // The job, the stage, the task's item and (unless cached) the plan: one read.
-        let cached = self.cached_plan(&task.job_id, task.stage);
+        let cached = self.cached_plans(&task.job_id, task.stage);
         let view = store
             .task_view(&task.job_id, task.stage, task.partition, cached.is_none())
             .await?;
@@ -146,7 +181,7 @@ impl Executor {
         }
         if job.is_overdue(started_ms) {
             // The scheduler fails it (and cleans up); this task has nothing to add.
-            let _ = self.services.invoker.wake_scheduler(&job.job_id).await;
+            let _ = services.invoker.wake_scheduler(&job.job_id).await;
             return Ok(TaskReport::Skipped("job is past its deadline".into()));
         }
         if view.task.is_some_and(|t| t.state == TaskState::Succeeded) {
@@ -164,33 +199,34 @@ impl Executor {
                 task.partition, task.stage, stage.tasks
             )));
         }
-        // A fresh copy of the cached plan: operators keep per-execution state (a hash
-        // join's build side, scan bookkeeping) that must not leak between tasks.
+        // Decoded for this task, over its counting runtime (a decoded scan reads through
+        // the object store of the context it was decoded with), and fresh: operators keep
+        // per-execution state (a hash join's build side) that must not leak between tasks.
         let stop = Arc::new(AtomicBool::new(false));
-        let plan = match cached {
-            Some(plan) => plan,
-            None => self.load_plan(&stage, view.plan).await?,
+        let plans = match cached {
+            Some(plans) => plans,
+            None => self.load_plans(services, &stage, view.plan).await?,
         };
-        let plan = reset_plan_states(plan)?;
+        let plan = plans.decode(&stage, &self.decode_context(services))?;
         let writer = ShuffleWriterExec::from_plan(&plan)?;
         let writer = writer.with_input(stop::StopExec::wrap_leaves_and_joins(
             writer.input().clone(),
             stop.clone(),
             &task.job_id,
         )?);
-        let context = self.task_context(&stage, task.partition).await?;
+        let context = self.task_context(services, &stage, task.partition).await?;
 
-        let watcher = self.watch_job(job.clone(), stop.clone());
+        let watcher = Self::watch_job(services, job.clone(), stop.clone());
         let execution = uuid::Uuid::new_v4().simple().to_string();
         let path = task_output_path(
-            &self.services.shuffle.prefix,
+            &services.shuffle.prefix,
             &task.job_id,
             task.stage,
             task.partition,
             task.attempt,
             &execution[..12],
         );
-        let shuffle = self.services.shuffle_store()?;
+        let shuffle = services.shuffle_store()?;
         // The stream hands over its first batch only after reading and computing it: a
         // crash there is a crash mid-work, whatever the task's size.
         let before_batch = |written: usize| -> Result<()> {
@@ -218,6 +254,9 @@ impl Executor {
         };
         faults.crash_point(FaultKind::ExecutorCrashAfterPut, &key)?;
         let finished_ms = now_ms();
+        // The commit's own two writes are about to be made; the record counts them.
+        let mut requests = tally.counts();
+        requests.add(Request::StoreWrite, 2);
         let commit = TaskCommit {
             job_id: task.job_id.clone(),
             stage: task.stage,
@@ -232,11 +271,12 @@ impl Executor {
                 started_ms,
                 finished_ms,
                 metrics,
+                requests,
             },
             now_ms: finished_ms,
-            expires_at: self.services.expires_at(),
+            expires_at: services.expires_at(),
         };
-        match self.commit(&commit).await? {
+        match Self::commit(services, &commit).await? {
             CommitOutcome::Committed { counter_done } => {
                 debug!(
                     rows = summary.rows,
@@ -246,7 +286,7 @@ impl Executor {
                 );
                 faults.crash_point(FaultKind::ExecutorCrashAfterCommit, &key)?;
                 if counter_done {
-                    self.wake_if_stage_done(task, &stage).await;
+                    Self::wake_if_stage_done(services, task, &stage).await;
                 }
                 // A job that ended while this task ran (failed, cancelled) was cleaned up
                 // already; this object would outlive it.
@@ -272,11 +312,11 @@ impl Executor {
     /// unavailable): the output is written, and running the task again to get past a
     /// busy store would waste it. The commit is idempotent — a try whose answer was lost
     /// is recognized by its object — so trying again is always safe.
-    async fn commit(&self, commit: &TaskCommit) -> Result<CommitOutcome> {
+    async fn commit(services: &Services, commit: &TaskCommit) -> Result<CommitOutcome> {
         let mut pause = COMMIT_RETRY_BASE;
         let mut tries = 1;
         loop {
-            match self.services.store.commit_task(commit).await {
+            match services.store.commit_task(commit).await {
                 Err(e) if e.is_retryable() && tries < COMMIT_TRIES => {
                     warn!(error = %e, tries, "commit failed transiently; trying again");
                     tokio::time::sleep(pause).await;
@@ -290,16 +330,11 @@ impl Executor {
 
     /// The fast path: when every commit counter of the stage is at 0, wake the scheduler
     /// now instead of waiting for the change stream (which stays the durable path).
-    async fn wake_if_stage_done(&self, task: &TaskSpec, stage: &StageRecord) {
-        if !self.services.config.fast_path {
+    async fn wake_if_stage_done(services: &Services, task: &TaskSpec, stage: &StageRecord) {
+        if !services.config.fast_path {
             return;
         }
-        let done = match self
-            .services
-            .store
-            .list_counters(&task.job_id, task.stage)
-            .await
-        {
+        let done = match services.store.list_counters(&task.job_id, task.stage).await {
             Ok(counters) => {
                 counters.len() as u32 == counters_of(stage.tasks)
                     && counters.iter().all(|c| c.remaining == 0)
@@ -311,26 +346,27 @@ impl Executor {
         };
         if done {
             info!(stage = task.stage, "stage complete");
-            if let Err(e) = self.services.invoker.wake_scheduler(&task.job_id).await {
+            if let Err(e) = services.invoker.wake_scheduler(&task.job_id).await {
                 // The stream trigger is the durable path; this was only a shortcut.
                 warn!(error = %e, "fast-path wake-up failed");
             }
         }
     }
 
-    /// The decoded plan of a stage, if this executor has it cached.
-    fn cached_plan(&self, job_id: &str, stage: u32) -> Option<Arc<dyn ExecutionPlan>> {
+    /// The encoded plans of a stage, if this executor has them cached.
+    fn cached_plans(&self, job_id: &str, stage: u32) -> Option<StagePlans> {
         let key = (job_id.to_string(), stage);
         self.plans.lock().ok().and_then(|p| p.get(&key).cloned())
     }
 
-    /// Decodes a stage's plan record (reading the plan object when the plan lives in
-    /// object storage) and caches the plan.
-    async fn load_plan(
+    /// Reads a stage's encoded plans — its own from `record` (or from object storage
+    /// when it lives there) and those of the stages its tasks also run — and caches them.
+    async fn load_plans(
         &self,
+        services: &Services,
         stage: &StageRecord,
         record: Option<crate::state::PlanRecord>,
-    ) -> Result<Arc<dyn ExecutionPlan>> {
+    ) -> Result<StagePlans> {
         let key = (stage.job_id.clone(), stage.stage);
         let record = record.ok_or_else(|| {
             Error::Internal(format!(
@@ -338,31 +374,39 @@ impl Executor {
                 stage.stage, stage.job_id
             ))
         })?;
-        let bytes = plan::stage_plan_bytes(&self.services, record).await?;
-        let plan = plan::decode_plan(&bytes, &self.state.task_ctx())?;
+        let own = Arc::new(plan::stage_plan_bytes(services, record).await?);
         // Stages fused into this one, a switched join: the plan its tasks really run.
-        let mut others = HashMap::new();
+        let mut others = Vec::new();
         for producer in plan::adaptive::plans_needed(stage) {
-            let ctx = self.state.task_ctx();
-            let other =
-                plan::read_stage_plan(&self.services, &stage.job_id, producer, &ctx).await?;
-            others.insert(producer, other);
+            let bytes = plan::read_stage_plan_bytes(services, &stage.job_id, producer).await?;
+            others.push((producer, Arc::new(bytes)));
         }
-        let plan = plan::adaptive::task_plan(stage, plan, &others)?;
-        if let Ok(mut plans) = self.plans.lock() {
-            if plans.len() >= PLAN_CACHE_ENTRIES {
-                plans.clear();
+        let plans = StagePlans { own, others };
+        if let Ok(mut cache) = self.plans.lock() {
+            if cache.len() >= PLAN_CACHE_ENTRIES {
+                cache.clear();
             }
-            plans.insert(key, plan.clone());
+            cache.insert(key, plans.clone());
         }
-        Ok(plan)
+        Ok(plans)
+    }
+
+    /// The context a task's plan is decoded with: the executor's session over the task's
+    /// counting runtime.
+    fn decode_context(&self, services: &Services) -> TaskContext {
+        TaskContext::from(&self.state).with_runtime(services.runtime.clone())
     }
 
     /// A task context whose session carries the committed outputs of every stage the
     /// task reads (its inputs, and those of stages fused into it) — exactly as many as
     /// the stage's decision counted when it was claimed; of a split partition's input,
     /// only the producers the decision gave task `task`.
-    async fn task_context(&self, stage: &StageRecord, task: u32) -> Result<Arc<TaskContext>> {
+    async fn task_context(
+        &self,
+        services: &Services,
+        stage: &StageRecord,
+        task: u32,
+    ) -> Result<Arc<TaskContext>> {
         let reads: Vec<(u32, Option<u32>)> = match &stage.decision {
             Some(d) => d.input_tasks.iter().map(|&(s, n)| (s, Some(n))).collect(),
             None => stage.inputs.iter().map(|i| (i.stage, None)).collect(),
@@ -375,11 +419,7 @@ impl Executor {
                 .as_ref()
                 .and_then(|d| d.read_from.iter().find(|(i, _)| *i == input))
                 .map_or(input, |&(_, s)| s);
-            let tasks = self
-                .services
-                .store
-                .list_tasks(&stage.job_id, source)
-                .await?;
+            let tasks = services.store.list_tasks(&stage.job_id, source).await?;
             let outputs: Vec<TaskOutput> = tasks
                 .into_iter()
                 .filter(|t| t.state == TaskState::Succeeded)
@@ -414,20 +454,14 @@ impl Executor {
             stages.insert(input, outputs);
         }
         let inputs = ShuffleInputs {
-            store: self.services.shuffle_store()?,
+            store: services.shuffle_store()?,
             stages,
             fetch_concurrency: 8,
         };
         let config = self.state.config().clone().with_extension(Arc::new(inputs));
-        let mut ctx = TaskContext::from(&self.state).with_session_config(config);
-        if let Some(limit) = self.services.config.task_memory_limit {
-            // Each task its own pool: one task's hash table cannot starve its neighbours,
-            // and past the limit operators spill (to the runtime's disk manager).
-            let runtime = RuntimeEnvBuilder::from_runtime_env(self.state.runtime_env())
-                .with_memory_pool(Arc::new(FairSpillPool::new(limit)))
-                .build_arc()?;
-            ctx = ctx.with_runtime(runtime);
-        }
+        let ctx = TaskContext::from(&self.state)
+            .with_session_config(config)
+            .with_runtime(services.runtime.clone());
         Ok(Arc::new(ctx))
     }
 
@@ -435,10 +469,14 @@ impl Executor {
     /// it is no longer running — cancelled, failed, or past its deadline (then it also
     /// wakes the scheduler, which fails the job, so the job ends even if nothing else
     /// would wake it).
-    fn watch_job(&self, job: JobRecord, stop: Arc<AtomicBool>) -> tokio::task::JoinHandle<()> {
-        let store = self.services.store.clone();
-        let invoker = self.services.invoker.clone();
-        let every = self.services.config.cancel_check_interval;
+    fn watch_job(
+        services: &Services,
+        job: JobRecord,
+        stop: Arc<AtomicBool>,
+    ) -> tokio::task::JoinHandle<()> {
+        let store = services.store.clone();
+        let invoker = services.invoker.clone();
+        let every = services.config.cancel_check_interval;
         tokio::spawn(async move {
             loop {
                 let sleep = match job.deadline_ms {

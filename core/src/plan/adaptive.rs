@@ -887,6 +887,7 @@ mod tests {
             started_ms: 0,
             finished_ms: 0,
             metrics: Vec::new(),
+            requests: Default::default(),
         });
         t
     }
@@ -911,6 +912,7 @@ mod tests {
                 deadline_ms: None,
                 finished_ms: None,
                 error: None,
+                requests: Default::default(),
                 expires_at: 0,
             },
             stages: vec![producer, consumer],

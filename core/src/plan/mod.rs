@@ -161,21 +161,29 @@ pub async fn stage_plan_bytes(services: &Services, record: PlanRecord) -> Result
     }
 }
 
+/// Reads the stored (encoded) plan of stage `stage` of job `job_id`.
+pub async fn read_stage_plan_bytes(
+    services: &Services,
+    job_id: &str,
+    stage: u32,
+) -> Result<Vec<u8>> {
+    let record = services
+        .store
+        .get_plan(job_id, stage)
+        .await?
+        .ok_or_else(|| Error::Internal(format!("stage {stage} of job {job_id} has no plan")))?;
+    stage_plan_bytes(services, record).await
+}
+
 /// Reads and decodes the stored plan of stage `stage` of job `job_id`; `ctx` must resolve
-/// every object store the plan reads.
+/// every object store the plan reads (its scans read through the stores `ctx` resolves).
 pub async fn read_stage_plan(
     services: &Services,
     job_id: &str,
     stage: u32,
     ctx: &TaskContext,
 ) -> Result<Arc<dyn ExecutionPlan>> {
-    let record = services
-        .store
-        .get_plan(job_id, stage)
-        .await?
-        .ok_or_else(|| Error::Internal(format!("stage {stage} of job {job_id} has no plan")))?;
-    let bytes = stage_plan_bytes(services, record).await?;
-    decode_plan(&bytes, ctx)
+    decode_plan(&read_stage_plan_bytes(services, job_id, stage).await?, ctx)
 }
 
 /// Encodes a stage plan to bytes.

@@ -34,6 +34,7 @@ use crate::access::Caller;
 use crate::dispatch::{InvocationState, TaskSpec};
 use crate::faults::{job_key, FaultKind};
 use crate::plan::{self, StageGraph, StageSplitter};
+use crate::requests::Tally;
 use crate::shuffle::stage_plan_path;
 use crate::state::{
     ChangeRecord, JobKind, JobRecord, JobSnapshot, JobState, NewJob, PlanRecord, StageRecord,
@@ -134,11 +135,15 @@ impl Scheduler {
         }
         let job_id = uuid::Uuid::new_v4().simple().to_string();
         let span = tracing::info_span!("submit", job = %job_id);
+        // Planning's requests (the catalog, table files, large plans) are counted and
+        // recorded on the job.
+        let tally = Tally::new();
+        let counted = Scheduler::new(self.services.counted(&tally, None)?);
         async {
-            let state = self
+            let state = counted
                 .services
                 .session_state(self.config().max_tasks_per_stage);
-            crate::catalog::install(&state, &self.services).await?;
+            crate::catalog::install(&state, &counted.services).await?;
             let logical = state
                 .create_logical_plan(sql)
                 .await
@@ -147,7 +152,7 @@ impl Scheduler {
             if let LogicalPlan::Analyze(analyze) = &logical {
                 let schema = Arc::new(analyze.schema.as_arrow().clone());
                 let kind = (JobKind::Analyze, Some(schema));
-                return self
+                return counted
                     .start_query(
                         &state,
                         &job_id,
@@ -156,6 +161,7 @@ impl Scheduler {
                         options,
                         time_limit,
                         kind,
+                        &tally,
                     )
                     .await;
             }
@@ -164,7 +170,10 @@ impl Scheduler {
                     .await;
             }
             let kind = (JobKind::Query, None);
-            self.start_query(&state, &job_id, sql, &logical, options, time_limit, kind)
+            counted
+                .start_query(
+                    &state, &job_id, sql, &logical, options, time_limit, kind, &tally,
+                )
                 .await
         }
         .instrument(span)
@@ -199,14 +208,16 @@ impl Scheduler {
         options: &SubmitOptions,
         time_limit: std::time::Duration,
         kind: (JobKind, Option<SchemaRef>),
+        tally: &Tally,
     ) -> Result<Submitted> {
         let physical = plan::physical_plan(state, logical, self.config())
             .await
             .map_err(user_planning_error)?;
         let graph = StageSplitter::split(physical, self.config()).map_err(user_planning_error)?;
-        let new = self
+        let mut new = self
             .records(job_id, sql, &graph, &options.caller, time_limit, kind)
             .await?;
+        new.job.requests = tally.counts();
         self.services
             .faults
             .crash_point(FaultKind::SchedulerCrashMidSubmit, &job_key(sql))?;
@@ -302,6 +313,7 @@ impl Scheduler {
             deadline_ms: Some(created_ms + time_limit.as_millis() as u64),
             finished_ms: None,
             error: None,
+            requests: Default::default(),
             expires_at,
         };
         Ok(NewJob {

@@ -199,6 +199,7 @@ async fn record_result(
         deadline_ms: None,
         finished_ms: Some(now),
         error: None,
+        requests: Default::default(),
         expires_at,
     };
     let stage = StageRecord {
@@ -227,6 +228,7 @@ async fn record_result(
         started_ms: started,
         finished_ms: now,
         metrics: Vec::new(),
+        requests: Default::default(),
     });
     services
         .store

@@ -313,6 +313,7 @@ mod tests {
             started_ms: 0,
             finished_ms: 0,
             metrics: Vec::new(),
+            requests: Default::default(),
         }
     }
 

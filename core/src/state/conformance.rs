@@ -39,6 +39,7 @@ fn job(job_id: &str, stages: u32) -> JobRecord {
         deadline_ms: Some(9_000_000),
         finished_ms: None,
         error: None,
+        requests: Default::default(),
         expires_at: TTL,
     }
 }
@@ -111,6 +112,7 @@ fn commit(job_id: &str, stage: u32, partition: u32, stage_tasks: u32, tag: &str)
             started_ms: 10,
             finished_ms: 20,
             metrics: Vec::new(),
+            requests: Default::default(),
         },
         now_ms: 30,
         expires_at: TTL,

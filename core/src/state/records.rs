@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::requests::RequestCounts;
+
 /// Lifecycle of a job.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "SCREAMING_SNAKE_CASE")]
@@ -81,6 +83,11 @@ pub struct JobRecord {
     /// Why the job failed or was cancelled.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The requests its submission made before the job was recorded: reading the
+    /// catalog, listing and reading table files while planning, writing large stage
+    /// plans ([`crate::requests`]).
+    #[serde(default, skip_serializing_if = "RequestCounts::is_zero")]
+    pub requests: RequestCounts,
     /// Expiry (seconds since epoch) for the store's TTL.
     pub expires_at: u64,
 }
@@ -461,6 +468,9 @@ pub struct TaskOutput {
     /// for `EXPLAIN ANALYZE` jobs only.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub metrics: Vec<OperatorMetrics>,
+    /// The requests the attempt made, its commit's included ([`crate::requests`]).
+    #[serde(default, skip_serializing_if = "RequestCounts::is_zero")]
+    pub requests: RequestCounts,
 }
 
 /// One operator's figures in one task, as DataFusion's metrics reported them.
@@ -694,6 +704,7 @@ mod tests {
             started_ms: 0,
             finished_ms: 0,
             metrics: Vec::new(),
+            requests: Default::default(),
         }
     }
 
