@@ -358,10 +358,8 @@ async fn sweep_periodically(services: Services, store: EmbeddedStore, every: Dur
 pub async fn expire(services: &Services, store: &EmbeddedStore) -> Result<usize> {
     let expired = store.expire_jobs(now_ms() / 1000).await?;
     let objects = services.shuffle_store()?;
-    for job in &expired {
-        crate::shuffle::delete_job_objects(objects.as_ref(), &services.shuffle.prefix, job, &[])
-            .await;
-    }
+    let jobs: std::collections::HashSet<String> = expired.iter().cloned().collect();
+    crate::shuffle::delete_jobs_objects(objects.as_ref(), &services.shuffle.prefix, &jobs).await;
     if !expired.is_empty() {
         info!(jobs = expired.len(), "expired old jobs");
     }

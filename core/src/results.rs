@@ -100,6 +100,7 @@ pub async fn open(
         store: services.shuffle_store()?,
         stages: HashMap::from([(stage, outputs)]),
         fetch_concurrency: 4,
+        shared: None,
     };
     let state = services.session_state(1);
     let config = state.config().clone().with_extension(Arc::new(inputs));

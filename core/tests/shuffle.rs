@@ -148,6 +148,7 @@ async fn read(s: &Shuffled, mode: ReadMode) -> Vec<Vec<RecordBatch>> {
         store: s.store.clone(),
         stages: HashMap::from([(0, s.outputs.clone())]),
         fetch_concurrency: 4,
+        shared: None,
     };
     let config = SessionConfig::new().with_extension(Arc::new(inputs));
     let ctx = Arc::new(TaskContext::default().with_session_config(config));

@@ -344,7 +344,13 @@ impl Soak {
     /// Objects under the job's prefix that should not be there: everything but a
     /// succeeded job's committed result.
     async fn leftovers(&self, job: &str) -> Vec<String> {
-        let objects = self.objects(&format!("lambdafusion/jobs/{job}")).await;
+        // Objects live under `jobs/<shard>/<job>/`, in any of the job's shards.
+        let objects: Vec<String> = self
+            .objects("lambdafusion/jobs")
+            .await
+            .into_iter()
+            .filter(|o| job_of(o) == Some(job))
+            .collect();
         let Ok(Some(record)) = self.store.get_job(job).await else {
             return objects;
         };
@@ -384,8 +390,7 @@ impl Soak {
         let objects = self.objects("lambdafusion/jobs").await;
         let jobs: std::collections::BTreeSet<String> = objects
             .iter()
-            .filter_map(|o| o.strip_prefix("lambdafusion/jobs/"))
-            .filter_map(|rest| rest.split('/').next())
+            .filter_map(|o| job_of(o))
             .map(str::to_string)
             .collect();
         let mut left = Vec::new();
@@ -402,6 +407,11 @@ impl Soak {
         }
         left
     }
+}
+
+/// The job an object key under `lambdafusion/jobs/<shard>/<job>/...` belongs to.
+fn job_of(key: &str) -> Option<&str> {
+    key.strip_prefix("lambdafusion/jobs/")?.split('/').nth(1)
 }
 
 /// What one phase did.

@@ -24,7 +24,7 @@ use crate::dispatch::TaskSpec;
 use crate::faults::{job_key, FaultKind};
 use crate::plan;
 use crate::requests::{Request, Tally};
-use crate::shuffle::{task_output_path, ShuffleInputs, ShuffleWriterExec};
+use crate::shuffle::{task_output_path, SharedFetches, ShuffleInputs, ShuffleWriterExec};
 use crate::state::{
     counters_of, CommitOutcome, JobKind, JobRecord, JobState, StageRecord, TaskCommit, TaskOutput,
     TaskState,
@@ -221,7 +221,7 @@ impl Executor {
         let path = task_output_path(
             &services.shuffle.prefix,
             &task.job_id,
-            task.stage,
+            (task.stage, stage.tasks),
             task.partition,
             task.attempt,
             &execution[..12],
@@ -453,10 +453,15 @@ impl Executor {
             };
             stages.insert(input, outputs);
         }
+        let partitions = stage.partitions_of(task);
         let inputs = ShuffleInputs {
             store: services.shuffle_store()?,
             stages,
             fetch_concurrency: 8,
+            shared: Some(SharedFetches::new(
+                stage.inputs.iter().map(|i| i.stage),
+                partitions.start as usize..partitions.end as usize,
+            )),
         };
         let config = self.state.config().clone().with_extension(Arc::new(inputs));
         let ctx = TaskContext::from(&self.state)

@@ -389,7 +389,11 @@ impl Scheduler {
             )
             .await?;
         if cancelled {
-            self.cleanup(job_id, &[]).await;
+            let widest = match store.load_job(job_id).await {
+                Ok(Some(snapshot)) => widest(&snapshot),
+                _ => self.config().max_tasks_per_stage as u32,
+            };
+            self.cleanup(job_id, widest, &[]).await;
             return Ok(JobState::Cancelled);
         }
         // It ended meanwhile (a success racing the cancel): leave it and its result be.
@@ -509,7 +513,7 @@ impl Scheduler {
                 .await?
             {
                 info!(job = %job_id, %error, "job past its deadline");
-                self.cleanup(job_id, &[]).await;
+                self.cleanup(job_id, widest(&snapshot), &[]).await;
             }
             return Ok(());
         }
@@ -552,7 +556,7 @@ impl Scheduler {
                         .await?
                     {
                         info!(job = %job_id, %error, "job failed");
-                        self.cleanup(job_id, &[]).await;
+                        self.cleanup(job_id, widest(&snapshot), &[]).await;
                     }
                     return Ok(());
                 }
@@ -593,7 +597,7 @@ impl Scheduler {
                     .tasks_of(job.final_stage())
                     .filter_map(|t| t.output.as_ref().map(|o| o.object.clone()))
                     .collect();
-                self.cleanup(job_id, &keep).await;
+                self.cleanup(job_id, widest(&snapshot), &keep).await;
             }
             return Ok(());
         }
@@ -620,7 +624,7 @@ impl Scheduler {
                                 .await?
                             {
                                 warn!(job = %job_id, %error, "job failed");
-                                self.cleanup(job_id, &[]).await;
+                                self.cleanup(job_id, widest(&snapshot), &[]).await;
                             }
                             return Ok(());
                         }
@@ -791,9 +795,10 @@ impl Scheduler {
         }
     }
 
-    /// Deletes a finished job's objects except `keep` (its result's committed objects).
-    /// Best effort: object storage lifecycle rules catch whatever is left.
-    async fn cleanup(&self, job_id: &str, keep: &[String]) {
+    /// Deletes a finished job's objects except `keep` (its result's committed objects);
+    /// `widest` is the most tasks any of its stages ran. Best effort: object storage
+    /// lifecycle rules catch whatever is left.
+    async fn cleanup(&self, job_id: &str, widest: u32, keep: &[String]) {
         let Ok(store) = self.services.shuffle_store() else {
             return;
         };
@@ -801,11 +806,17 @@ impl Scheduler {
             store.as_ref(),
             &self.services.shuffle.prefix,
             job_id,
+            widest,
             keep,
         )
         .await;
         debug!(job = %job_id, objects = deleted, "cleaned up shuffle data");
     }
+}
+
+/// The most tasks any stage of the job runs (says which object shards it wrote to).
+fn widest(snapshot: &JobSnapshot) -> u32 {
+    snapshot.stages.iter().map(|s| s.tasks).max().unwrap_or(1)
 }
 
 /// Whether a throttled or running task should be sent again now (see

@@ -318,10 +318,25 @@ async fn get_suffix(store: &dyn ObjectStore, path: &Path, n: u64) -> Result<Byte
     Ok(store.get_opts(path, options).await?.bytes().await?)
 }
 
-/// Decodes one slice (a complete IPC stream) into batches.
+/// Decodes one slice into batches: a complete IPC stream, or several back to back (a
+/// combined slice holds each producer's stream in turn).
 pub fn decode_slice(bytes: Bytes) -> Result<Vec<RecordBatch>> {
-    let reader = StreamReader::try_new(Cursor::new(bytes), None)?;
-    Ok(reader.collect::<std::result::Result<Vec<_>, _>>()?)
+    let mut batches = Vec::new();
+    let mut at = 0usize;
+    while at < bytes.len() {
+        let mut reader = StreamReader::try_new(Cursor::new(bytes.slice(at..)), None)?;
+        for batch in reader.by_ref() {
+            batches.push(batch?);
+        }
+        let used = reader.get_ref().position() as usize;
+        if used == 0 {
+            return Err(Error::Internal(
+                "a shuffle slice holds an empty IPC stream".into(),
+            ));
+        }
+        at += used;
+    }
+    Ok(batches)
 }
 
 #[cfg(test)]
@@ -416,6 +431,38 @@ mod tests {
             })
             .collect();
         assert_eq!(ids, (100..105).chain(300..307).collect::<Vec<_>>());
+    }
+
+    /// A slice made of several IPC streams back to back (what a combining task writes)
+    /// decodes to every stream's batches in order.
+    #[test]
+    fn streams_back_to_back_decode_as_one_slice() {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("id", DataType::Int64, false),
+            Field::new("name", DataType::Utf8, true),
+        ]));
+        let encode = |from: i64, n: usize| {
+            let mut builder = ObjectBuilder::new(schema.clone(), 1).unwrap();
+            builder.append(0, &batch(&schema, from, n)).unwrap();
+            builder.append(0, &batch(&schema, from + 1000, 2)).unwrap();
+            let object = builder.finish().unwrap();
+            let end = object.ends[0] as usize;
+            let mut bytes = Vec::new();
+            for p in object.pieces {
+                if let Piece::Memory(b) = p {
+                    bytes.extend_from_slice(&b);
+                }
+            }
+            bytes.truncate(end);
+            bytes
+        };
+        let mut joined = encode(0, 3);
+        joined.extend(encode(50, 4));
+        let batches = decode_slice(Bytes::from(joined)).unwrap();
+        let rows: Vec<usize> = batches.iter().map(|b| b.num_rows()).collect();
+        assert_eq!(rows, vec![3, 2, 4, 2]);
+        assert!(decode_slice(Bytes::new()).unwrap().is_empty());
+        assert!(decode_slice(Bytes::from_static(b"not ipc")).is_err());
     }
 
     /// Spilling moves the encoded slices to local files without changing a byte of the
