@@ -83,7 +83,27 @@ impl AwsSettings {
             engine = engine.with_bytes_per_task(v);
         }
         if let Some(v) = number(ENV_MAX_TASKS_PER_STAGE)? {
+            if v == 0 || v > lambdafusion::config::MAX_TASKS_PER_STAGE as u64 {
+                return Err(ConfigError::Invalid {
+                    var: ENV_MAX_TASKS_PER_STAGE,
+                    value: v.to_string(),
+                    reason: format!(
+                        "a stage may have 1 to {} tasks",
+                        lambdafusion::config::MAX_TASKS_PER_STAGE
+                    ),
+                });
+            }
             engine = engine.with_max_tasks_per_stage(v as usize);
+        }
+        if let Some(v) = number(ENV_DISPATCH_FANOUT)? {
+            if v < 2 {
+                return Err(ConfigError::Invalid {
+                    var: ENV_DISPATCH_FANOUT,
+                    value: v.to_string(),
+                    reason: "a dispatcher must invoke at least 2 tasks or dispatchers".into(),
+                });
+            }
+            engine = engine.with_dispatch_fanout(v as usize);
         }
         if let Some(v) = number(ENV_MAX_ATTEMPTS)? {
             engine = engine.with_max_attempts(v as u32);
@@ -208,6 +228,11 @@ impl AwsSettings {
             Role::Executor if settings.scheduler_function.is_none() => {
                 Err(ConfigError::Missing(ENV_SCHEDULER_FUNCTION))
             }
+            // Executors dispatch too: the nodes of invocation trees, and the stages their
+            // commits make ready (the fast path runs the scheduler's step in place).
+            Role::Executor if settings.executor_function.is_none() => {
+                Err(ConfigError::Missing(ENV_EXECUTOR_FUNCTION))
+            }
             _ => Ok(settings),
         }
     }
@@ -252,6 +277,7 @@ mod tests {
             (ENV_TABLE, "t"),
             (ENV_BUCKET, "b"),
             (ENV_SCHEDULER_FUNCTION, "s"),
+            (ENV_EXECUTOR_FUNCTION, "e"),
         ];
         let s = AwsSettings::from_lookup(
             Role::Executor,
@@ -266,12 +292,31 @@ mod tests {
                         (ENV_SHUFFLE_BYTES_PER_TASK, "2097152"),
                         (ENV_MIN_SCAN_BYTES_PER_TASK, "4194304"),
                         (ENV_MAX_BROADCAST_BYTES, "0"),
+                        (ENV_MAX_TASKS_PER_STAGE, "10000"),
+                        (ENV_DISPATCH_FANOUT, "8"),
                     ],
                 ]
                 .concat(),
             ),
         )
         .unwrap();
+        assert_eq!(s.engine.max_tasks_per_stage, 10_000);
+        assert_eq!(s.engine.dispatch_fanout, 8);
+        for (var, value) in [
+            (ENV_MAX_TASKS_PER_STAGE, "10001"),
+            (ENV_MAX_TASKS_PER_STAGE, "0"),
+            (ENV_DISPATCH_FANOUT, "1"),
+        ] {
+            let err = AwsSettings::from_lookup(
+                Role::Executor,
+                lookup(&[&base[..], &[(var, value)]].concat()),
+            )
+            .unwrap_err();
+            assert!(
+                matches!(&err, ConfigError::Invalid { var: v, .. } if *v == var),
+                "{var}={value}: {err}"
+            );
+        }
         assert_eq!(s.engine.max_attempts, 5);
         assert!(!s.engine.fast_path);
         assert!(!s.engine.adaptive);

@@ -39,6 +39,9 @@ pub const ENV_MAX_ATTEMPTS: &str = "LAMBDAFUSION_MAX_ATTEMPTS";
 pub const ENV_TASK_TIMEOUT_SECS: &str = "LAMBDAFUSION_TASK_TIMEOUT_SECS";
 /// Concurrent async invocations per dispatching function (optional).
 pub const ENV_DISPATCH_CONCURRENCY: &str = "LAMBDAFUSION_DISPATCH_CONCURRENCY";
+/// Invocations one dispatcher makes before a stage goes through an invocation tree
+/// (optional, default 32, at least 2).
+pub const ENV_DISPATCH_FANOUT: &str = "LAMBDAFUSION_DISPATCH_FANOUT";
 /// Days a job's records live before DynamoDB's TTL removes them (optional).
 pub const ENV_JOB_TTL_DAYS: &str = "LAMBDAFUSION_JOB_TTL_DAYS";
 /// Whether an executor that completes a stage wakes the scheduler at once (optional, default true).
@@ -78,7 +81,12 @@ pub const ENV_MAX_RESPONSE_BYTES: &str = "LAMBDAFUSION_MAX_RESPONSE_BYTES";
 /// Variables the scheduler function must have set.
 pub const SCHEDULER_REQUIRED_ENV: &[&str] = &[ENV_TABLE, ENV_BUCKET, ENV_EXECUTOR_FUNCTION];
 /// Variables the executor function must have set.
-pub const EXECUTOR_REQUIRED_ENV: &[&str] = &[ENV_TABLE, ENV_BUCKET, ENV_SCHEDULER_FUNCTION];
+pub const EXECUTOR_REQUIRED_ENV: &[&str] = &[
+    ENV_TABLE,
+    ENV_BUCKET,
+    ENV_SCHEDULER_FUNCTION,
+    ENV_EXECUTOR_FUNCTION,
+];
 /// Every variable either function reads (besides the AWS runtime's own, such as `AWS_REGION`).
 pub const ALL_ENV: &[&str] = &[
     ENV_TABLE,
@@ -95,6 +103,7 @@ pub const ALL_ENV: &[&str] = &[
     ENV_MAX_ATTEMPTS,
     ENV_TASK_TIMEOUT_SECS,
     ENV_DISPATCH_CONCURRENCY,
+    ENV_DISPATCH_FANOUT,
     ENV_JOB_TTL_DAYS,
     ENV_FAST_PATH,
     ENV_DATA_BUCKETS,
@@ -127,12 +136,14 @@ pub const SCHEDULER_STREAM_ACTIONS: &[&str] = &[
 ];
 /// DynamoDB actions on the job table the executor function calls (reads — the job,
 /// stage, task and plan in one BatchGetItem — commits and their counters, failure
-/// records).
+/// records, and the scheduler's step it runs when its commit completes a stage: claims,
+/// dispatch records, finishing the job, whose active-index entry it deletes).
 pub const EXECUTOR_TABLE_ACTIONS: &[&str] = &[
     "dynamodb:GetItem",
     "dynamodb:BatchGetItem",
     "dynamodb:Query",
     "dynamodb:UpdateItem",
+    "dynamodb:DeleteItem",
 ];
 /// S3 object actions the scheduler calls on the shuffle bucket (`arn:...:bucket/<prefix>/*`):
 /// statement results and large stage plans (put), results (get), clean-up (delete).
@@ -142,11 +153,13 @@ pub const SCHEDULER_BUCKET_OBJECT_ACTIONS: &[&str] =
 /// a finished job's objects to delete them.
 pub const SCHEDULER_BUCKET_ACTIONS: &[&str] = &["s3:ListBucket"];
 /// S3 object actions the executor calls on the shuffle bucket: shuffle output (put),
-/// inputs and large stage plans (get), a losing duplicate's output (delete).
+/// inputs and large stage plans (get), a losing duplicate's output and a finished job's
+/// objects (delete).
 pub const EXECUTOR_BUCKET_OBJECT_ACTIONS: &[&str] =
     &["s3:GetObject", "s3:PutObject", "s3:DeleteObject"];
-/// S3 bucket actions the executor calls on the shuffle bucket: none, it never lists.
-pub const EXECUTOR_BUCKET_ACTIONS: &[&str] = &[];
+/// S3 bucket actions the executor calls on the shuffle bucket: listing a finished job's
+/// objects to delete them (the scheduler's step after a job's last stage).
+pub const EXECUTOR_BUCKET_ACTIONS: &[&str] = &["s3:ListBucket"];
 /// S3 object actions the scheduler calls on the data buckets (schema resolution reads
 /// file footers).
 pub const SCHEDULER_DATA_OBJECT_ACTIONS: &[&str] = &["s3:GetObject"];
@@ -159,7 +172,9 @@ pub const EXECUTOR_DATA_OBJECT_ACTIONS: &[&str] = &["s3:GetObject"];
 pub const EXECUTOR_DATA_BUCKET_ACTIONS: &[&str] = &[];
 /// Lambda action the scheduler calls on the executor function (task dispatch).
 pub const SCHEDULER_LAMBDA_ACTIONS: &[&str] = &["lambda:InvokeFunction"];
-/// Lambda action the executor calls on the scheduler function (fast-path wake).
+/// Lambda action the executor calls on the scheduler function (a wake-up; Lambda's
+/// on-failure destination too) and on itself (dispatching ready stages and invocation
+/// tree nodes).
 pub const EXECUTOR_LAMBDA_ACTIONS: &[&str] = &["lambda:InvokeFunction"];
 
 /// Lambda runtime of both functions (`cargo lambda build` output is a `bootstrap` binary).

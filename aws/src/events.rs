@@ -6,7 +6,7 @@
 use aws_lambda_events::event::dynamodb::Event as StreamEvent;
 use lambda_http::request::RequestContext;
 use lambdafusion::access::Caller;
-use lambdafusion::dispatch::TaskSpec;
+use lambdafusion::dispatch::{DispatchRange, ExecutorEvent, TaskSpec};
 use serde_json::Value;
 
 use crate::invoker::WakeEvent;
@@ -22,6 +22,13 @@ pub enum SchedulerEvent {
     Sweep,
     /// An executor finished a stage: advance this job now.
     Wake(String),
+    /// A dispatcher of an invocation tree failed for good: its range is sent again.
+    DispatchLost {
+        /// The range it was to dispatch.
+        range: DispatchRange,
+        /// What Lambda reported.
+        error: String,
+    },
     /// An executor invocation failed without recording it (crash, timeout, dropped).
     TaskLost {
         /// The task that was invoked.
@@ -73,8 +80,10 @@ impl SchedulerEvent {
             (object.get("requestContext"), object.get("requestPayload"))
         {
             if context.get("condition").is_some() {
-                let task: TaskSpec = serde_json::from_value(payload.clone())
-                    .map_err(|e| UnknownEvent(format!("destination record without a task: {e}")))?;
+                let event: ExecutorEvent =
+                    serde_json::from_value(payload.clone()).map_err(|e| {
+                        UnknownEvent(format!("destination record without a task or range: {e}"))
+                    })?;
                 let condition = context
                     .get("condition")
                     .and_then(Value::as_str)
@@ -84,9 +93,16 @@ impl SchedulerEvent {
                     .and_then(|p| p.get("errorMessage").or_else(|| p.get("errorType")))
                     .and_then(Value::as_str)
                     .unwrap_or("no response");
-                return Ok(Self::TaskLost {
-                    task,
-                    error: format!("executor invocation failed ({condition}): {message}"),
+                let error = format!("executor invocation failed ({condition}): {message}");
+                return Ok(match event {
+                    ExecutorEvent::Task(invocation) => Self::TaskLost {
+                        task: invocation.task,
+                        error,
+                    },
+                    ExecutorEvent::Dispatch { dispatch } => Self::DispatchLost {
+                        range: dispatch,
+                        error,
+                    },
                 });
             }
         }

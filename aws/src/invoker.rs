@@ -10,7 +10,7 @@ use aws_sdk_lambda::error::DisplayErrorContext;
 use aws_sdk_lambda::primitives::Blob;
 use aws_sdk_lambda::types::InvocationType;
 use aws_sdk_lambda::Client;
-use lambdafusion::dispatch::{Invoker, TaskSpec};
+use lambdafusion::dispatch::{DispatchRange, ExecutorEvent, Invoker, TaskInvocation};
 use lambdafusion::{Error, Result};
 use serde::Serialize;
 use tokio::sync::Semaphore;
@@ -144,8 +144,18 @@ fn is_throttle<R>(
 
 #[async_trait]
 impl Invoker for LambdaInvoker {
-    async fn run_task(&self, task: &TaskSpec) -> Result<()> {
-        self.invoke_event(&self.executor, task).await
+    async fn run_task(&self, invocation: &TaskInvocation) -> Result<()> {
+        self.invoke_event(&self.executor, invocation).await
+    }
+
+    async fn dispatch(&self, range: &DispatchRange) -> Result<()> {
+        self.invoke_event(
+            &self.executor,
+            &ExecutorEvent::Dispatch {
+                dispatch: range.clone(),
+            },
+        )
+        .await
     }
 
     async fn wake_scheduler(&self, job_id: &str) -> Result<()> {

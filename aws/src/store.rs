@@ -958,15 +958,23 @@ impl JobStore for DynamoDbJobStore {
         .set_if_absent("attempt", n(commit.output.attempt))
         .remove("retry_at_ms");
         let not_succeeded = task.ne("state", state_value(TaskState::Succeeded));
-        let won = self
-            .update(
+        // The task item and its counter are written at once — one round trip on the
+        // hand-off path. Each is conditional on its own: the task item takes one winning
+        // attempt, the counter counts its partition once, whichever attempt gets there.
+        // A counter counted by an attempt that then loses the task item is still right
+        // (the partition did commit); one counted before its task item was written only
+        // wakes the scheduler early, which finds the stage incomplete from the items and
+        // waits for the next wake-up (this attempt's own, after its write).
+        let (won, counted) = tokio::join!(
+            self.update(
                 "UpdateItem (commit task)",
                 key(&pk, &task_sk(commit.stage, commit.partition)),
                 task,
                 format!("attribute_not_exists(pk) OR {not_succeeded}"),
-            )
-            .await?;
-        if !won {
+            ),
+            self.count_commit(commit)
+        );
+        if !won? {
             // Either another attempt won, or an earlier try of this very commit did (its
             // answer was lost): the committed object tells which.
             let current: Option<TaskRecord> = self
@@ -979,7 +987,7 @@ impl JobStore for DynamoDbJobStore {
                 return Ok(CommitOutcome::AlreadySucceeded);
             }
         }
-        let counter_done = match self.count_commit(commit).await {
+        let counter_done = match counted {
             Ok(done) => done,
             Err(e) => {
                 // The commit stands; the counter only wakes the scheduler, and the sweep
@@ -990,6 +998,25 @@ impl JobStore for DynamoDbJobStore {
             }
         };
         Ok(CommitOutcome::Committed { counter_done })
+    }
+
+    async fn confirm_dispatch(&self, c: &DispatchConfirmation) -> Result<bool> {
+        let pk = job_pk(&c.job_id);
+        let mut expr = Expr::default()
+            .set_if_absent("remaining", n(counter_size(c.stage_tasks, c.counter)))
+            .set("dispatched_ms", n(c.now_ms))
+            .set("job_id", s(&c.job_id))
+            .set("stage", n(c.stage))
+            .set("counter", n(c.counter))
+            .set("expires_at", n(c.expires_at));
+        let dispatched = expr.name("dispatched_ms");
+        self.update(
+            "UpdateItem (confirm dispatch)",
+            key(&pk, &counter_sk(c.stage, c.counter)),
+            expr,
+            format!("attribute_not_exists({dispatched})"),
+        )
+        .await
     }
 
     async fn fail_attempt(&self, failure: &TaskFailure) -> Result<bool> {
@@ -1214,6 +1241,7 @@ mod tests {
                 finished_ms: 2,
                 metrics: Vec::new(),
                 requests: Default::default(),
+                handoff: None,
             }),
             error: None,
             retryable: false,
@@ -1344,7 +1372,7 @@ pub fn actions_of(operation: &str) -> &'static [&'static str] {
             &["dynamodb:Query"]
         }
         "claim_stage" | "confirm_stage" | "start_attempt" | "confirm_attempt" | "defer_task"
-        | "resend_task" | "fail_attempt" => &["dynamodb:UpdateItem"],
+        | "resend_task" | "fail_attempt" | "confirm_dispatch" => &["dynamodb:UpdateItem"],
         "commit_task" => &["dynamodb:UpdateItem", "dynamodb:GetItem"],
         "finish_job" => &[
             "dynamodb:UpdateItem",
@@ -1377,6 +1405,7 @@ mod contract_tests {
         "list_counters",
         "claim_stage",
         "confirm_stage",
+        "confirm_dispatch",
         "start_attempt",
         "confirm_attempt",
         "defer_task",

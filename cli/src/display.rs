@@ -65,6 +65,18 @@ pub fn stage_summary(status: &JobStatus) -> String {
                 s.rows.to_string(),
                 bytes(s.bytes),
                 s.elapsed_ms.map_or("-".into(), |ms| format!("{ms} ms")),
+                match (s.handoff_ms, s.handoff_calls) {
+                    (Some(ms), Some(calls)) => format!(
+                        "{ms} ms, {calls} calls{}",
+                        if s.handoff_path.as_deref() == Some("stream") {
+                            " (stream)"
+                        } else {
+                            ""
+                        }
+                    ),
+                    (Some(ms), None) => format!("{ms} ms"),
+                    _ => "-".into(),
+                },
                 if s.inputs.is_empty() {
                     "scan".into()
                 } else {
@@ -89,6 +101,7 @@ pub fn stage_summary(status: &JobStatus) -> String {
             "rows out",
             "bytes out",
             "time",
+            "hand-off",
             "input",
             "operators",
             "adaptive",

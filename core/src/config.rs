@@ -30,8 +30,13 @@ pub struct EngineConfig {
     /// dimension table) is read by every consuming task itself instead of becoming a
     /// broadcast stage.
     pub inline_scan_bytes: u64,
-    /// Upper bound on the number of tasks of any stage (and on hash shuffle width).
+    /// Upper bound on the number of tasks of any stage (and on hash shuffle width), at
+    /// most [`MAX_TASKS_PER_STAGE`].
     pub max_tasks_per_stage: usize,
+    /// Invocations one dispatcher makes: a stage of more tasks is sent through an
+    /// invocation tree of dispatchers, each sending at most this many (tasks or further
+    /// dispatchers), its leaves one commit counter's range each.
+    pub dispatch_fanout: usize,
     /// Attempts a task gets (first run included) before its job fails.
     pub max_attempts: u32,
     /// A dispatched task with no completion record after this long is presumed lost
@@ -72,6 +77,9 @@ pub struct EngineConfig {
     pub task_memory_limit: Option<usize>,
 }
 
+/// The most tasks a stage may have (`max_tasks_per_stage`).
+pub const MAX_TASKS_PER_STAGE: usize = 10_000;
+
 /// Back-off of a throttled task invocation: `THROTTLE_BACKOFF_BASE * 2^throttles`, at most
 /// [`THROTTLE_BACKOFF_CAP`].
 pub const THROTTLE_BACKOFF_BASE: Duration = Duration::from_secs(1);
@@ -87,7 +95,8 @@ impl Default for EngineConfig {
             max_broadcast_bytes: 16 * 1024 * 1024,
             adaptive: true,
             inline_scan_bytes: 4 * 1024 * 1024,
-            max_tasks_per_stage: 64,
+            max_tasks_per_stage: 1_000,
+            dispatch_fanout: 32,
             max_attempts: 3,
             task_timeout: Duration::from_secs(15 * 60),
             dispatch_concurrency: 32,
@@ -139,9 +148,15 @@ impl EngineConfig {
         self
     }
 
-    /// Sets [`EngineConfig::max_tasks_per_stage`].
+    /// Sets [`EngineConfig::max_tasks_per_stage`] (within 1..=[`MAX_TASKS_PER_STAGE`]).
     pub fn with_max_tasks_per_stage(mut self, tasks: usize) -> Self {
-        self.max_tasks_per_stage = tasks.max(1);
+        self.max_tasks_per_stage = tasks.clamp(1, MAX_TASKS_PER_STAGE);
+        self
+    }
+
+    /// Sets [`EngineConfig::dispatch_fanout`] (at least 2).
+    pub fn with_dispatch_fanout(mut self, fanout: usize) -> Self {
+        self.dispatch_fanout = fanout.max(2);
         self
     }
 

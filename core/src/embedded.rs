@@ -20,7 +20,7 @@ use object_store::path::Path;
 use tracing::{info, warn};
 
 use crate::access::ConfinedFileSystem;
-use crate::dispatch::{LocalInvoker, LocalTarget, TaskSpec};
+use crate::dispatch::{DispatchRange, LocalInvoker, LocalTarget, TaskInvocation, TaskSpec};
 use crate::error::StoreErrorKind;
 use crate::executor::Executor;
 use crate::scheduler::{Scheduler, SubmitOptions};
@@ -367,11 +367,21 @@ pub async fn expire(services: &Services, store: &EmbeddedStore) -> Result<usize>
 }
 
 impl LocalTarget for Embedded {
-    fn run_task(&self, task: TaskSpec) -> BoxFuture<'static, ()> {
+    fn run_task(&self, invocation: TaskInvocation) -> BoxFuture<'static, ()> {
         let executor = self.executor.clone();
         async move {
-            if let Err(e) = executor.handle(&task).await {
-                warn!(%task, error = %e, "task failure could not be recorded");
+            if let Err(e) = executor.handle_invocation(&invocation).await {
+                warn!(task = %invocation.task, error = %e, "task failure could not be recorded");
+            }
+        }
+        .boxed()
+    }
+
+    fn dispatch(&self, range: DispatchRange) -> BoxFuture<'static, ()> {
+        let scheduler = self.scheduler();
+        async move {
+            if let Err(e) = scheduler.dispatch_range(&range).await {
+                warn!(%range, error = %e, "dispatcher failed; its range is sent again later");
             }
         }
         .boxed()

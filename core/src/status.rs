@@ -58,6 +58,16 @@ pub struct StageStatus {
     /// its first task — the scheduler's wake-up, claim and dispatch, and the invocation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff_ms: Option<u64>,
+    /// Sequential requests on the hand-off path of its first task: from the commit that
+    /// made it ready to the start of that task's work (the commit, counter reads, the
+    /// scheduler's snapshot read and claim, the invocations, the task's reads before
+    /// work), when its dispatcher knew them ([`crate::dispatch::Handoff`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff_calls: Option<u32>,
+    /// How the scheduler was woken for it: `fast` (by the committing task itself) or
+    /// `stream` (by the change stream), when known.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff_path: Option<String>,
     /// The adaptive decision taken when the stage became ready (`planned`, `coalesced`),
     /// once it was claimed.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -158,37 +168,74 @@ fn handoff(
     first_start: Option<u64>,
 ) -> Option<u64> {
     let start = first_start?;
-    let inputs_done = stage
+    Some(start.saturating_sub(inputs_done(snapshot, stage, 0)?))
+}
+
+/// When the last of the stages `stage` waited for committed: a stage fused into its
+/// consumer (no tasks of its own) was done when its own inputs were.
+fn inputs_done(
+    snapshot: &JobSnapshot,
+    stage: &crate::state::StageRecord,
+    depth: usize,
+) -> Option<u64> {
+    if depth > snapshot.stages.len() {
+        return None;
+    }
+    stage
         .waits_for(stage.switch.is_some())
         .map(|input| {
-            snapshot
-                .stages
-                .iter()
-                .find(|s| s.stage == input)
-                .and_then(|s| snapshot.last_commit_ms(s))
+            let s = snapshot.stages.iter().find(|s| s.stage == input)?;
+            if s.dispatched_ms.is_some() && s.tasks == 0 {
+                inputs_done(snapshot, s, depth + 1)
+            } else {
+                snapshot.last_commit_ms(s)
+            }
         })
         .collect::<Option<Vec<u64>>>()?
         .into_iter()
-        .max()?;
-    Some(start.saturating_sub(inputs_done))
+        .max()
 }
 
 /// The requests the scheduler makes for `stage`, derived from its records (the scheduler
 /// does not count as it goes; these follow from what it does):
-/// - its claim and the confirmation of its dispatch: two writes; one invocation per task;
+/// - its claim and the confirmation of its dispatch: two writes; the read of its plans
+///   for the tasks' payload (one per plan); one invocation per task;
+/// - through an invocation tree: one invocation and one confirmation write per leaf (one
+///   per commit counter), one invocation per inner dispatcher (one per
+///   [`TREE_FANOUT`] leaves past the first level);
 /// - each retry: the failure, the new attempt and its confirmation (three writes), one
 ///   invocation;
 /// - each commit counter that reached 0 wakes the scheduler through the stream: one
 ///   snapshot read; with the fast path, the task that brought it to 0 reads the stage's
-///   counters (when it has several) and the last one wakes the scheduler at once (one
-///   invocation, one snapshot read).
+///   counters (when it has several) and the last one runs the scheduler's step itself
+///   (one snapshot read).
 pub fn scheduler_requests(snapshot: &JobSnapshot, stage: &StageRecord) -> RequestCounts {
     let mut r = RequestCounts::default();
     if stage.dispatched_ms.is_none() {
         return r;
     }
     r.add(Request::StoreWrite, 2);
+    if stage.tasks > 0 {
+        let plans = 1 + stage.decision.as_ref().map_or(0, |d| {
+            d.fused.len() as u64 + u64::from(d.switched.is_some_and(|s| s.large == stage.stage))
+        });
+        r.add(Request::StoreRead, plans);
+    }
     r.add(Request::Invocation, u64::from(stage.tasks));
+    let leaves = snapshot
+        .counters
+        .iter()
+        .filter(|c| c.stage == stage.stage && c.dispatched_ms.is_some())
+        .count() as u64;
+    if leaves > 0 {
+        let inner = if leaves > TREE_FANOUT {
+            leaves.div_ceil(TREE_FANOUT)
+        } else {
+            0
+        };
+        r.add(Request::Invocation, leaves + inner);
+        r.add(Request::StoreWrite, leaves);
+    }
     let retries: u64 = snapshot
         .tasks_of(stage.stage)
         .map(|t| u64::from(t.failures))
@@ -206,7 +253,6 @@ pub fn scheduler_requests(snapshot: &JobSnapshot, stage: &StageRecord) -> Reques
             r.add(Request::StoreRead, counters);
         }
         if snapshot.stage_complete(stage) {
-            r.add(Request::Invocation, 1);
             r.add(Request::StoreRead, 1);
         }
     }
@@ -237,6 +283,10 @@ pub fn job_requests(snapshot: &JobSnapshot) -> RequestCounts {
     r
 }
 
+/// The dispatch fan-out the derived counts of invocation trees assume (the default of
+/// [`crate::EngineConfig::dispatch_fanout`]).
+pub const TREE_FANOUT: u64 = 32;
+
 /// Builds the status of a job from its snapshot.
 pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
     let job = &snapshot.job;
@@ -246,10 +296,14 @@ pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
     for s in &snapshot.stages {
         let (mut rows, mut bytes, mut objects, mut task_ms, mut failed) = (0, 0, 0, 0, 0);
         let mut first_start: Option<u64> = None;
+        let mut first_handoff = None;
         let mut stage_requests = scheduler_requests(snapshot, s);
         for t in snapshot.tasks_of(s.stage) {
             failed += t.failures;
             if let (TaskState::Succeeded, Some(o)) = (t.state, &t.output) {
+                if first_start.is_none_or(|f| o.started_ms < f) {
+                    first_handoff = o.handoff;
+                }
                 first_start = Some(first_start.map_or(o.started_ms, |f| f.min(o.started_ms)));
                 rows += o.rows;
                 bytes += o.bytes;
@@ -285,6 +339,9 @@ pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
                 _ => None,
             },
             handoff_ms: handoff(snapshot, s, first_start),
+            handoff_calls: first_handoff.map(|h| h.calls),
+            handoff_path: first_handoff
+                .map(|h| if h.stream { "stream" } else { "fast" }.to_string()),
             decision: s.decision.as_ref().map(|d| d.rule.as_str().to_string()),
             decision_note: s.decision.as_ref().map(|d| d.note.clone()),
             planned_tasks: s.decision.as_ref().map(|d| d.partitions),

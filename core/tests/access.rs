@@ -500,6 +500,7 @@ async fn a_result_with_missing_task_outputs_is_refused() {
         finished_ms: 0,
         metrics: Vec::new(),
         requests: Default::default(),
+        handoff: None,
     });
     store
         .create_job(&NewJob {

@@ -635,3 +635,40 @@ async fn a_partitioned_anti_join_switches_to_broadcast_when_its_side_is_small() 
         }
     }
 }
+
+/// The hand-off from a stage's last commit to its consumer's first task is four
+/// sequential requests — the commit (task item and counter at once), the scheduler's
+/// snapshot read, the claim (with the stage's plans read beside it), the invocation — and
+/// the task starts without reading the store: its invocation carries the stage, its
+/// inputs' committed outputs and its plan.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_hand_off_is_four_sequential_requests() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tables(dir.path()).await;
+    let engine = engine(
+        EngineConfig::default()
+            .with_bytes_per_task(1)
+            .with_min_scan_bytes_per_task(1)
+            .with_shuffle_bytes_per_task(1)
+            .with_max_tasks_per_stage(6),
+        dir.path(),
+    )
+    .await;
+    register(&engine, dir.path()).await;
+    let sql = QUERIES[2].0;
+    let out = engine.sql(sql).await.unwrap();
+    let expected = reference(dir.path(), sql).await;
+    lambdafusion::verify::compare(&expected, &out.batches, true).unwrap();
+    let handed: Vec<_> = out
+        .status
+        .stages
+        .iter()
+        .filter(|s| !s.inputs.is_empty() && s.tasks > 0)
+        .collect();
+    assert!(handed.len() >= 2, "{:#?}", out.status.stages);
+    // Four requests before the invocation's task started means it read nothing itself.
+    for s in handed {
+        assert_eq!(s.handoff_calls, Some(4), "stage {}: {s:?}", s.stage);
+        assert!(s.handoff_path.is_some());
+    }
+}

@@ -580,3 +580,83 @@ async fn a_dispatch_refused_for_good_fails_the_job() {
         "{error}"
     );
 }
+
+/// A stage wider than the dispatch fan-out goes out through an invocation tree whose
+/// leaves confirm their ranges on the commit counters. A leaf dispatcher Lambda loses is
+/// found unconfirmed past the dispatch deadline and its range sent again; a dispatcher
+/// delivered twice only invokes its tasks twice (their commits are conditional); the
+/// result equals DataFusion's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn wide_stages_go_out_through_an_invocation_tree_that_survives_lost_and_repeated_dispatchers()
+{
+    let mut config = EngineConfig::default()
+        .with_bytes_per_task(1)
+        .with_min_scan_bytes_per_task(1)
+        .with_shuffle_bytes_per_task(1)
+        .with_max_tasks_per_stage(80)
+        .with_dispatch_fanout(2);
+    config.dispatch_deadline = Duration::from_millis(400);
+    let mut h = Harness::new(config).await;
+    let job = h.submit(AGG).await;
+    let (mut nodes, mut leaves, mut lost, mut repeated) = (0, 0, None, 0);
+    for _ in 0..300 {
+        // Every dispatcher invoked so far runs (the tree unfolds), but one leaf is lost
+        // and one is delivered twice.
+        loop {
+            let ranges = h.invoker.take_ranges();
+            if ranges.is_empty() {
+                break;
+            }
+            for range in ranges {
+                nodes += 1;
+                let leaf = range.to - range.from <= 32;
+                leaves += usize::from(leaf);
+                if leaf && lost.is_none() {
+                    lost = Some(range);
+                    continue;
+                }
+                h.scheduler().dispatch_range(&range).await.unwrap();
+                if leaf && repeated == 0 {
+                    repeated += 1;
+                    h.scheduler().dispatch_range(&range).await.unwrap();
+                }
+            }
+        }
+        let tasks = h.invoker.take();
+        let idle = tasks.is_empty();
+        for task in tasks {
+            h.executor().handle(&task).await.unwrap();
+        }
+        let batches = h.deliver_stream().await;
+        if h.state(&job).await.is_terminal() {
+            break;
+        }
+        if idle && batches == 0 {
+            // Nothing moves until the lost range is found: past the deadline, a sweep.
+            tokio::time::sleep(Duration::from_millis(450)).await;
+            h.scheduler().sweep().await.unwrap();
+        }
+    }
+    assert_eq!(h.state(&job).await, JobState::Succeeded);
+    let lost = lost.expect("a leaf dispatcher was lost");
+    assert!(
+        leaves >= 3 && nodes > leaves,
+        "{nodes} nodes, {leaves} leaves"
+    );
+    assert_eq!(repeated, 1);
+    check_agg(&h, &job).await;
+    // The lost range was confirmed by the step that sent it again; every stage's tasks
+    // committed exactly once.
+    let snapshot = h.store.load_job(&job).await.unwrap().unwrap();
+    assert!(snapshot.counters.iter().any(|c| c.stage == lost.stage
+        && c.counter * 32 == lost.from
+        && c.dispatched_ms.is_some()));
+    for stage in &snapshot.stages {
+        assert_eq!(snapshot.succeeded(stage.stage), stage.tasks);
+    }
+    assert!(
+        snapshot.stages.iter().any(|s| s.tasks > 64),
+        "a stage wide enough for a tree of several levels: {:?}",
+        snapshot.stages.iter().map(|s| s.tasks).collect::<Vec<_>>()
+    );
+}

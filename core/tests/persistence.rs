@@ -154,8 +154,17 @@ async fn finished_jobs_expire_with_their_objects() {
         .sql("SELECT k, count(*) FROM facts GROUP BY k")
         .await
         .unwrap();
-    let job_dir = state.path().join("shuffle/jobs").join(&out.status.id);
-    assert!(job_dir.exists(), "the result is on disk");
+    // Objects live under `jobs/<shard>/<job>/`.
+    let job_objects = || -> Vec<std::path::PathBuf> {
+        walk(&state.path().join("shuffle/jobs"))
+            .into_iter()
+            .filter(|p| {
+                p.components()
+                    .any(|c| c.as_os_str() == out.status.id.as_str())
+            })
+            .collect()
+    };
+    assert!(!job_objects().is_empty(), "the result is on disk");
     tokio::time::sleep(Duration::from_millis(1100)).await;
     assert!(engine.expire().await.unwrap() >= 1);
     assert!(engine
@@ -165,7 +174,7 @@ async fn finished_jobs_expire_with_their_objects() {
         .await
         .unwrap()
         .is_none());
-    let left = walk(&job_dir);
+    let left = job_objects();
     assert!(left.is_empty(), "objects left: {left:?}");
     // The catalog does not expire.
     assert_eq!(

@@ -77,6 +77,7 @@ fn output(path: &Path, summary: lambdafusion::shuffle::WriteSummary) -> TaskOutp
         finished_ms: 0,
         metrics: Vec::new(),
         requests: Default::default(),
+        handoff: None,
     }
 }
 

@@ -76,6 +76,11 @@ async fn route(
             scheduler.wake(&job).await?;
             Ok(json!({"woken": job}))
         }
+        Ok(SchedulerEvent::DispatchLost { range, error }) => {
+            info!(%range, %error, "dispatcher invocation lost");
+            scheduler.on_dispatch_lost(&range).await?;
+            Ok(json!({"redispatched": range.to_string()}))
+        }
         Ok(SchedulerEvent::TaskLost { task, error }) => {
             info!(%task, %error, "executor invocation lost");
             scheduler.on_task_lost(&task, &error).await?;

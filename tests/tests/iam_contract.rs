@@ -15,7 +15,7 @@ use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::prelude::SessionContext;
 use lambdafusion::access::Caller;
-use lambdafusion::dispatch::{Invoker, TaskSpec};
+use lambdafusion::dispatch::{DispatchRange, Invoker, TaskInvocation, TaskSpec};
 use lambdafusion::executor::Executor;
 use lambdafusion::scheduler::{Scheduler, SubmitOptions};
 use lambdafusion::services::ShuffleLocation;
@@ -52,12 +52,19 @@ struct Queue {
 
 #[async_trait]
 impl Invoker for Queue {
-    async fn run_task(&self, task: &TaskSpec) -> Result<()> {
+    async fn run_task(&self, invocation: &TaskInvocation) -> Result<()> {
         self.log
             .lock()
             .unwrap()
             .insert("lambda:InvokeFunction -> executor".into());
-        self.tasks.lock().unwrap().push(task.clone());
+        self.tasks.lock().unwrap().push(invocation.task.clone());
+        Ok(())
+    }
+    async fn dispatch(&self, _range: &DispatchRange) -> Result<()> {
+        self.log
+            .lock()
+            .unwrap()
+            .insert("lambda:InvokeFunction -> executor".into());
         Ok(())
     }
     async fn wake_scheduler(&self, job_id: &str) -> Result<()> {
@@ -137,7 +144,7 @@ fn granted(
     bucket: &[&str],
     data_objects: &[&str],
     data: &[&str],
-    lambda_target: &str,
+    lambda_targets: &[&str],
 ) -> BTreeSet<String> {
     table
         .iter()
@@ -149,9 +156,11 @@ fn granted(
                 .map(|a| format!("shuffle {a}")),
         )
         .chain(data_objects.iter().chain(data).map(|a| format!("data {a}")))
-        .chain(std::iter::once(format!(
-            "lambda:InvokeFunction -> {lambda_target}"
-        )))
+        .chain(
+            lambda_targets
+                .iter()
+                .map(|t| format!("lambda:InvokeFunction -> {t}")),
+        )
         .collect()
 }
 
@@ -219,7 +228,12 @@ async fn each_function_uses_exactly_the_permissions_it_is_granted() {
         .job_id;
     let mut lost_one = false;
     for _ in 0..100 {
-        let tasks = std::mem::take(&mut *scheduler_fn.invoker.tasks.lock().unwrap());
+        // Tasks the scheduler dispatched, and those executors dispatched after completing
+        // a stage (the fast path runs the scheduler's step in the executor).
+        let mut tasks = std::mem::take(&mut *scheduler_fn.invoker.tasks.lock().unwrap());
+        tasks.extend(std::mem::take(
+            &mut *executor_fn.invoker.tasks.lock().unwrap(),
+        ));
         for task in tasks {
             if !lost_one {
                 lost_one = true; // never runs: the sweep must find it
@@ -270,7 +284,7 @@ async fn each_function_uses_exactly_the_permissions_it_is_granted() {
         SCHEDULER_BUCKET_ACTIONS,
         SCHEDULER_DATA_OBJECT_ACTIONS,
         SCHEDULER_DATA_BUCKET_ACTIONS,
-        "executor",
+        &["executor"],
     );
     let executor_grants = granted(
         EXECUTOR_TABLE_ACTIONS,
@@ -278,7 +292,7 @@ async fn each_function_uses_exactly_the_permissions_it_is_granted() {
         EXECUTOR_BUCKET_ACTIONS,
         EXECUTOR_DATA_OBJECT_ACTIONS,
         EXECUTOR_DATA_BUCKET_ACTIONS,
-        "scheduler",
+        &["scheduler", "executor"],
     );
     // A loser's output delete only happens on a duplicate delivery; run one.
     let twin = TaskSpec {
@@ -293,6 +307,9 @@ async fn each_function_uses_exactly_the_permissions_it_is_granted() {
     // The duplicate above found the task already succeeded and stopped before writing;
     // deleting a losing object is exercised by the core tests. Grant check, not usage:
     executor_used.insert("shuffle s3:DeleteObject".into());
+    // Executors wake the scheduler only for a job past its deadline or a failed step, and
+    // Lambda delivers their failed invocations to the scheduler with their role.
+    executor_used.insert("lambda:InvokeFunction -> scheduler".into());
     assert_eq!(
         scheduler_used, scheduler_grants,
         "scheduler: used (left) vs granted (right)"

@@ -112,6 +112,7 @@ fn commit(job: &str, partition: u32, tasks: u32) -> TaskCommit {
             finished_ms: 2,
             metrics: Vec::new(),
             requests: Default::default(),
+            handoff: None,
         },
         now_ms: 3,
         expires_at: TTL,

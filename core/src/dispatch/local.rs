@@ -12,14 +12,16 @@ use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::sync::Semaphore;
 
-use super::{InvocationState, Invoker, TaskSpec};
+use super::{DispatchRange, InvocationState, Invoker, TaskInvocation, TaskSpec};
 use crate::time::now_ms;
 use crate::{Error, Result};
 
 /// What the local invoker invokes: the embedded "functions".
 pub trait LocalTarget: Send + Sync {
     /// Runs one task to its end (the executor function).
-    fn run_task(&self, task: TaskSpec) -> BoxFuture<'static, ()>;
+    fn run_task(&self, invocation: TaskInvocation) -> BoxFuture<'static, ()>;
+    /// Runs one node of an invocation tree (the executor function, dispatching).
+    fn dispatch(&self, range: DispatchRange) -> BoxFuture<'static, ()>;
     /// Runs the scheduler step for one job (the scheduler function).
     fn wake_scheduler(&self, job_id: String) -> BoxFuture<'static, ()>;
     /// Told when a task invocation died without reporting (a panic): the on-failure
@@ -121,7 +123,8 @@ impl LocalInvoker {
 
 #[async_trait]
 impl Invoker for LocalInvoker {
-    async fn run_task(&self, task: &TaskSpec) -> Result<()> {
+    async fn run_task(&self, invocation: &TaskInvocation) -> Result<()> {
+        let task = &invocation.task;
         let target = self.target()?;
         {
             let mut tasks = self.lock();
@@ -138,6 +141,7 @@ impl Invoker for LocalInvoker {
         let slots = self.slots.clone();
         let tasks = self.tasks.clone();
         let task = task.clone();
+        let invocation = invocation.clone();
         tokio::spawn(async move {
             let queued = Leave {
                 tasks: tasks.clone(),
@@ -159,7 +163,7 @@ impl Invoker for LocalInvoker {
                 task: task.clone(),
                 running: true,
             };
-            let run = std::panic::AssertUnwindSafe(target.run_task(task.clone()));
+            let run = std::panic::AssertUnwindSafe(target.run_task(invocation));
             if let Err(panic) = run.catch_unwind().await {
                 let message = panic
                     .downcast_ref::<String>()
@@ -171,6 +175,14 @@ impl Invoker for LocalInvoker {
                     .await;
             }
         });
+        Ok(())
+    }
+
+    async fn dispatch(&self, range: &DispatchRange) -> Result<()> {
+        // A dispatcher only invokes: it takes no function slot (on Lambda it is a short
+        // invocation of its own).
+        let target = self.target()?;
+        tokio::spawn(target.dispatch(range.clone()));
         Ok(())
     }
 
@@ -205,8 +217,11 @@ mod tests {
     struct Slow;
 
     impl LocalTarget for Slow {
-        fn run_task(&self, _task: TaskSpec) -> BoxFuture<'static, ()> {
+        fn run_task(&self, _task: TaskInvocation) -> BoxFuture<'static, ()> {
             tokio::time::sleep(Duration::from_millis(300)).boxed()
+        }
+        fn dispatch(&self, _range: DispatchRange) -> BoxFuture<'static, ()> {
+            async {}.boxed()
         }
         fn wake_scheduler(&self, _job_id: String) -> BoxFuture<'static, ()> {
             async {}.boxed()
@@ -231,7 +246,7 @@ mod tests {
         let invoker = LocalInvoker::new(1, 2);
         invoker.bind(Arc::downgrade(&target));
         for p in 0..3 {
-            invoker.run_task(&task(p)).await.unwrap();
+            invoker.run_task(&task(p).into()).await.unwrap();
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
@@ -242,7 +257,7 @@ mod tests {
         assert_eq!(invoker.state(&task(1)), InvocationState::Queued);
         assert_eq!(invoker.waiting(), 2);
         assert!(invoker.saturated().is_some());
-        let refused = invoker.run_task(&task(3)).await.unwrap_err();
+        let refused = invoker.run_task(&task(3).into()).await.unwrap_err();
         assert!(refused.is_retryable(), "a full queue throttles: {refused}");
         assert!(refused.to_string().contains("queue is full"), "{refused}");
         tokio::time::sleep(Duration::from_millis(1000)).await;

@@ -4,8 +4,12 @@
 
 mod local;
 
+use std::sync::Arc;
+
 use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
+
+use crate::state::{JobKind, JobRecord, PlanRecord, StageRecord, TaskOutput};
 
 pub use local::{LocalInvoker, LocalTarget};
 
@@ -55,6 +59,142 @@ impl std::fmt::Display for TaskSpec {
     }
 }
 
+/// The payload of a task invocation: the task, and — when the dispatcher could send it
+/// within the payload limit — what it already read for the task, so that the executor
+/// starts its work without reading the store first (see [`DispatchContext`]).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskInvocation {
+    /// The task.
+    #[serde(flatten)]
+    pub task: TaskSpec,
+    /// What the dispatcher knew of it; `None`: the executor reads it from the store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Arc<DispatchContext>>,
+}
+
+impl From<TaskSpec> for TaskInvocation {
+    fn from(task: TaskSpec) -> Self {
+        Self {
+            task,
+            context: None,
+        }
+    }
+}
+
+/// What the scheduler that claimed a stage hands its tasks, read once for all of them:
+/// the job, the stage as claimed, its inputs' committed outputs and its plans. Records
+/// are immutable once written (a claimed stage, committed outputs, plans), so a copy in
+/// the payload is as good as a read — except the job's state, which the executor watches
+/// while it runs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DispatchContext {
+    /// The job, as far as a task needs it.
+    pub job: JobBrief,
+    /// The stage as claimed (its decision included).
+    pub stage: StageRecord,
+    /// The committed outputs of every stage its tasks read, per stage read (the stage
+    /// whose tasks wrote them), in producer order; empty when they did not fit the
+    /// payload (the executor reads them).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub inputs: Vec<(u32, Vec<TaskOutput>)>,
+    /// The stored plans its tasks run (its own and those of the stages run inside it);
+    /// empty when they did not fit.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub plans: Vec<PlanRecord>,
+    /// The path from the commit that made the stage ready to this dispatch.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<Handoff>,
+}
+
+/// What a task needs of its job record.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct JobBrief {
+    /// Query or `EXPLAIN ANALYZE` (whose tasks record their operators' metrics).
+    pub kind: JobKind,
+    /// When the job must have finished (ms since epoch).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deadline_ms: Option<u64>,
+    /// The job's key in the fault plan ([`crate::faults::job_key`] of its SQL).
+    pub key: String,
+}
+
+impl JobBrief {
+    /// The brief of `job`.
+    pub fn of(job: &JobRecord) -> Self {
+        Self {
+            kind: job.kind,
+            deadline_ms: job.deadline_ms,
+            key: crate::faults::job_key(&job.sql),
+        }
+    }
+}
+
+/// The hand-off path that led to a dispatch: how many requests were made one after
+/// another between the commit that completed a stage's last input and the invocation
+/// of its tasks — the commit, the counter reads, the scheduler's snapshot read, the
+/// claim, the invocations (one per level of an invocation tree); the executor adds its
+/// own reads before work and records the total in its completion record.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Handoff {
+    /// Sequential requests so far.
+    pub calls: u32,
+    /// Whether the scheduler was woken by the change stream (whose delivery adds its
+    /// polling latency but no request) rather than by the committing task itself.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub stream: bool,
+}
+
+impl Handoff {
+    /// `n` more sequential requests.
+    pub fn plus(self, n: u32) -> Self {
+        Self {
+            calls: self.calls + n,
+            ..self
+        }
+    }
+}
+
+/// A node of an invocation tree: dispatch tasks `from..to` of a claimed stage (or, for a
+/// wide range, further nodes over parts of it). See [`crate::scheduler`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct DispatchRange {
+    /// Job id.
+    pub job_id: String,
+    /// Stage id.
+    pub stage: u32,
+    /// First task.
+    pub from: u32,
+    /// One past the last task.
+    pub to: u32,
+    /// What the tasks are handed (see [`TaskInvocation::context`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub context: Option<Arc<DispatchContext>>,
+}
+
+impl std::fmt::Display for DispatchRange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "job {} stage {} tasks {}..{}",
+            self.job_id, self.stage, self.from, self.to
+        )
+    }
+}
+
+/// What the executor function is invoked with: a task, or a node of an invocation tree
+/// (`{"dispatch": {...}}`).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum ExecutorEvent {
+    /// Dispatch a range of a stage's tasks.
+    Dispatch {
+        /// The range.
+        dispatch: DispatchRange,
+    },
+    /// Run a task.
+    Task(TaskInvocation),
+}
+
 /// What an invoker knows of one task invocation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum InvocationState {
@@ -76,7 +216,11 @@ pub enum InvocationState {
 #[async_trait]
 pub trait Invoker: Send + Sync + std::fmt::Debug {
     /// Invokes the executor for one task.
-    async fn run_task(&self, task: &TaskSpec) -> Result<()>;
+    async fn run_task(&self, invocation: &TaskInvocation) -> Result<()>;
+
+    /// Invokes a dispatcher for a range of a stage's tasks (a node of an invocation
+    /// tree), which invokes them — or further dispatchers — in turn.
+    async fn dispatch(&self, range: &DispatchRange) -> Result<()>;
 
     /// Invokes the scheduler for one job (the fast path after a stage completes).
     async fn wake_scheduler(&self, job_id: &str) -> Result<()>;

@@ -20,14 +20,13 @@ use datafusion::physical_plan::ExecutionPlan;
 use object_store::ObjectStoreExt;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::dispatch::TaskSpec;
-use crate::faults::{job_key, FaultKind};
+use crate::dispatch::{Handoff, JobBrief, TaskInvocation, TaskSpec};
+use crate::faults::FaultKind;
 use crate::plan;
 use crate::requests::{Request, Tally};
 use crate::shuffle::{task_output_path, SharedFetches, ShuffleInputs, ShuffleWriterExec};
 use crate::state::{
-    counters_of, CommitOutcome, JobKind, JobRecord, JobState, StageRecord, TaskCommit, TaskOutput,
-    TaskState,
+    counters_of, CommitOutcome, JobKind, JobState, StageRecord, TaskCommit, TaskOutput, TaskState,
 };
 use crate::time::now_ms;
 use crate::{Error, Result, Services};
@@ -67,6 +66,14 @@ pub struct Executor {
     services: Services,
     state: SessionState,
     plans: Mutex<HashMap<(String, u32), StagePlans>>,
+}
+
+/// What a task starts from ([`Executor::start`]).
+struct Start {
+    job: JobBrief,
+    stage: StageRecord,
+    /// The stage's plan record, when read or given (else cached or read later).
+    plan: Option<crate::state::PlanRecord>,
 }
 
 /// The encoded plans the tasks of one stage run: the stage's own, and those of the
@@ -111,6 +118,15 @@ impl Executor {
     /// scheduler retries it or fails the job) rather than returned. Errors are returned
     /// only when even recording the failure failed.
     pub async fn handle(&self, task: &TaskSpec) -> Result<TaskReport> {
+        self.handle_invocation(&TaskInvocation::from(task.clone()))
+            .await
+    }
+
+    /// [`Executor::handle`] for an invocation that may carry what its dispatcher read
+    /// for it ([`TaskInvocation::context`]): then the task starts without reading the
+    /// store.
+    pub async fn handle_invocation(&self, invocation: &TaskInvocation) -> Result<TaskReport> {
+        let task = &invocation.task;
         let span = tracing::info_span!(
             "task",
             job = %task.job_id,
@@ -119,7 +135,7 @@ impl Executor {
             attempt = task.attempt
         );
         async {
-            match self.run(task).await {
+            match self.run(invocation).await {
                 Ok(report) => Ok(report),
                 Err(Error::Cancelled(_)) => Ok(TaskReport::Skipped("job ended".into())),
                 Err(error) => {
@@ -137,55 +153,55 @@ impl Executor {
     }
 
     /// Runs a task; errors are returned, not recorded. See [`Executor::handle`].
-    pub async fn run(&self, task: &TaskSpec) -> Result<TaskReport> {
+    pub async fn run(&self, invocation: &TaskInvocation) -> Result<TaskReport> {
         let tally = Tally::new();
         // Each task its own memory pool: one task's hash table cannot starve its
         // neighbours, and past the limit operators spill (to the runtime's disk manager).
         let services = self
             .services
             .counted(&tally, self.services.config.task_memory_limit)?;
-        self.attempt(task, &services, &tally).await
+        self.attempt(invocation, &services, &tally).await
     }
 
-    /// Runs one attempt of `task` on `services` (counted into `tally`).
-    async fn attempt(
+    /// What a task starts from: the job, its stage and (when not cached) its plan record —
+    /// from its invocation's context, or else read in one request. Counts the reads into
+    /// `reads`. `Err(report)`: nothing to do (the job ended, the task already succeeded).
+    async fn start(
         &self,
-        task: &TaskSpec,
+        invocation: &TaskInvocation,
         services: &Services,
-        tally: &Tally,
-    ) -> Result<TaskReport> {
-        let store = &services.store;
-        let faults = &services.faults;
-        let started_ms = now_ms();
+        reads: &mut u32,
+    ) -> Result<std::result::Result<Start, TaskReport>> {
+        let task = &invocation.task;
+        let context = invocation
+            .context
+            .as_deref()
+            .filter(|c| c.stage.job_id == task.job_id && c.stage.stage == task.stage);
+        if let Some(c) = context {
+            return Ok(Ok(Start {
+                job: c.job.clone(),
+                stage: c.stage.clone(),
+                plan: c.plans.iter().find(|p| p.stage == task.stage).cloned(),
+            }));
+        }
         // The job, the stage, the task's item and (unless cached) the plan: one read.
-        let cached = self.cached_plans(&task.job_id, task.stage);
-        let view = store
-            .task_view(&task.job_id, task.stage, task.partition, cached.is_none())
+        let cached = self.cached_plans(&task.job_id, task.stage).is_some();
+        let view = services
+            .store
+            .task_view(&task.job_id, task.stage, task.partition, !cached)
             .await?;
+        *reads += 1;
         let job = view
             .job
             .ok_or_else(|| Error::InvalidInput(format!("task for unknown job {}", task.job_id)))?;
-        let key = format!(
-            "{}/{}/{}/{}",
-            job_key(&job.sql),
-            task.stage,
-            task.partition,
-            task.attempt
-        );
-        faults.crash_point(FaultKind::ExecutorCrashBeforeWork, &key)?;
         if job.state.is_terminal() {
-            return Ok(TaskReport::Skipped(format!(
+            return Ok(Err(TaskReport::Skipped(format!(
                 "job is {}",
                 job.state.as_str()
-            )));
-        }
-        if job.is_overdue(started_ms) {
-            // The scheduler fails it (and cleans up); this task has nothing to add.
-            let _ = services.invoker.wake_scheduler(&job.job_id).await;
-            return Ok(TaskReport::Skipped("job is past its deadline".into()));
+            ))));
         }
         if view.task.is_some_and(|t| t.state == TaskState::Succeeded) {
-            return Ok(TaskReport::Skipped("task already succeeded".into()));
+            return Ok(Err(TaskReport::Skipped("task already succeeded".into())));
         }
         let stage = view.stage.ok_or_else(|| {
             Error::InvalidInput(format!(
@@ -193,6 +209,40 @@ impl Executor {
                 task.stage, task.job_id
             ))
         })?;
+        Ok(Ok(Start {
+            job: JobBrief::of(&job),
+            stage,
+            plan: view.plan,
+        }))
+    }
+
+    /// Runs one attempt on `services` (counted into `tally`).
+    async fn attempt(
+        &self,
+        invocation: &TaskInvocation,
+        services: &Services,
+        tally: &Tally,
+    ) -> Result<TaskReport> {
+        let task = &invocation.task;
+        let store = &services.store;
+        let faults = &services.faults;
+        let started_ms = now_ms();
+        // Sequential reads before the work starts (the end of the hand-off path).
+        let mut reads = 0u32;
+        let Start { job, stage, plan } = match self.start(invocation, services, &mut reads).await? {
+            Ok(start) => start,
+            Err(report) => return Ok(report),
+        };
+        let key = format!(
+            "{}/{}/{}/{}",
+            job.key, task.stage, task.partition, task.attempt
+        );
+        faults.crash_point(FaultKind::ExecutorCrashBeforeWork, &key)?;
+        if job.deadline_ms.is_some_and(|d| started_ms > d) {
+            // The scheduler fails it (and cleans up); this task has nothing to add.
+            let _ = services.invoker.wake_scheduler(&task.job_id).await;
+            return Ok(TaskReport::Skipped("job is past its deadline".into()));
+        }
         if task.partition >= stage.tasks {
             return Err(Error::InvalidInput(format!(
                 "task {} does not exist: stage {} has {} tasks",
@@ -203,9 +253,16 @@ impl Executor {
         // the object store of the context it was decoded with), and fresh: operators keep
         // per-execution state (a hash join's build side) that must not leak between tasks.
         let stop = Arc::new(AtomicBool::new(false));
-        let plans = match cached {
+        let context_plans = invocation
+            .context
+            .as_deref()
+            .map_or(&[][..], |c| c.plans.as_slice());
+        let plans = match self.cached_plans(&task.job_id, task.stage) {
             Some(plans) => plans,
-            None => self.load_plans(services, &stage, view.plan).await?,
+            None => {
+                self.load_plans(services, &stage, plan, context_plans, &mut reads)
+                    .await?
+            }
         };
         let plan = plans.decode(&stage, &self.decode_context(services))?;
         let writer = ShuffleWriterExec::from_plan(&plan)?;
@@ -214,9 +271,20 @@ impl Executor {
             stop.clone(),
             &task.job_id,
         )?);
-        let context = self.task_context(services, &stage, task.partition).await?;
+        let given = invocation
+            .context
+            .as_deref()
+            .map_or(&[][..], |c| c.inputs.as_slice());
+        let context = self
+            .task_context(services, &stage, task.partition, given, &mut reads)
+            .await?;
+        let handoff = invocation
+            .context
+            .as_deref()
+            .and_then(|c| c.handoff)
+            .map(|h| h.plus(reads));
 
-        let watcher = Self::watch_job(services, job.clone(), stop.clone());
+        let watcher = Self::watch_job(services, &task.job_id, job.deadline_ms, stop.clone());
         let execution = uuid::Uuid::new_v4().simple().to_string();
         let path = task_output_path(
             &services.shuffle.prefix,
@@ -272,6 +340,7 @@ impl Executor {
                 finished_ms,
                 metrics,
                 requests,
+                handoff,
             },
             now_ms: finished_ms,
             expires_at: services.expires_at(),
@@ -286,7 +355,7 @@ impl Executor {
                 );
                 faults.crash_point(FaultKind::ExecutorCrashAfterCommit, &key)?;
                 if counter_done {
-                    Self::wake_if_stage_done(services, task, &stage).await;
+                    self.advance_if_stage_done(task, &stage).await;
                 }
                 // A job that ended while this task ran (failed, cancelled) was cleaned up
                 // already; this object would outlive it.
@@ -328,24 +397,37 @@ impl Executor {
         }
     }
 
-    /// The fast path: when every commit counter of the stage is at 0, wake the scheduler
-    /// now instead of waiting for the change stream (which stays the durable path).
-    async fn wake_if_stage_done(services: &Services, task: &TaskSpec, stage: &StageRecord) {
+    /// The fast path: when every commit counter of the stage is at 0, run the scheduler's
+    /// step now, in this invocation (the change stream stays the durable path, and a
+    /// failed step falls back to waking the scheduler function). It starts a hand-off
+    /// path of one request — the commit — plus the counter read of a stage with several
+    /// counters ([`Handoff`]).
+    async fn advance_if_stage_done(&self, task: &TaskSpec, stage: &StageRecord) {
+        let services = &self.services;
         if !services.config.fast_path {
             return;
         }
-        let done = match services.store.list_counters(&task.job_id, task.stage).await {
-            Ok(counters) => {
-                counters.len() as u32 == counters_of(stage.tasks)
-                    && counters.iter().all(|c| c.remaining == 0)
-            }
-            Err(e) => {
-                warn!(error = %e, "could not read the stage's commit counters");
-                false
-            }
+        let mut origin = Handoff {
+            calls: 1,
+            stream: false,
         };
-        if done {
-            info!(stage = task.stage, "stage complete");
+        if counters_of(stage.tasks) > 1 {
+            origin.calls += 1;
+            match services.store.list_counters(&task.job_id, task.stage).await {
+                Ok(counters)
+                    if counters.len() as u32 == counters_of(stage.tasks)
+                        && counters.iter().all(|c| c.remaining == 0) => {}
+                Ok(_) => return,
+                Err(e) => {
+                    warn!(error = %e, "could not read the stage's commit counters");
+                    return;
+                }
+            }
+        }
+        info!(stage = task.stage, "stage complete");
+        let scheduler = crate::scheduler::Scheduler::new(services.clone());
+        if let Err(e) = scheduler.advance_with(&task.job_id, Some(origin)).await {
+            warn!(error = %e, "the scheduler step after the stage failed; waking the scheduler");
             if let Err(e) = services.invoker.wake_scheduler(&task.job_id).await {
                 // The stream trigger is the durable path; this was only a shortcut.
                 warn!(error = %e, "fast-path wake-up failed");
@@ -359,26 +441,54 @@ impl Executor {
         self.plans.lock().ok().and_then(|p| p.get(&key).cloned())
     }
 
-    /// Reads a stage's encoded plans — its own from `record` (or from object storage
-    /// when it lives there) and those of the stages its tasks also run — and caches them.
+    /// Reads a stage's encoded plans — its own from `record` (or, without one, from the
+    /// store; from object storage when it lives there) and those of the stages its tasks
+    /// also run, from `given` (records its invocation carried) or the store — and caches
+    /// them. Counts sequential reads into `reads`.
     async fn load_plans(
         &self,
         services: &Services,
         stage: &StageRecord,
         record: Option<crate::state::PlanRecord>,
+        given: &[crate::state::PlanRecord],
+        reads: &mut u32,
     ) -> Result<StagePlans> {
         let key = (stage.job_id.clone(), stage.stage);
-        let record = record.ok_or_else(|| {
-            Error::Internal(format!(
-                "stage {} of job {} has no plan",
-                stage.stage, stage.job_id
-            ))
-        })?;
+        let record = match record {
+            Some(record) => record,
+            None => {
+                *reads += 1;
+                services
+                    .store
+                    .get_plan(&stage.job_id, stage.stage)
+                    .await?
+                    .ok_or_else(|| {
+                        Error::Internal(format!(
+                            "stage {} of job {} has no plan",
+                            stage.stage, stage.job_id
+                        ))
+                    })?
+            }
+        };
+        if record.plan.is_none() {
+            *reads += 1;
+        }
         let own = Arc::new(plan::stage_plan_bytes(services, record).await?);
         // Stages fused into this one, a switched join: the plan its tasks really run.
         let mut others = Vec::new();
         for producer in plan::adaptive::plans_needed(stage) {
-            let bytes = plan::read_stage_plan_bytes(services, &stage.job_id, producer).await?;
+            let bytes = match given.iter().find(|p| p.stage == producer) {
+                Some(record) => {
+                    if record.plan.is_none() {
+                        *reads += 1;
+                    }
+                    plan::stage_plan_bytes(services, record.clone()).await?
+                }
+                None => {
+                    *reads += 1;
+                    plan::read_stage_plan_bytes(services, &stage.job_id, producer).await?
+                }
+            };
             others.push((producer, Arc::new(bytes)));
         }
         let plans = StagePlans { own, others };
@@ -406,25 +516,35 @@ impl Executor {
         services: &Services,
         stage: &StageRecord,
         task: u32,
+        given: &[(u32, Vec<TaskOutput>)],
+        reads: &mut u32,
     ) -> Result<Arc<TaskContext>> {
-        let reads: Vec<(u32, Option<u32>)> = match &stage.decision {
+        let wanted: Vec<(u32, Option<u32>)> = match &stage.decision {
             Some(d) => d.input_tasks.iter().map(|&(s, n)| (s, Some(n))).collect(),
             None => stage.inputs.iter().map(|i| (i.stage, None)).collect(),
         };
         let mut stages = HashMap::new();
-        for (input, expected) in reads {
+        for (input, expected) in wanted {
             // An input whose output another stage wrote (a switched join's stage).
             let source = stage
                 .decision
                 .as_ref()
                 .and_then(|d| d.read_from.iter().find(|(i, _)| *i == input))
                 .map_or(input, |&(_, s)| s);
-            let tasks = services.store.list_tasks(&stage.job_id, source).await?;
-            let outputs: Vec<TaskOutput> = tasks
-                .into_iter()
-                .filter(|t| t.state == TaskState::Succeeded)
-                .filter_map(|t| t.output)
-                .collect();
+            let outputs: Vec<TaskOutput> = match given.iter().find(|(s, _)| *s == input) {
+                Some((_, outputs)) => outputs.clone(),
+                None => {
+                    *reads += 1;
+                    services
+                        .store
+                        .list_tasks(&stage.job_id, source)
+                        .await?
+                        .into_iter()
+                        .filter(|t| t.state == TaskState::Succeeded)
+                        .filter_map(|t| t.output)
+                        .collect()
+                }
+            };
             if let Some(expected) = expected {
                 if outputs.len() != expected as usize {
                     return Err(Error::Internal(format!(
@@ -476,23 +596,25 @@ impl Executor {
     /// would wake it).
     fn watch_job(
         services: &Services,
-        job: JobRecord,
+        job_id: &str,
+        deadline_ms: Option<u64>,
         stop: Arc<AtomicBool>,
     ) -> tokio::task::JoinHandle<()> {
         let store = services.store.clone();
         let invoker = services.invoker.clone();
         let every = services.config.cancel_check_interval;
+        let job_id = job_id.to_string();
         tokio::spawn(async move {
             loop {
-                let sleep = match job.deadline_ms {
+                let sleep = match deadline_ms {
                     Some(d) => every.min(Duration::from_millis(d.saturating_sub(now_ms()) + 1)),
                     None => every,
                 };
                 tokio::time::sleep(sleep).await;
-                match store.get_job(&job.job_id).await {
+                match store.get_job(&job_id).await {
                     Ok(Some(current)) if current.is_overdue(now_ms()) => {
                         stop.store(true, Ordering::Relaxed);
-                        if let Err(e) = invoker.wake_scheduler(&job.job_id).await {
+                        if let Err(e) = invoker.wake_scheduler(&job_id).await {
                             warn!(error = %e, "could not wake the scheduler for a job past its deadline");
                         }
                         return;

@@ -888,6 +888,7 @@ mod tests {
             finished_ms: 0,
             metrics: Vec::new(),
             requests: Default::default(),
+            handoff: None,
         });
         t
     }

@@ -31,14 +31,17 @@ use object_store::ObjectStoreExt;
 use tracing::{debug, info, warn, Instrument};
 
 use crate::access::Caller;
-use crate::dispatch::{InvocationState, TaskSpec};
+use crate::dispatch::{
+    DispatchContext, DispatchRange, Handoff, InvocationState, JobBrief, TaskInvocation, TaskSpec,
+};
 use crate::faults::{job_key, FaultKind};
 use crate::plan::{self, StageGraph, StageSplitter};
 use crate::requests::Tally;
 use crate::shuffle::stage_plan_path;
 use crate::state::{
-    ChangeRecord, JobKind, JobRecord, JobSnapshot, JobState, NewJob, PlanRecord, StageRecord,
-    StageState, TaskDeferral, TaskResend, TaskState,
+    counter_of, counters_of, ChangeRecord, DispatchConfirmation, JobKind, JobRecord, JobSnapshot,
+    JobState, NewJob, PlanRecord, StageDecision, StageRecord, StageState, TaskDeferral, TaskOutput,
+    TaskResend, TaskState, COUNTER_TASKS,
 };
 use crate::time::now_ms;
 use crate::{EngineConfig, Error, Result, Services};
@@ -93,6 +96,8 @@ pub struct Scheduler {
 #[derive(Debug, Clone)]
 struct Send {
     task: TaskSpec,
+    /// What the task is handed with its invocation (a claimed stage's first dispatch).
+    context: Option<Arc<DispatchContext>>,
     /// Throttled invocations so far (sizes the back-off of the next one).
     throttles: u32,
     /// Record the accepted invocation on the task item (retries and re-sends; a
@@ -344,9 +349,15 @@ impl Scheduler {
                 jobs.push(r.job_id().to_string());
             }
         }
+        // The stream's own delivery is no request of ours (its cost is the polling delay);
+        // the commit that produced the record was one.
+        let origin = Handoff {
+            calls: 1,
+            stream: true,
+        };
         let mut failed = Vec::new();
         for job in jobs {
-            if let Err(e) = self.advance(&job).await {
+            if let Err(e) = self.advance_with(&job, Some(origin)).await {
                 warn!(job = %job, error = %e, "advancing job failed");
                 failed.push((job, e));
             }
@@ -496,6 +507,13 @@ impl Scheduler {
     /// failed tasks, send throttled and unconfirmed dispatches again, finish the job when
     /// every stage is complete, claim and dispatch the stages whose inputs are.
     pub async fn advance(&self, job_id: &str) -> Result<()> {
+        self.advance_with(job_id, None).await
+    }
+
+    /// [`Scheduler::advance`] at the end of a hand-off path that started with a commit:
+    /// `origin` counts the sequential requests made on it so far (see [`Handoff`]); the
+    /// stages this step dispatches hand it on to their tasks, with this step's own.
+    pub async fn advance_with(&self, job_id: &str, origin: Option<Handoff>) -> Result<()> {
         let store = &self.services.store;
         let Some(snapshot) = store.load_job(job_id).await? else {
             warn!(job = %job_id, "woken for a job that does not exist");
@@ -537,6 +555,7 @@ impl Scheduler {
                     {
                         sends.push(Send {
                             task: spec(next),
+                            context: None,
                             throttles: task.throttles,
                             confirm: true,
                         });
@@ -572,6 +591,7 @@ impl Scheduler {
                         state = ?task.state, "sending an attempt again");
                     sends.push(Send {
                         task: spec(task.attempt),
+                        context: None,
                         throttles: task.throttles,
                         confirm: true,
                     });
@@ -629,10 +649,23 @@ impl Scheduler {
                             return Ok(());
                         }
                     };
-                    if !store
-                        .claim_stage(job_id, stage.stage, now, &decision)
-                        .await?
-                    {
+                    // The claim and the reads of the stage's plans (for its tasks' payload)
+                    // both only need the snapshot: one round trip for the two.
+                    let (claimed, plans) = if decision.tasks > 0 {
+                        let (claimed, plans) = tokio::join!(
+                            store.claim_stage(job_id, stage.stage, now, &decision),
+                            self.read_plans(job_id, stage.stage, &decision)
+                        );
+                        (claimed?, plans.unwrap_or_default())
+                    } else {
+                        (
+                            store
+                                .claim_stage(job_id, stage.stage, now, &decision)
+                                .await?,
+                            Vec::new(),
+                        )
+                    };
+                    if !claimed {
                         continue;
                     }
                     let stage_key = format!("{key}/{}", stage.stage);
@@ -641,36 +674,24 @@ impl Scheduler {
                         .crash_point(FaultKind::SchedulerCrashAfterClaim, &stage_key)?;
                     debug!(job = %job_id, stage = stage.stage, tasks = decision.tasks,
                         decision = %decision.note, "stage dispatched");
-                    if decision.tasks == 0 {
-                        // Fused: it runs inside its consumer's task; nothing to send.
-                        store.confirm_stage(job_id, stage.stage, now_ms()).await?;
+                    let tasks = decision.tasks;
+                    {
                         let claimed = &mut snapshot.stages[index];
                         claimed.state = StageState::Dispatched;
-                        claimed.tasks = 0;
+                        claimed.tasks = tasks;
+                        claimed.dispatched_ms = Some(now);
                         claimed.decision = Some(decision);
+                    }
+                    if tasks == 0 {
+                        // Fused: it runs inside its consumer's task; nothing to send.
+                        store.confirm_stage(job_id, stage.stage, now_ms()).await?;
                         complete.insert(stage.stage);
                         continue;
                     }
-                    let mut sends: Vec<Send> = (0..decision.tasks)
-                        .map(|partition| Send {
-                            task: TaskSpec {
-                                job_id: job_id.to_string(),
-                                stage: stage.stage,
-                                partition,
-                                attempt: 1,
-                            },
-                            throttles: 0,
-                            confirm: false,
-                        })
-                        .collect();
-                    let faults = &self.services.faults;
-                    if faults.fires(FaultKind::SchedulerCrashMidDispatch, &stage_key) {
-                        let rest = sends.split_off(sends.len() / 2);
-                        self.dispatch(sends).await;
-                        faults.crash_point(FaultKind::SchedulerCrashMidDispatch, &stage_key)?;
-                        sends = rest;
-                    }
-                    self.dispatch(sends).await;
+                    let handoff = origin.map(|h| h.plus(2));
+                    let context = context_for(&snapshot, &snapshot.stages[index], plans, handoff);
+                    self.dispatch_stage(job_id, stage.stage, tasks, context, &stage_key)
+                        .await?;
                     store.confirm_stage(job_id, stage.stage, now_ms()).await?;
                 }
                 StageState::Dispatched
@@ -692,6 +713,7 @@ impl Scheduler {
                                     partition,
                                     attempt: 1,
                                 },
+                                context: None,
                                 throttles: 0,
                                 confirm: true,
                             });
@@ -702,8 +724,294 @@ impl Scheduler {
                     self.dispatch(sends).await;
                     store.confirm_stage(job_id, stage.stage, now_ms()).await?;
                 }
+                StageState::Dispatched
+                    if stage.confirmed_ms.is_some()
+                        && self.is_tree(stage.tasks)
+                        && stage.dispatched_ms.is_some_and(|d| d < stale_before)
+                        && !snapshot.stage_complete(stage) =>
+                {
+                    // Sent through an invocation tree: a range whose dispatcher never
+                    // confirmed it (lost, crashed) has its tasks without items sent again.
+                    self.resend_unconfirmed_ranges(&snapshot, stage, now)
+                        .await?;
+                }
                 _ => {}
             }
+        }
+        Ok(())
+    }
+
+    /// Reads the stored plans the tasks of `stage` will run (its own and those
+    /// [`plan::adaptive::plans_needed`] names under `decision`), for their payload.
+    async fn read_plans(
+        &self,
+        job_id: &str,
+        stage: u32,
+        decision: &StageDecision,
+    ) -> Result<Vec<PlanRecord>> {
+        let mut wanted = vec![stage];
+        wanted.extend(decision.fused.iter().copied());
+        if let Some(switch) = decision.switched.filter(|s| s.large == stage) {
+            wanted.push(switch.join);
+        }
+        let store = &self.services.store;
+        let plans =
+            futures::future::try_join_all(wanted.iter().map(|&s| store.get_plan(job_id, s)))
+                .await?;
+        Ok(plans.into_iter().flatten().collect())
+    }
+
+    /// Whether a stage of `tasks` tasks is sent through an invocation tree.
+    fn is_tree(&self, tasks: u32) -> bool {
+        tasks as usize > self.config().dispatch_fanout.max(2)
+    }
+
+    /// Invokes the first attempt of every task of a claimed stage: directly, or — for a
+    /// stage wider than `dispatch_fanout` — through an invocation tree whose leaves each
+    /// send one commit counter's range of tasks ([`Scheduler::dispatch_range`]).
+    async fn dispatch_stage(
+        &self,
+        job_id: &str,
+        stage: u32,
+        tasks: u32,
+        context: Option<Arc<DispatchContext>>,
+        stage_key: &str,
+    ) -> Result<()> {
+        let faults = &self.services.faults;
+        if self.is_tree(tasks) {
+            let mut nodes: Vec<DispatchRange> = tree_children(0, tasks, self.fanout())
+                .into_iter()
+                .map(|(from, to)| DispatchRange {
+                    job_id: job_id.to_string(),
+                    stage,
+                    from,
+                    to,
+                    context: context.as_ref().map(|c| with_handoff(c, 1)),
+                })
+                .collect();
+            if faults.fires(FaultKind::SchedulerCrashMidDispatch, stage_key) {
+                let rest = nodes.split_off(nodes.len() / 2);
+                self.invoke_nodes(nodes).await;
+                faults.crash_point(FaultKind::SchedulerCrashMidDispatch, stage_key)?;
+                nodes = rest;
+            }
+            self.invoke_nodes(nodes).await;
+            return Ok(());
+        }
+        let context = context.as_ref().map(|c| with_handoff(c, 1));
+        let mut sends: Vec<Send> = (0..tasks)
+            .map(|partition| Send {
+                task: TaskSpec {
+                    job_id: job_id.to_string(),
+                    stage,
+                    partition,
+                    attempt: 1,
+                },
+                context: context.clone(),
+                throttles: 0,
+                confirm: false,
+            })
+            .collect();
+        if faults.fires(FaultKind::SchedulerCrashMidDispatch, stage_key) {
+            let rest = sends.split_off(sends.len() / 2);
+            self.dispatch(sends).await;
+            faults.crash_point(FaultKind::SchedulerCrashMidDispatch, stage_key)?;
+            sends = rest;
+        }
+        self.dispatch(sends).await;
+        Ok(())
+    }
+
+    fn fanout(&self) -> u32 {
+        self.config().dispatch_fanout.max(2) as u32
+    }
+
+    /// Invokes dispatchers, `dispatch_concurrency` at a time. A refused one is left to
+    /// the sweep: its range stays unconfirmed and is sent again after the dispatch
+    /// deadline.
+    async fn invoke_nodes(&self, nodes: Vec<DispatchRange>) {
+        let invoker = self.services.invoker.clone();
+        let results: Vec<(DispatchRange, Result<()>)> = futures::stream::iter(nodes)
+            .map(|node| {
+                let invoker = invoker.clone();
+                async move {
+                    let result = invoker.dispatch(&node).await;
+                    (node, result)
+                }
+            })
+            .buffer_unordered(self.config().dispatch_concurrency.max(1))
+            .collect()
+            .await;
+        for (node, result) in results {
+            if let Err(e) = result {
+                warn!(range = %node, error = %e,
+                    "dispatcher invocation refused; its range is sent again after the dispatch deadline");
+            }
+        }
+    }
+
+    /// One node of an invocation tree: a range of at most one commit counter's tasks is
+    /// invoked (and confirmed on that counter, [`JobStore::confirm_dispatch`]); a wider
+    /// one is split over at most `dispatch_fanout` further dispatchers. Idempotent: a
+    /// repeated node invokes its tasks again (duplicates are harmless) and a lost one is
+    /// found unconfirmed by the next scheduler step past the dispatch deadline.
+    pub async fn dispatch_range(&self, range: &DispatchRange) -> Result<()> {
+        let span = tracing::info_span!("dispatch", job = %range.job_id, stage = range.stage,
+            from = range.from, to = range.to);
+        async {
+            if range.from >= range.to {
+                return Err(Error::InvalidInput(format!(
+                    "empty dispatch range: {range}"
+                )));
+            }
+            let context = range.context.as_ref().map(|c| with_handoff(c, 1));
+            if range.to - range.from > COUNTER_TASKS || range.from % COUNTER_TASKS != 0 {
+                let nodes = tree_children(range.from, range.to, self.fanout())
+                    .into_iter()
+                    .map(|(from, to)| DispatchRange {
+                        from,
+                        to,
+                        context: context.clone(),
+                        ..range.clone()
+                    })
+                    .collect();
+                self.invoke_nodes(nodes).await;
+                return Ok(());
+            }
+            let sends = (range.from..range.to)
+                .map(|partition| Send {
+                    task: TaskSpec {
+                        job_id: range.job_id.clone(),
+                        stage: range.stage,
+                        partition,
+                        attempt: 1,
+                    },
+                    context: context.clone(),
+                    throttles: 0,
+                    confirm: false,
+                })
+                .collect();
+            self.dispatch(sends).await;
+            let stage_tasks = range
+                .context
+                .as_ref()
+                .map(|c| c.stage.tasks)
+                .unwrap_or(range.to);
+            self.services
+                .store
+                .confirm_dispatch(&DispatchConfirmation {
+                    job_id: range.job_id.clone(),
+                    stage: range.stage,
+                    counter: counter_of(range.from),
+                    stage_tasks: stage_tasks.max(range.to),
+                    now_ms: now_ms(),
+                    expires_at: self.services.expires_at(),
+                })
+                .await?;
+            Ok(())
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// A dispatcher invocation failed for good (Lambda's on-failure destination): its
+    /// range's tasks without items are sent again now rather than after the deadline.
+    pub async fn on_dispatch_lost(&self, range: &DispatchRange) -> Result<()> {
+        let store = &self.services.store;
+        let Some(snapshot) = store.load_job(&range.job_id).await? else {
+            return Ok(());
+        };
+        if snapshot.job.state.is_terminal() {
+            return Ok(());
+        }
+        let items: BTreeSet<u32> = snapshot
+            .tasks_of(range.stage)
+            .map(|t| t.partition)
+            .collect();
+        let now = now_ms();
+        let mut sends = Vec::new();
+        for partition in (range.from..range.to).filter(|p| !items.contains(p)) {
+            // Not conditioned on staleness: an item-less task's attempt 1 is re-sent now.
+            let resend = TaskResend {
+                job_id: range.job_id.clone(),
+                stage: range.stage,
+                partition,
+                attempt: 1,
+                stale_before_ms: now,
+                now_ms: now,
+                expires_at: self.services.expires_at(),
+            };
+            if store.resend_task(&resend).await? {
+                sends.push(Send {
+                    task: TaskSpec {
+                        job_id: range.job_id.clone(),
+                        stage: range.stage,
+                        partition,
+                        attempt: 1,
+                    },
+                    context: None,
+                    throttles: 0,
+                    confirm: true,
+                });
+            }
+        }
+        warn!(range = %range, tasks = sends.len(), "dispatcher lost; re-sending its tasks");
+        self.dispatch(sends).await;
+        Ok(())
+    }
+
+    /// Re-sends the tasks (those without items) of every range of a tree-dispatched stage
+    /// whose leaf dispatcher never confirmed it, and confirms the range.
+    async fn resend_unconfirmed_ranges(
+        &self,
+        snapshot: &JobSnapshot,
+        stage: &StageRecord,
+        now: u64,
+    ) -> Result<()> {
+        let job_id = &stage.job_id;
+        let confirmed: BTreeSet<u32> = snapshot
+            .counters
+            .iter()
+            .filter(|c| c.stage == stage.stage && c.dispatched_ms.is_some())
+            .map(|c| c.counter)
+            .collect();
+        let items: BTreeSet<u32> = snapshot
+            .tasks_of(stage.stage)
+            .map(|t| t.partition)
+            .collect();
+        for counter in (0..counters_of(stage.tasks)).filter(|c| !confirmed.contains(c)) {
+            let from = counter * COUNTER_TASKS;
+            let to = (from + COUNTER_TASKS).min(stage.tasks);
+            let mut sends = Vec::new();
+            for partition in (from..to).filter(|p| !items.contains(p)) {
+                if self.resend(stage.stage, partition, 1, job_id, now).await? {
+                    sends.push(Send {
+                        task: TaskSpec {
+                            job_id: job_id.to_string(),
+                            stage: stage.stage,
+                            partition,
+                            attempt: 1,
+                        },
+                        context: None,
+                        throttles: 0,
+                        confirm: true,
+                    });
+                }
+            }
+            warn!(job = %job_id, stage = stage.stage, counter, tasks = sends.len(),
+                "a dispatcher never confirmed its range; re-sending its tasks");
+            self.dispatch(sends).await;
+            self.services
+                .store
+                .confirm_dispatch(&DispatchConfirmation {
+                    job_id: job_id.to_string(),
+                    stage: stage.stage,
+                    counter,
+                    stage_tasks: stage.tasks,
+                    now_ms: now_ms(),
+                    expires_at: self.services.expires_at(),
+                })
+                .await?;
         }
         Ok(())
     }
@@ -741,7 +1049,11 @@ impl Scheduler {
             .map(|send| {
                 let invoker = invoker.clone();
                 async move {
-                    let result = invoker.run_task(&send.task).await;
+                    let invocation = TaskInvocation {
+                        task: send.task.clone(),
+                        context: send.context.clone(),
+                    };
+                    let result = invoker.run_task(&invocation).await;
                     (send, result)
                 }
             })
@@ -814,6 +1126,85 @@ impl Scheduler {
     }
 }
 
+/// Ranges of `from..to` for at most `fanout` child dispatchers: whole commit counters'
+/// ranges ([`COUNTER_TASKS`] tasks, the leaves' size), as evenly as they divide.
+fn tree_children(from: u32, to: u32, fanout: u32) -> Vec<(u32, u32)> {
+    let first = from / COUNTER_TASKS;
+    let leaves = to.div_ceil(COUNTER_TASKS) - first;
+    let per_child = leaves.div_ceil(fanout.max(2)).max(1);
+    (0..leaves.div_ceil(per_child))
+        .map(|i| {
+            let start = ((first + i * per_child) * COUNTER_TASKS).max(from);
+            let end = ((first + (i + 1) * per_child) * COUNTER_TASKS).min(to);
+            (start, end)
+        })
+        .filter(|(a, b)| a < b)
+        .collect()
+}
+
+/// `context` with `n` more sequential requests on its hand-off path.
+fn with_handoff(context: &Arc<DispatchContext>, n: u32) -> Arc<DispatchContext> {
+    match context.handoff {
+        Some(h) => Arc::new(DispatchContext {
+            handoff: Some(h.plus(n)),
+            ..context.as_ref().clone()
+        }),
+        None => context.clone(),
+    }
+}
+
+/// Most bytes of a task payload's [`DispatchContext`]: past it the committed inputs, then
+/// the plans, are left for the executor to read (an async invocation carries at most
+/// 1 MB; every task of the stage is sent a copy).
+pub const MAX_CONTEXT_BYTES: usize = 128 * 1024;
+
+/// What the tasks of `stage` (as claimed in `snapshot`) are handed: the job, the stage,
+/// the committed outputs of every stage they read and `plans`, as far as they fit
+/// [`MAX_CONTEXT_BYTES`].
+fn context_for(
+    snapshot: &JobSnapshot,
+    stage: &StageRecord,
+    plans: Vec<PlanRecord>,
+    handoff: Option<Handoff>,
+) -> Option<Arc<DispatchContext>> {
+    let decision = stage.decision.as_ref()?;
+    let mut inputs = Vec::new();
+    for &(input, _) in &decision.input_tasks {
+        let source = decision
+            .read_from
+            .iter()
+            .find(|(i, _)| *i == input)
+            .map_or(input, |&(_, s)| s);
+        let outputs: Vec<TaskOutput> = snapshot
+            .tasks_of(source)
+            .filter(|t| t.state == TaskState::Succeeded)
+            .filter_map(|t| t.output.clone())
+            .map(|o| TaskOutput {
+                metrics: Vec::new(),
+                requests: Default::default(),
+                handoff: None,
+                ..o
+            })
+            .collect();
+        inputs.push((input, outputs));
+    }
+    let mut context = DispatchContext {
+        job: JobBrief::of(&snapshot.job),
+        stage: stage.clone(),
+        inputs,
+        plans,
+        handoff,
+    };
+    let size = |c: &DispatchContext| serde_json::to_vec(c).map_or(usize::MAX, |b| b.len());
+    if size(&context) > MAX_CONTEXT_BYTES {
+        context.inputs.clear();
+    }
+    if size(&context) > MAX_CONTEXT_BYTES {
+        context.plans.clear();
+    }
+    (size(&context) <= MAX_CONTEXT_BYTES).then(|| Arc::new(context))
+}
+
 /// The most tasks any stage of the job runs (says which object shards it wrote to).
 fn widest(snapshot: &JobSnapshot) -> u32 {
     snapshot.stages.iter().map(|s| s.tasks).max().unwrap_or(1)
@@ -879,5 +1270,38 @@ fn user_planning_error(e: Error) -> Error {
         }
     } else {
         e
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A tree node splits its range over at most `fanout` children of whole commit
+    /// counters' ranges (the leaves), covering the range exactly once.
+    #[test]
+    fn tree_children_split_whole_counters_over_the_fanout() {
+        let leaves = |from: u32, to: u32, fanout: u32| tree_children(from, to, fanout);
+        assert_eq!(leaves(0, 70, 32), vec![(0, 32), (32, 64), (64, 70)]);
+        assert_eq!(leaves(0, 70, 2), vec![(0, 64), (64, 70)]);
+        assert_eq!(leaves(0, 64, 2), vec![(0, 32), (32, 64)]);
+        for (from, to, fanout) in [(0, 10_000, 32), (0, 1_000, 32), (320, 1_000, 4), (0, 33, 2)] {
+            let children = leaves(from, to, fanout);
+            assert!(children.len() <= fanout as usize, "{from}..{to} / {fanout}");
+            assert_eq!(children.first().unwrap().0, from);
+            assert_eq!(children.last().unwrap().1, to);
+            for pair in children.windows(2) {
+                assert_eq!(pair[0].1, pair[1].0, "contiguous");
+            }
+            for (a, b) in &children {
+                assert_eq!(a % COUNTER_TASKS, 0, "starts on a counter");
+                assert!(b - a >= 1);
+            }
+        }
+        // 10,000 tasks: 313 leaves; 32 children of 10 leaves, each splitting in 10.
+        let top = leaves(0, 10_000, 32);
+        assert_eq!(top.len(), 32);
+        assert_eq!(top[0], (0, 320));
+        assert_eq!(leaves(0, 320, 32).len(), 10);
     }
 }

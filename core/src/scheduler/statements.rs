@@ -229,6 +229,7 @@ async fn record_result(
         finished_ms: now,
         metrics: Vec::new(),
         requests: Default::default(),
+        handoff: None,
     });
     services
         .store

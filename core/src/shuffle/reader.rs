@@ -601,6 +601,7 @@ mod tests {
             finished_ms: 0,
             metrics: Vec::new(),
             requests: Default::default(),
+            handoff: None,
         }
     }
 

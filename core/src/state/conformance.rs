@@ -113,6 +113,7 @@ fn commit(job_id: &str, stage: u32, partition: u32, stage_tasks: u32, tag: &str)
             finished_ms: 20,
             metrics: Vec::new(),
             requests: Default::default(),
+            handoff: None,
         },
         now_ms: 30,
         expires_at: TTL,
@@ -156,6 +157,7 @@ pub async fn run_all(store: &dyn JobStore) -> Vec<&'static str> {
     jobs_are_created_once(store).await;
     claims_and_confirmations_have_one_winner(store).await;
     commits_count_each_task_once(store).await;
+    dispatch_confirmations_leave_counts_alone(store).await;
     racing_attempts_commit_exactly_one(store).await;
     failures_and_retries_follow_the_attempt_chain(store).await;
     throttled_and_unconfirmed_attempts_are_resent(store).await;
@@ -167,6 +169,7 @@ pub async fn run_all(store: &dyn JobStore) -> Vec<&'static str> {
         "jobs_are_created_once",
         "claims_and_confirmations_have_one_winner",
         "commits_count_each_task_once",
+        "dispatch_confirmations_leave_counts_alone",
         "racing_attempts_commit_exactly_one",
         "failures_and_retries_follow_the_attempt_chain",
         "throttled_and_unconfirmed_attempts_are_resent",
@@ -348,6 +351,59 @@ pub async fn commits_count_each_task_once(store: &dyn JobStore) {
     assert_eq!(snapshot.succeeded(0), tasks);
     assert!(snapshot.stage_complete(&snapshot.stages[0]));
     assert_eq!(snapshot.counters.len(), 2);
+}
+
+/// A leaf dispatcher's confirmation marks its commit counter once — creating it with every
+/// commit still to count when no commit came first — and never changes the count:
+/// commits before and after it count as they would without it.
+pub async fn dispatch_confirmations_leave_counts_alone(store: &dyn JobStore) {
+    let tasks = COUNTER_TASKS + 8;
+    let id = create(store, "dispatch", &[tasks]).await;
+    let confirmation = |counter: u32| DispatchConfirmation {
+        job_id: id.clone(),
+        stage: 0,
+        counter,
+        stage_tasks: tasks,
+        now_ms: 40 + u64::from(counter),
+        expires_at: TTL,
+    };
+    // Counter 1 sees a commit before its confirmation; counter 0 none.
+    let first = store
+        .commit_task(&commit(&id, 0, COUNTER_TASKS, tasks, "a"))
+        .await
+        .unwrap();
+    assert_eq!(
+        first,
+        CommitOutcome::Committed {
+            counter_done: false
+        }
+    );
+    assert!(store.confirm_dispatch(&confirmation(0)).await.unwrap());
+    assert!(
+        !store.confirm_dispatch(&confirmation(0)).await.unwrap(),
+        "once"
+    );
+    assert!(store.confirm_dispatch(&confirmation(1)).await.unwrap());
+    let counters = store.list_counters(&id, 0).await.unwrap();
+    let remaining: Vec<(u32, Option<u64>)> = counters
+        .iter()
+        .map(|c| (c.remaining, c.dispatched_ms))
+        .collect();
+    assert_eq!(remaining, vec![(COUNTER_TASKS, Some(40)), (7, Some(41))]);
+    let outcomes = join_all((0..tasks).filter(|&p| p != COUNTER_TASKS).map(|p| {
+        let c = commit(&id, 0, p, tasks, "a");
+        async move { store.commit_task(&c).await.unwrap() }
+    }))
+    .await;
+    let done = outcomes
+        .iter()
+        .filter(|o| **o == CommitOutcome::Committed { counter_done: true })
+        .count();
+    assert_eq!(done, 2, "each counter reaches 0 once");
+    for c in store.list_counters(&id, 0).await.unwrap() {
+        assert_eq!(c.remaining, 0);
+        assert_eq!(c.dispatched_ms, Some(40 + u64::from(c.counter)), "kept");
+    }
 }
 
 /// Attempts of one task racing to commit: exactly one wins and its object is recorded.

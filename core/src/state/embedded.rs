@@ -563,6 +563,31 @@ impl JobStore for EmbeddedStore {
         .await
     }
 
+    async fn confirm_dispatch(&self, confirmation: &DispatchConfirmation) -> Result<bool> {
+        let c = confirmation.clone();
+        let pk = job_pk(&c.job_id);
+        self.write(false, move |t| {
+            let counter_key = key(&pk, &counter_sk(c.stage, c.counter));
+            let mut counter = get::<CommitCounter>(t, &counter_key)?.unwrap_or(CommitCounter {
+                job_id: c.job_id.clone(),
+                stage: c.stage,
+                counter: c.counter,
+                remaining: counter_size(c.stage_tasks, c.counter),
+                done: vec![],
+                last_commit_ms: 0,
+                dispatched_ms: None,
+                expires_at: c.expires_at,
+            });
+            if counter.dispatched_ms.is_some() {
+                return Ok((false, vec![]));
+            }
+            counter.dispatched_ms = Some(c.now_ms);
+            put(t, &counter_key, &counter)?;
+            Ok((true, vec![ChangeRecord::Counter(counter)]))
+        })
+        .await
+    }
+
     async fn commit_task(&self, commit: &TaskCommit) -> Result<CommitOutcome> {
         let c = commit.clone();
         let pk = job_pk(&c.job_id);
@@ -613,6 +638,7 @@ impl JobStore for EmbeddedStore {
                 remaining: counter_size(c.stage_tasks, index),
                 done: vec![],
                 last_commit_ms: 0,
+                dispatched_ms: None,
                 expires_at: c.expires_at,
             });
             if !counter.done.contains(&c.partition) {

@@ -229,6 +229,15 @@ impl JobStore for Intercepted {
         .await
     }
 
+    async fn confirm_dispatch(&self, confirmation: &DispatchConfirmation) -> Result<bool> {
+        self.around(
+            "confirm_dispatch",
+            Some(&confirmation.job_id),
+            self.inner.confirm_dispatch(confirmation),
+        )
+        .await
+    }
+
     async fn resend_task(&self, resend: &TaskResend) -> Result<bool> {
         self.around(
             "resend_task",

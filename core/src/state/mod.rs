@@ -164,6 +164,24 @@ pub struct TaskDeferral {
     pub expires_at: u64,
 }
 
+/// A leaf dispatcher of an invocation tree has invoked every task of one commit
+/// counter's range (see [`JobStore::confirm_dispatch`]).
+#[derive(Debug, Clone)]
+pub struct DispatchConfirmation {
+    /// Job id.
+    pub job_id: String,
+    /// Stage id.
+    pub stage: u32,
+    /// The counter whose range was invoked.
+    pub counter: u32,
+    /// Number of tasks of the stage (sizes the counter if it does not exist yet).
+    pub stage_tasks: u32,
+    /// Now (ms since epoch).
+    pub now_ms: u64,
+    /// TTL of the counter item (seconds since epoch).
+    pub expires_at: u64,
+}
+
 /// A task attempt to send again (see [`JobStore::resend_task`]).
 #[derive(Debug, Clone)]
 pub struct TaskResend {
@@ -277,6 +295,11 @@ pub trait JobStore: Send + Sync + std::fmt::Debug {
     /// or, for attempt 1, a task with no item yet (its stage was never confirmed) becomes
     /// `RUNNING(attempt)` dispatched at `now_ms`, unconfirmed. Only one caller wins.
     async fn resend_task(&self, resend: &TaskResend) -> Result<bool>;
+
+    /// Records that the tasks a commit counter counts were all invoked: sets the counter's
+    /// `dispatched_ms` if unset, creating the counter (with all its commits to count) if
+    /// absent; never changes its count. Returns whether it set it.
+    async fn confirm_dispatch(&self, confirmation: &DispatchConfirmation) -> Result<bool>;
 
     /// Commits a task attempt: task -> succeeded with its output, conditioned on the task
     /// not having succeeded yet, then counts it on its commit counter (once).

@@ -427,6 +427,11 @@ pub struct CommitCounter {
     /// Time of the latest counted commit (ms since epoch).
     #[serde(default)]
     pub last_commit_ms: u64,
+    /// When the dispatcher of an invocation tree confirmed it had invoked every task this
+    /// counter counts ([`crate::scheduler::Scheduler::dispatch_range`]); stages sent
+    /// without a tree never set it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub dispatched_ms: Option<u64>,
     /// Expiry (seconds since epoch) for the store's TTL.
     pub expires_at: u64,
 }
@@ -471,6 +476,12 @@ pub struct TaskOutput {
     /// The requests the attempt made, its commit's included ([`crate::requests`]).
     #[serde(default, skip_serializing_if = "RequestCounts::is_zero")]
     pub requests: RequestCounts,
+    /// The hand-off path that led to the attempt, its own reads before work included:
+    /// sequential requests from the commit that made the stage ready to the start of its
+    /// work ([`crate::dispatch::Handoff`]); `None` when it was not sent by a claim (a
+    /// retry, a sweep) or its dispatcher did not know.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub handoff: Option<crate::dispatch::Handoff>,
 }
 
 /// One operator's figures in one task, as DataFusion's metrics reported them.
@@ -705,6 +716,7 @@ mod tests {
             finished_ms: 0,
             metrics: Vec::new(),
             requests: Default::default(),
+            handoff: None,
         }
     }
 

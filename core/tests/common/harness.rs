@@ -7,7 +7,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
-use lambdafusion::dispatch::{InvocationState, Invoker, TaskSpec};
+use lambdafusion::dispatch::{DispatchRange, InvocationState, Invoker, TaskInvocation, TaskSpec};
 use lambdafusion::embedded::in_memory_services;
 use lambdafusion::executor::Executor;
 use lambdafusion::faults::Faults;
@@ -26,6 +26,10 @@ pub const JOIN: &str = "SELECT d.label, count(*) AS n, sum(f.v) AS total FROM fa
 pub struct RecordingInvoker {
     /// Tasks accepted and not yet taken.
     pub tasks: Mutex<Vec<TaskSpec>>,
+    /// The same invocations, with what their dispatcher handed them.
+    pub invocations: Mutex<Vec<TaskInvocation>>,
+    /// Invocation-tree dispatchers accepted and not yet taken.
+    pub ranges: Mutex<Vec<DispatchRange>>,
     /// Errors to answer the next invocations with, in order.
     pub refusals: Mutex<VecDeque<Error>>,
     /// What `state` reports for every task.
@@ -40,11 +44,19 @@ impl std::fmt::Debug for RecordingInvoker {
 
 #[async_trait]
 impl Invoker for RecordingInvoker {
-    async fn run_task(&self, task: &TaskSpec) -> lambdafusion::Result<()> {
+    async fn run_task(&self, invocation: &TaskInvocation) -> lambdafusion::Result<()> {
         if let Some(refusal) = self.refusals.lock().unwrap().pop_front() {
             return Err(refusal);
         }
-        self.tasks.lock().unwrap().push(task.clone());
+        self.tasks.lock().unwrap().push(invocation.task.clone());
+        self.invocations.lock().unwrap().push(invocation.clone());
+        Ok(())
+    }
+    async fn dispatch(&self, range: &DispatchRange) -> lambdafusion::Result<()> {
+        if let Some(refusal) = self.refusals.lock().unwrap().pop_front() {
+            return Err(refusal);
+        }
+        self.ranges.lock().unwrap().push(range.clone());
         Ok(())
     }
     async fn wake_scheduler(&self, _job_id: &str) -> lambdafusion::Result<()> {
@@ -61,7 +73,19 @@ impl Invoker for RecordingInvoker {
 impl RecordingInvoker {
     /// Takes the tasks accepted so far.
     pub fn take(&self) -> Vec<TaskSpec> {
+        self.invocations.lock().unwrap().clear();
         std::mem::take(&mut *self.tasks.lock().unwrap())
+    }
+
+    /// Takes the task invocations accepted so far, with what they were handed.
+    pub fn take_invocations(&self) -> Vec<TaskInvocation> {
+        self.tasks.lock().unwrap().clear();
+        std::mem::take(&mut *self.invocations.lock().unwrap())
+    }
+
+    /// Takes the dispatchers accepted so far.
+    pub fn take_ranges(&self) -> Vec<DispatchRange> {
+        std::mem::take(&mut *self.ranges.lock().unwrap())
     }
 }
 
@@ -154,6 +178,9 @@ impl Harness {
         Fut: std::future::Future<Output = ()>,
     {
         for _ in 0..200 {
+            for range in self.invoker.take_ranges() {
+                self.scheduler().dispatch_range(&range).await.unwrap();
+            }
             for task in self.invoker.take() {
                 run(self.executor(), task).await;
             }

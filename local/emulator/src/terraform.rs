@@ -3035,6 +3035,7 @@ mod tests {
             "LAMBDAFUSION_SCHEDULER_FUNCTION".into(),
             "sched-local".into(),
         );
+        executor.insert("LAMBDAFUSION_EXECUTOR_FUNCTION".into(), "exec-local".into());
         assert_eq!(function(&d, "sched-local").env, scheduler);
         assert_eq!(function(&d, "exec-local").env, executor);
     }
@@ -3473,21 +3474,22 @@ mod tests {
         let overrides = env(&[
             ("LAMBDAFUSION_TASK_TIMEOUT_SECS", "30"),
             ("LAMBDAFUSION_TEST_CRASH_FILE", "/tmp/crash"),
-            ("LAMBDAFUSION_EXECUTOR_FUNCTION", "exec-local"),
+            ("LAMBDAFUSION_SCHEDULER_FUNCTION", "sched-local"),
         ]);
         let config = emulator_config(&d, &local_part(), &overrides).unwrap();
         crate::Config::from_json(&config.to_string(), Path::new("/")).unwrap();
         let fs = functions_of(&config);
         let (s, e) = (&fs["sched-local"], &fs["exec-local"]);
         // Set by Terraform on both: replaced on both. Set on neither: added to both. Set on
-        // the scheduler only: stays there.
+        // the executor only: stays there.
         for f in [s, e] {
             assert_eq!(f["env"]["LAMBDAFUSION_TASK_TIMEOUT_SECS"], "30");
             assert_eq!(f["env"]["LAMBDAFUSION_TEST_CRASH_FILE"], "/tmp/crash");
             assert_eq!(f["env"]["RUST_LOG"], "info");
         }
+        assert_eq!(e["env"]["LAMBDAFUSION_SCHEDULER_FUNCTION"], "sched-local");
         assert_eq!(s["env"]["LAMBDAFUSION_EXECUTOR_FUNCTION"], "exec-local");
-        assert!(e["env"].get("LAMBDAFUSION_EXECUTOR_FUNCTION").is_none());
+        assert_eq!(e["env"]["LAMBDAFUSION_EXECUTOR_FUNCTION"], "exec-local");
         assert!(s["env"].get("LAMBDAFUSION_SCHEDULER_FUNCTION").is_none());
         assert_eq!(
             (

@@ -43,6 +43,7 @@ locals {
         LAMBDAFUSION_MAX_TASKS_PER_STAGE     = var.max_tasks_per_stage
         LAMBDAFUSION_MAX_ATTEMPTS            = var.max_attempts
         LAMBDAFUSION_DISPATCH_CONCURRENCY    = var.dispatch_concurrency
+        LAMBDAFUSION_DISPATCH_FANOUT         = var.dispatch_fanout
         LAMBDAFUSION_FAST_PATH               = var.fast_path
         LAMBDAFUSION_MAX_RESPONSE_BYTES      = var.max_response_bytes
         LAMBDAFUSION_DATA_BUCKETS            = length(var.data_buckets) > 0 ? join(",", [for b in var.data_buckets : "s3://${b}"]) : null
@@ -214,9 +215,12 @@ resource "aws_lambda_function" "executor" {
     mode = var.tracing_mode
   }
 
+  # The executor names itself too: it dispatches the stages its commits make ready (the
+  # fast path runs the scheduler's step in place) and the nodes of invocation trees.
   environment {
     variables = merge(local.engine_env, {
       LAMBDAFUSION_SCHEDULER_FUNCTION = local.scheduler_function_name
+      LAMBDAFUSION_EXECUTOR_FUNCTION  = local.executor_function_name
     })
   }
 

@@ -208,6 +208,9 @@ resource "aws_iam_role_policy" "executor_runtime" {
 }
 
 data "aws_iam_policy_document" "executor" {
+  # Its task's reads and commit, and the scheduler's step it runs when its commit completes
+  # a stage (claims, dispatch records, and finishing the job: the job item and its entry in
+  # the active index, deleted in the same transaction).
   statement {
     sid = "JobTable"
     actions = [
@@ -215,12 +218,21 @@ data "aws_iam_policy_document" "executor" {
       "dynamodb:BatchGetItem",
       "dynamodb:Query",
       "dynamodb:UpdateItem",
+      "dynamodb:DeleteItem",
     ]
     resources = [aws_dynamodb_table.jobs.arn]
   }
 
+  # Listing a finished job's objects to delete them (the scheduler's step after the last
+  # stage).
+  statement {
+    sid       = "ShuffleBucket"
+    actions   = ["s3:ListBucket"]
+    resources = [aws_s3_bucket.shuffle.arn]
+  }
+
   # Shuffle output (put), inputs and large stage plans (get), a losing duplicate's output
-  # (delete). No ShuffleBucket statement: the executor never lists the bucket.
+  # and a finished job's objects (delete).
   statement {
     sid       = "ShuffleObjects"
     actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
@@ -238,12 +250,20 @@ data "aws_iam_policy_document" "executor" {
     }
   }
 
-  # Fast-path wake of the scheduler, and the on-failure destination of task events, which
-  # Lambda delivers with this role.
+  # Waking the scheduler (a job past its deadline, a failed scheduler step), and the
+  # on-failure destination of task events, which Lambda delivers with this role.
   statement {
     sid       = "WakeScheduler"
     actions   = ["lambda:InvokeFunction"]
     resources = [aws_lambda_function.scheduler.arn]
+  }
+
+  # Dispatching the tasks of the stages its commits make ready, and the nodes of
+  # invocation trees.
+  statement {
+    sid       = "DispatchTasks"
+    actions   = ["lambda:InvokeFunction"]
+    resources = [aws_lambda_function.executor.arn]
   }
 }
 

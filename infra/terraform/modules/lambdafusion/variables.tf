@@ -466,8 +466,8 @@ variable "max_tasks_per_stage" {
   default     = null
 
   validation {
-    condition     = var.max_tasks_per_stage == null ? true : var.max_tasks_per_stage >= 1
-    error_message = "max_tasks_per_stage must be null or at least 1."
+    condition     = var.max_tasks_per_stage == null ? true : (var.max_tasks_per_stage >= 1 && var.max_tasks_per_stage <= 10000)
+    error_message = "max_tasks_per_stage must be null or from 1 to 10000."
   }
 }
 
@@ -557,6 +557,17 @@ variable "dispatch_concurrency" {
   validation {
     condition     = var.dispatch_concurrency == null ? true : var.dispatch_concurrency >= 1
     error_message = "dispatch_concurrency must be null or at least 1."
+  }
+}
+
+variable "dispatch_fanout" {
+  description = "Invocations one dispatcher makes (LAMBDAFUSION_DISPATCH_FANOUT): a stage with more tasks goes out through an invocation tree of executor invocations, each sending at most this many; null for the code's default (32)."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.dispatch_fanout == null ? true : var.dispatch_fanout >= 2
+    error_message = "dispatch_fanout must be null or at least 2."
   }
 }
 
