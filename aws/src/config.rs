@@ -95,6 +95,9 @@ impl AwsSettings {
             }
             engine = engine.with_max_tasks_per_stage(v as usize);
         }
+        if let Some(v) = number(ENV_MAX_SHUFFLE_READS)? {
+            engine = engine.with_max_shuffle_reads(v);
+        }
         if let Some(v) = number(ENV_DISPATCH_FANOUT)? {
             if v < 2 {
                 return Err(ConfigError::Invalid {
@@ -294,6 +297,7 @@ mod tests {
                         (ENV_MAX_BROADCAST_BYTES, "0"),
                         (ENV_MAX_TASKS_PER_STAGE, "10000"),
                         (ENV_DISPATCH_FANOUT, "8"),
+                        (ENV_MAX_SHUFFLE_READS, "1000"),
                     ],
                 ]
                 .concat(),
@@ -302,6 +306,7 @@ mod tests {
         .unwrap();
         assert_eq!(s.engine.max_tasks_per_stage, 10_000);
         assert_eq!(s.engine.dispatch_fanout, 8);
+        assert_eq!(s.engine.max_shuffle_reads, 1000);
         for (var, value) in [
             (ENV_MAX_TASKS_PER_STAGE, "10001"),
             (ENV_MAX_TASKS_PER_STAGE, "0"),

@@ -39,6 +39,10 @@ pub const ENV_MAX_ATTEMPTS: &str = "LAMBDAFUSION_MAX_ATTEMPTS";
 pub const ENV_TASK_TIMEOUT_SECS: &str = "LAMBDAFUSION_TASK_TIMEOUT_SECS";
 /// Concurrent async invocations per dispatching function (optional).
 pub const ENV_DISPATCH_CONCURRENCY: &str = "LAMBDAFUSION_DISPATCH_CONCURRENCY";
+/// Most ranged GETs one hash shuffle may take read directly (producers × consumer tasks)
+/// before it goes through a combining stage, a two-level exchange (optional, default
+/// 65536).
+pub const ENV_MAX_SHUFFLE_READS: &str = "LAMBDAFUSION_MAX_SHUFFLE_READS";
 /// Invocations one dispatcher makes before a stage goes through an invocation tree
 /// (optional, default 32, at least 2).
 pub const ENV_DISPATCH_FANOUT: &str = "LAMBDAFUSION_DISPATCH_FANOUT";
@@ -104,6 +108,7 @@ pub const ALL_ENV: &[&str] = &[
     ENV_TASK_TIMEOUT_SECS,
     ENV_DISPATCH_CONCURRENCY,
     ENV_DISPATCH_FANOUT,
+    ENV_MAX_SHUFFLE_READS,
     ENV_JOB_TTL_DAYS,
     ENV_FAST_PATH,
     ENV_DATA_BUCKETS,

@@ -771,6 +771,31 @@ impl JobStore for DynamoDbJobStore {
             .collect()
     }
 
+    async fn list_task_range(
+        &self,
+        job_id: &str,
+        stage: u32,
+        from: u32,
+        to: u32,
+    ) -> Result<Vec<TaskRecord>> {
+        if from >= to {
+            return Ok(Vec::new());
+        }
+        // From just after partition `from - 1`'s key, at most `to - from` items.
+        let after = from.checked_sub(1).map(|p| task_sk(stage, p));
+        self.query(
+            &job_pk(job_id),
+            &task_sk_prefix(stage),
+            after.as_deref(),
+            Some((to - from) as usize),
+        )
+        .await?
+        .into_iter()
+        .map(from_item::<TaskRecord>)
+        .filter(|t| t.as_ref().map_or(true, |t| t.partition < to))
+        .collect()
+    }
+
     async fn list_counters(&self, job_id: &str, stage: u32) -> Result<Vec<CommitCounter>> {
         self.query(&job_pk(job_id), &counter_sk_prefix(stage), None, None)
             .await?
@@ -1368,9 +1393,8 @@ pub fn actions_of(operation: &str) -> &'static [&'static str] {
             &["dynamodb:GetItem"]
         }
         "task_view" => &["dynamodb:BatchGetItem"],
-        "load_job" | "list_tasks" | "list_counters" | "active_jobs" | "list_tables" => {
-            &["dynamodb:Query"]
-        }
+        "load_job" | "list_tasks" | "list_task_range" | "list_counters" | "active_jobs"
+        | "list_tables" => &["dynamodb:Query"],
         "claim_stage" | "confirm_stage" | "start_attempt" | "confirm_attempt" | "defer_task"
         | "resend_task" | "fail_attempt" | "confirm_dispatch" => &["dynamodb:UpdateItem"],
         "commit_task" => &["dynamodb:UpdateItem", "dynamodb:GetItem"],
@@ -1402,6 +1426,7 @@ mod contract_tests {
         "task_view",
         "get_task",
         "list_tasks",
+        "list_task_range",
         "list_counters",
         "claim_stage",
         "confirm_stage",

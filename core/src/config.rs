@@ -33,6 +33,11 @@ pub struct EngineConfig {
     /// Upper bound on the number of tasks of any stage (and on hash shuffle width), at
     /// most [`MAX_TASKS_PER_STAGE`].
     pub max_tasks_per_stage: usize,
+    /// Most ranged GETs one hash shuffle may take read directly, producers × consumer
+    /// tasks: a shuffle planned wider goes through a combining stage (a two-level
+    /// exchange), which regroups it so that reads grow about as the square root of that
+    /// product, and which passes through when the shuffle turns out small enough.
+    pub max_shuffle_reads: u64,
     /// Invocations one dispatcher makes: a stage of more tasks is sent through an
     /// invocation tree of dispatchers, each sending at most this many (tasks or further
     /// dispatchers), its leaves one commit counter's range each.
@@ -97,6 +102,7 @@ impl Default for EngineConfig {
             inline_scan_bytes: 4 * 1024 * 1024,
             max_tasks_per_stage: 1_000,
             dispatch_fanout: 32,
+            max_shuffle_reads: 65_536,
             max_attempts: 3,
             task_timeout: Duration::from_secs(15 * 60),
             dispatch_concurrency: 32,
@@ -151,6 +157,12 @@ impl EngineConfig {
     /// Sets [`EngineConfig::max_tasks_per_stage`] (within 1..=[`MAX_TASKS_PER_STAGE`]).
     pub fn with_max_tasks_per_stage(mut self, tasks: usize) -> Self {
         self.max_tasks_per_stage = tasks.clamp(1, MAX_TASKS_PER_STAGE);
+        self
+    }
+
+    /// Sets [`EngineConfig::max_shuffle_reads`] (at least 1).
+    pub fn with_max_shuffle_reads(mut self, reads: u64) -> Self {
+        self.max_shuffle_reads = reads.max(1);
         self
     }
 

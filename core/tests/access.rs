@@ -529,6 +529,7 @@ async fn a_result_with_missing_task_outputs_is_refused() {
                 summary: "two tasks, one committed".into(),
                 scan_bytes: vec![],
                 switch: None,
+                combines: None,
                 dispatched_ms: Some(0),
                 confirmed_ms: Some(0),
                 decision: None,

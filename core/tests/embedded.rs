@@ -381,6 +381,29 @@ async fn write_table(dir: &Path, name: &str, sql: &str) {
         .unwrap();
 }
 
+/// Writes `sql`'s result under `dir/name` as `files` Parquet files of about equal rows
+/// (batches of 1,024 rows dealt round-robin).
+async fn write_files(dir: &Path, name: &str, sql: &str, files: usize) {
+    use datafusion::dataframe::DataFrameWriteOptions;
+    let mut config = datafusion::prelude::SessionConfig::new().with_batch_size(1024);
+    config = config.set_usize("datafusion.execution.minimum_parallel_output_files", files);
+    let ctx = datafusion::prelude::SessionContext::new_with_config(config);
+    ctx.sql(sql)
+        .await
+        .unwrap()
+        .repartition(datafusion::logical_expr::Partitioning::RoundRobinBatch(
+            files,
+        ))
+        .unwrap()
+        .write_parquet(
+            dir.join(name).to_str().unwrap(),
+            DataFrameWriteOptions::new(),
+            None,
+        )
+        .await
+        .unwrap();
+}
+
 /// The skew split, forced by data built for it: 95 rows in 100 of `skewed` share one
 /// join key, so after the hash shuffle one partition of the join stage holds most of
 /// its input. That partition runs as several tasks, each joining some of the skewed
@@ -671,4 +694,109 @@ async fn a_hand_off_is_four_sequential_requests() {
         assert_eq!(s.handoff_calls, Some(4), "stage {}: {s:?}", s.stage);
         assert!(s.handoff_path.is_some());
     }
+}
+
+/// A hash shuffle planned for more reads than `max_shuffle_reads` (producers × consumer
+/// tasks) goes through a combining stage: its tasks each read one group of producers'
+/// slices of one group of partitions and write them as one object, so the query makes
+/// far fewer GETs than reading directly — with the same result as DataFusion. A shuffle
+/// that turns out to need few reads passes through: no combining tasks, the consumer
+/// reads the producers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn wide_shuffles_go_through_a_two_level_exchange() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tables(dir.path()).await;
+    // Sixteen files, every one holding rows of every group: 16 producers, each writing
+    // to every partition.
+    write_files(
+        dir.path(),
+        "wide",
+        "SELECT value AS id, value % 97 AS k, concat('name-', CAST(value AS VARCHAR)) AS s \
+         FROM generate_series(1, 48000)",
+        16,
+    )
+    .await;
+    let config = EngineConfig::default()
+        .with_bytes_per_task(1)
+        .with_min_scan_bytes_per_task(1)
+        .with_shuffle_bytes_per_task(32 * 1024)
+        .with_max_tasks_per_stage(16);
+    let combined = engine(config.clone().with_max_shuffle_reads(16), dir.path()).await;
+    let direct = engine(config.with_max_shuffle_reads(1_000_000), dir.path()).await;
+    register(&combined, dir.path()).await;
+    register(&direct, dir.path()).await;
+    let ctx = register_tables(&combined, dir.path(), &["wide"]).await;
+    register_tables(&direct, dir.path(), &["wide"]).await;
+
+    // 48,000 distinct groups: the partial aggregate keeps every row, the shuffle is wide.
+    let sql = "SELECT s, count(*) AS n, sum(id) AS total FROM wide GROUP BY s";
+    let expected = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+    let out = combined.sql(sql).await.unwrap();
+    lambdafusion::verify::compare(&expected, &out.batches, false).unwrap();
+    let decisions: Vec<_> = out
+        .status
+        .stages
+        .iter()
+        .map(|s| {
+            (
+                s.stage,
+                s.decision.clone(),
+                s.tasks,
+                s.decision_note.clone(),
+            )
+        })
+        .collect();
+    let combining = out
+        .status
+        .stages
+        .iter()
+        .find(|s| s.decision.as_deref() == Some("combined") && s.tasks > 0)
+        .unwrap_or_else(|| panic!("no combining tasks: {decisions:#?}"));
+    assert!(
+        combining
+            .decision_note
+            .as_deref()
+            .unwrap()
+            .contains("reads instead of"),
+        "{decisions:#?}"
+    );
+    let plain = direct.sql(sql).await.unwrap();
+    lambdafusion::verify::compare(&expected, &plain.batches, false).unwrap();
+    assert!(
+        !plain
+            .status
+            .stages
+            .iter()
+            .any(|s| s.summary.starts_with("Combine")),
+        "no combining stage below the threshold"
+    );
+    let (with, without) = (
+        out.status.requests.object_gets,
+        plain.status.requests.object_gets,
+    );
+    assert!(
+        with * 2 < without,
+        "two-level exchange: {with} GETs, direct: {without} GETs; {decisions:#?}"
+    );
+
+    // Five groups: the shuffle is small, its consumer one task — 16 producers × 1 task
+    // is within the 16 reads allowed, nothing to combine.
+    let sql = "SELECT k % 5 AS g, count(*) AS n FROM facts GROUP BY g";
+    let out = combined.sql(sql).await.unwrap();
+    lambdafusion::verify::compare(&reference(dir.path(), sql).await, &out.batches, false).unwrap();
+    let passed = out
+        .status
+        .stages
+        .iter()
+        .find(|s| s.summary.starts_with("Combine"))
+        .expect("a combining stage was planned");
+    assert_eq!(passed.tasks, 0, "{passed:?}");
+    assert!(
+        passed
+            .decision_note
+            .as_deref()
+            .unwrap()
+            .starts_with("passed through"),
+        "{passed:?}"
+    );
 }

@@ -66,6 +66,7 @@ fn wide_records(tasks: u32) -> NewJob {
         summary: "wide".into(),
         scan_bytes: vec![],
         switch: None,
+        combines: None,
         dispatched_ms: Some(now),
         confirmed_ms: Some(now),
         decision: None,

@@ -531,35 +531,56 @@ impl Executor {
                 .as_ref()
                 .and_then(|d| d.read_from.iter().find(|(i, _)| *i == input))
                 .map_or(input, |&(_, s)| s);
-            let outputs: Vec<TaskOutput> = match given.iter().find(|(s, _)| *s == input) {
-                Some((_, outputs)) => outputs.clone(),
-                None => {
+            // A task of a split partition or of a combining stage reads some producers
+            // only: those of its range (a complete stage's producer `i` is its task `i`).
+            let producers = stage
+                .decision
+                .as_ref()
+                .and_then(|d| d.producers_of(task, input));
+            let committed = |tasks: Vec<crate::state::TaskRecord>| -> Vec<TaskOutput> {
+                tasks
+                    .into_iter()
+                    .filter(|t| t.state == TaskState::Succeeded)
+                    .filter_map(|t| t.output)
+                    .collect()
+            };
+            let (outputs, sliced) = match (given.iter().find(|(s, _)| *s == input), &producers) {
+                (Some((_, outputs)), _) => (outputs.clone(), false),
+                (None, Some(range)) => {
                     *reads += 1;
-                    services
+                    let tasks = services
                         .store
-                        .list_tasks(&stage.job_id, source)
-                        .await?
-                        .into_iter()
-                        .filter(|t| t.state == TaskState::Succeeded)
-                        .filter_map(|t| t.output)
-                        .collect()
+                        .list_task_range(
+                            &stage.job_id,
+                            source,
+                            range.start as u32,
+                            range.end as u32,
+                        )
+                        .await?;
+                    (committed(tasks), true)
+                }
+                (None, None) => {
+                    *reads += 1;
+                    let tasks = services.store.list_tasks(&stage.job_id, source).await?;
+                    (committed(tasks), false)
                 }
             };
-            if let Some(expected) = expected {
-                if outputs.len() != expected as usize {
+            let want = match (&producers, sliced) {
+                (Some(range), true) => Some(range.len()),
+                _ => expected.map(|n| n as usize),
+            };
+            if let Some(want) = want {
+                if outputs.len() != want {
                     return Err(Error::Internal(format!(
-                        "input stage {input} has {} committed outputs; stage {} was planned \
-                         for {expected}",
+                        "input stage {input} has {} committed outputs; task {task} of stage \
+                         {} was planned for {want}",
                         outputs.len(),
                         stage.stage,
                     )));
                 }
             }
-            let producers = stage
-                .decision
-                .as_ref()
-                .and_then(|d| d.producers_of(task, input));
             let outputs = match producers {
+                Some(_) if sliced => outputs,
                 Some(range) if range.end <= outputs.len() => outputs[range].to_vec(),
                 Some(range) => {
                     return Err(Error::Internal(format!(

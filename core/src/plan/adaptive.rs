@@ -26,6 +26,17 @@
 //!   semi / anti / mark join whose other side committed at most `max_broadcast_bytes`
 //!   reads that side whole and writes marks; the join's stage then combines them in one
 //!   task.
+//! - **combine** (a two-level exchange, for a hash shuffle planned for more than
+//!   `max_shuffle_reads` reads): with P producers and consumers of C tasks, every consumer
+//!   task would read every producer — P × C ranged GETs. The combining stage cut between
+//!   them ([`StageRecord::combines`]) divides the producers into Gp groups and the
+//!   partitions into Gc groups; task (j, i) reads its partition group of each producer of
+//!   group i (one GET each, the slices lie back to back) and writes them as one object, so
+//!   a consumer task reads Gp objects: P × Gc + C × Gp reads in all, with Gp × Gc about the
+//!   shuffle's bytes over four times `shuffle_bytes_per_task` and the two balanced to read
+//!   least — near √(P·C·n) rather than P·C. A shuffle that turns out to need few reads (or
+//!   whose combination would not save any) passes through: no tasks, and the consumer
+//!   reads the producers directly.
 //! - otherwise the stage runs as planned: one task per plan partition.
 
 use std::collections::HashMap;
@@ -45,16 +56,23 @@ use crate::state::{
 use crate::{EngineConfig, Error, Result};
 
 /// The stage whose tasks wrote `stage`'s output: itself, or — when its switched join ran
-/// inside its large side's tasks ([`SwitchMode::Join`]) — that large side.
+/// inside its large side's tasks ([`SwitchMode::Join`]) — that large side, or — for a
+/// combining stage that passed through — the stage it would have combined.
 pub fn source_of(snapshot: &JobSnapshot, stage: u32) -> u32 {
-    snapshot
-        .stages
-        .iter()
-        .find(|s| s.stage == stage)
-        .and_then(|s| s.decision.as_ref())
+    let Some(record) = snapshot.stages.iter().find(|s| s.stage == stage) else {
+        return stage;
+    };
+    let decision = record.decision.as_ref();
+    if let Some(sw) = decision
         .and_then(|d| d.switched)
         .filter(|sw| sw.mode == SwitchMode::Join && sw.join == stage)
-        .map_or(stage, |sw| sw.large)
+    {
+        return sw.large;
+    }
+    match (record.combines, decision) {
+        (Some(input), Some(d)) if d.rule == AdaptiveRule::Combined && d.tasks == 0 => input,
+        _ => stage,
+    }
 }
 
 /// The committed outputs of `stage`'s input `input`, in producer order.
@@ -83,6 +101,9 @@ pub fn decide(
 ) -> Result<StageDecision> {
     if let Some(decision) = switched_join(stage, snapshot)? {
         return Ok(decision);
+    }
+    if let Some(input) = stage.combines {
+        return combine(stage, input, snapshot, config);
     }
     let sized = size(stage, snapshot, config)?;
     let sized = switch_join(stage, sized, snapshot, config);
@@ -567,6 +588,135 @@ fn size_scan(stage: &StageRecord, config: &EngineConfig) -> Option<(Vec<u32>, St
 /// bytes (and more than the target per task).
 const SKEW_FACTOR: u64 = 4;
 
+/// A combining task regroups about this many times `shuffle_bytes_per_task`: it only
+/// reads, re-slices and writes.
+const COMBINE_FACTOR: u64 = 4;
+
+/// The combine rule (see the [module docs](self)) for combining stage `stage` over the
+/// hash shuffle of stage `input`.
+fn combine(
+    stage: &StageRecord,
+    input: u32,
+    snapshot: &JobSnapshot,
+    config: &EngineConfig,
+) -> Result<StageDecision> {
+    let partitions = stage.tasks;
+    let outputs = committed(snapshot, input);
+    let producers = outputs.len() as u32;
+    if let Some(bad) = outputs.iter().find(|o| o.ends.len() != partitions as usize) {
+        return Err(Error::Internal(format!(
+            "combining stage {} reads a hash shuffle of {partitions} partitions from stage \
+             {input}, but {} holds {} slices",
+            stage.stage,
+            bad.object,
+            bad.ends.len()
+        )));
+    }
+    let per_partition = (0..partitions as usize)
+        .map(|p| slice_bytes(&outputs, p))
+        .collect::<Result<Vec<u64>>>()?;
+    let total: u64 = per_partition.iter().sum();
+    let consumer_tasks = if config.adaptive {
+        coalesce(&per_partition, config.shuffle_bytes_per_task).len() as u64
+    } else {
+        u64::from(partitions)
+    };
+    let direct = u64::from(producers) * consumer_tasks;
+    let consumers = snapshot
+        .stages
+        .iter()
+        .filter(|s| s.inputs.iter().any(|i| i.stage == stage.stage))
+        .map(|s| format!("stage {}", s.stage))
+        .collect::<Vec<_>>()
+        .join(", ");
+    let pass_through = |why: String| StageDecision {
+        rule: AdaptiveRule::Combined,
+        partitions,
+        tasks: 0,
+        starts: vec![],
+        input_tasks: vec![(input, producers)],
+        fused: vec![],
+        skew: vec![],
+        switched: None,
+        read_from: vec![],
+        input_rows: outputs.iter().map(|o| o.rows).sum(),
+        input_bytes: 0,
+        note: format!("passed through ({why}): {consumers} reads stage {input} directly"),
+    };
+    if !config.adaptive || direct <= config.max_shuffle_reads || producers <= 1 {
+        return Ok(pass_through(format!(
+            "{producers} producers × {consumer_tasks} consumer tasks = {direct} reads, at most \
+             {}",
+            config.max_shuffle_reads
+        )));
+    }
+    let combine_bytes = config
+        .shuffle_bytes_per_task
+        .saturating_mul(COMBINE_FACTOR)
+        .max(1);
+    let (gp, gc) = combine_groups(producers, consumer_tasks, partitions, total, combine_bytes);
+    let partition_starts = coalesce(&per_partition, total.div_ceil(u64::from(gc)).max(1));
+    let producer_bytes: Vec<u64> = outputs.iter().map(|o| o.all().end).collect();
+    let producer_groups = split_producers(&producer_bytes, gp as usize);
+    let reads = u64::from(producers) * partition_starts.len() as u64
+        + consumer_tasks * producer_groups.len() as u64;
+    if reads >= direct {
+        return Ok(pass_through(format!(
+            "combining would take {reads} reads, direct reading {direct}"
+        )));
+    }
+    let mut starts = Vec::new();
+    let mut skew = Vec::new();
+    for &start in &partition_starts {
+        for &producers in &producer_groups {
+            skew.push(SkewRead {
+                task: starts.len() as u32,
+                stage: input,
+                producers,
+            });
+            starts.push(start);
+        }
+    }
+    let tasks = starts.len() as u32;
+    Ok(StageDecision {
+        tasks,
+        starts,
+        skew,
+        input_bytes: total,
+        note: format!(
+            "combined stage {input}'s hash shuffle ({}): {producers} producers in {} groups × \
+             {partitions} partitions in {} groups = {tasks} tasks; about {reads} reads \
+             instead of {producers} × {consumer_tasks} = {direct}",
+            human_bytes(total),
+            producer_groups.len(),
+            partition_starts.len(),
+        ),
+        ..pass_through(String::new())
+    })
+}
+
+/// Producer groups and partition groups of a combining stage: together about as many
+/// tasks as `total` bytes make tasks of `combine_bytes`, divided so that the reads —
+/// `producers` × partition groups by the combining tasks, plus `consumer_tasks` ×
+/// producer groups by the consumer — are fewest (the two products equal), within
+/// `1..=producers` and `1..=partitions`.
+pub fn combine_groups(
+    producers: u32,
+    consumer_tasks: u64,
+    partitions: u32,
+    total: u64,
+    combine_bytes: u64,
+) -> (u32, u32) {
+    let n = total.div_ceil(combine_bytes.max(1)).max(1) as f64;
+    let (p, c) = (f64::from(producers.max(1)), consumer_tasks.max(1) as f64);
+    let gc = (n * c / p)
+        .sqrt()
+        .round()
+        .clamp(1.0, f64::from(partitions.max(1)));
+    let gp = (n / gc).ceil().clamp(1.0, p);
+    (gp as u32, gc as u32)
+}
+
 /// At most this many tasks share one skewed partition.
 const MAX_SPLIT: usize = 32;
 
@@ -761,6 +911,30 @@ mod tests {
         JobKind, JobRecord, JobState, JoinSwitch, StageInput, StageState, TaskOutput, TaskRecord,
     };
 
+    /// The combining stage's groups, by hand: as many tasks in all as the bytes make
+    /// tasks of the combining size, split so that the two levels read equally, within
+    /// the producers and partitions there are.
+    #[test]
+    fn combining_groups_balance_the_two_levels_of_reads() {
+        const MIB: u64 = 1024 * 1024;
+        // 1 TiB over 1,000 × 1,000: 4,096 tasks of 256 MiB, 64 × 64; reads 1,000 × 64
+        // + 1,000 × 64 = 128,000 instead of 1,000,000.
+        assert_eq!(
+            combine_groups(1_000, 1_000, 1_000, 1024 * 1024 * MIB, 256 * MIB),
+            (64, 64)
+        );
+        // 512 KiB over 16 × 16 at 128 KiB: 4 tasks, 2 × 2.
+        assert_eq!(combine_groups(16, 16, 16, 512 * 1024, 128 * 1024), (2, 2));
+        // Few consumer tasks: one partition group, the tasks go to producer groups.
+        assert_eq!(
+            combine_groups(1_000, 10, 1_000, 1024 * MIB, 256 * MIB),
+            (4, 1)
+        );
+        // Tiny: one task. Huge: capped by the partitions and producers there are.
+        assert_eq!(combine_groups(100, 100, 100, 10, 256 * MIB), (1, 1));
+        assert_eq!(combine_groups(10, 10, 3, u64::MAX / 2, 1), (10, 3));
+    }
+
     #[test]
     fn coalesce_fills_groups_up_to_the_target() {
         assert_eq!(coalesce(&[1, 1, 1, 1], 10), vec![0], "all fit in one");
@@ -937,6 +1111,7 @@ mod tests {
             summary: String::new(),
             scan_bytes: Vec::new(),
             switch: None,
+            combines: None,
             dispatched_ms: None,
             confirmed_ms: None,
             decision: None,
@@ -1107,6 +1282,7 @@ mod tests {
             output_partitions: 4,
             inputs: vec![],
             switch: Some(switch),
+            combines: None,
             ..join.clone()
         };
         // The small side: two tasks of 4 bytes each.

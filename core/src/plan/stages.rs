@@ -58,6 +58,8 @@ pub struct Stage {
     /// Set on the large side of a join that may switch to a broadcast of its other
     /// side ([`super::switch`]).
     pub switch: Option<JoinSwitch>,
+    /// Set on a combining stage: the hash shuffle it regroups (a two-level exchange).
+    pub combines: Option<u32>,
 }
 
 /// The stages of one query; the last one produces the result.
@@ -85,11 +87,19 @@ impl StageGraph {
                 .iter()
                 .map(|i| format!("{} from stage {}", edge_name(i.kind), i.stage))
                 .collect();
-            let adaptive = if s.tasks > 1 && s.inputs.iter().any(|i| i.kind == EdgeKind::Hash) {
+            let adaptive = if let Some(input) = s.combines {
+                format!(
+                    "; combining (a two-level exchange): when stage {input} has committed, \
+                     its tasks each read one group of its producers' slices of one group of \
+                     partitions, or it runs none and its consumer reads stage {input} \
+                     directly when that takes few enough reads"
+                )
+            } else if s.tasks > 1 && s.inputs.iter().any(|i| i.kind == EdgeKind::Hash) {
                 "; adaptive: its tasks are sized from the committed shuffle bytes when it \
                  becomes ready"
+                    .to_string()
             } else {
-                ""
+                String::new()
             };
             let switch = match s.switch {
                 Some(sw) => format!(
@@ -136,6 +146,9 @@ pub struct StageSplitter {
     /// this many bytes is read by each consuming task itself rather than cut into a
     /// broadcast stage.
     inline_scan_bytes: u64,
+    /// A hash shuffle planned for more reads than this (producers × partitions) gets a
+    /// combining stage.
+    max_shuffle_reads: u64,
 }
 
 impl StageSplitter {
@@ -144,6 +157,7 @@ impl StageSplitter {
         let plan = super::distribute_joins(plan)?;
         let mut splitter = StageSplitter {
             inline_scan_bytes: config.inline_scan_bytes,
+            max_shuffle_reads: config.max_shuffle_reads,
             ..StageSplitter::default()
         };
         let root = plan.transform_up(|node| splitter.cut(node))?.data;
@@ -211,6 +225,13 @@ impl StageSplitter {
                 let partitioning = repartition.partitioning().clone();
                 let schema = input.schema();
                 let (stage, producers) = self.add_stage(input, Some(partitioning.clone()))?;
+                let width = partitioning.partition_count();
+                let (stage, producers) =
+                    if (producers as u64).saturating_mul(width as u64) > self.max_shuffle_reads {
+                        self.add_combining_stage(stage, producers, &partitioning, &schema)?
+                    } else {
+                        (stage, producers)
+                    };
                 let reader: Arc<dyn ExecutionPlan> = Arc::new(ShuffleReaderExec::new(
                     stage,
                     producers,
@@ -336,6 +357,32 @@ impl StageSplitter {
         Ok(Transformed::yes(combine.combine(marks)?))
     }
 
+    /// The second level of a two-level exchange over stage `input`'s hash shuffle of
+    /// `producers` tasks: a stage that reads that shuffle and writes it again with the
+    /// same partitioning. Its plan says what it computes; how it runs — each task one
+    /// group of producers and one group of partitions, or no task at all — is decided at
+    /// its claim ([`super::adaptive`]). Returns its id and plan partitions.
+    fn add_combining_stage(
+        &mut self,
+        input: u32,
+        producers: usize,
+        partitioning: &Partitioning,
+        schema: &datafusion::arrow::datatypes::SchemaRef,
+    ) -> DfResult<(u32, usize)> {
+        let reader: Arc<dyn ExecutionPlan> = Arc::new(ShuffleReaderExec::new(
+            input,
+            producers,
+            ReadMode::Hash(partitioning.clone()),
+            schema.clone(),
+            None,
+        ));
+        let (stage, tasks) = self.add_stage(reader, Some(partitioning.clone()))?;
+        let added = self.stages.last_mut().expect("the stage was just added");
+        added.combines = Some(input);
+        added.summary = format!("Combine <- hash shuffle of stage {input}");
+        Ok((stage, tasks))
+    }
+
     /// Wraps `input` in a writer as a new stage; returns its id and task count.
     fn add_stage(
         &mut self,
@@ -364,6 +411,7 @@ impl StageSplitter {
             summary,
             scan_bytes,
             switch: None,
+            combines: None,
         });
         Ok((id, tasks))
     }

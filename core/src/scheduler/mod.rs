@@ -299,6 +299,7 @@ impl Scheduler {
                 summary: s.summary.clone(),
                 scan_bytes: s.scan_bytes.clone(),
                 switch: s.switch,
+                combines: s.combines,
                 dispatched_ms: None,
                 confirmed_ms: None,
                 decision: None,
@@ -1169,7 +1170,13 @@ fn context_for(
 ) -> Option<Arc<DispatchContext>> {
     let decision = stage.decision.as_ref()?;
     let mut inputs = Vec::new();
-    for &(input, _) in &decision.input_tasks {
+    // An input some tasks read only a range of (a split partition, a combining stage):
+    // each such task reads its own range, which a shared payload cannot carry.
+    for &(input, _) in decision
+        .input_tasks
+        .iter()
+        .filter(|(i, _)| !decision.skew.iter().any(|s| s.stage == *i))
+    {
         let source = decision
             .read_from
             .iter()

@@ -212,6 +212,7 @@ async fn record_result(
         summary: "statement (answered by the scheduler)".into(),
         scan_bytes: Vec::new(),
         switch: None,
+        combines: None,
         dispatched_ms: Some(started),
         confirmed_ms: Some(started),
         decision: None,

@@ -63,6 +63,7 @@ fn stage(job_id: &str, id: u32, tasks: u32) -> StageRecord {
         summary: format!("stage {id}"),
         scan_bytes: Vec::new(),
         switch: None,
+        combines: None,
         dispatched_ms: None,
         confirmed_ms: None,
         decision: None,

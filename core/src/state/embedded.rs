@@ -407,6 +407,23 @@ impl JobStore for EmbeddedStore {
             .await
     }
 
+    async fn list_task_range(
+        &self,
+        job_id: &str,
+        stage: u32,
+        from: u32,
+        to: u32,
+    ) -> Result<Vec<TaskRecord>> {
+        let pk = job_pk(job_id);
+        let tasks: Vec<TaskRecord> = self
+            .read(move |t| scan(t, &pk, &task_sk_prefix(stage)))
+            .await?;
+        Ok(tasks
+            .into_iter()
+            .filter(|t| (from..to).contains(&t.partition))
+            .collect())
+    }
+
     async fn list_counters(&self, job_id: &str, stage: u32) -> Result<Vec<CommitCounter>> {
         let pk = job_pk(job_id);
         self.read(move |t| scan(t, &pk, &counter_sk_prefix(stage)))

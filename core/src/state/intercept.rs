@@ -152,6 +152,21 @@ impl JobStore for Intercepted {
         .await
     }
 
+    async fn list_task_range(
+        &self,
+        job_id: &str,
+        stage: u32,
+        from: u32,
+        to: u32,
+    ) -> Result<Vec<TaskRecord>> {
+        self.around(
+            "list_task_range",
+            Some(job_id),
+            self.inner.list_task_range(job_id, stage, from, to),
+        )
+        .await
+    }
+
     async fn list_counters(&self, job_id: &str, stage: u32) -> Result<Vec<CommitCounter>> {
         self.around(
             "list_counters",

@@ -245,6 +245,16 @@ pub trait JobStore: Send + Sync + std::fmt::Debug {
     /// Reads the task items of one stage, ordered by partition.
     async fn list_tasks(&self, job_id: &str, stage: u32) -> Result<Vec<TaskRecord>>;
 
+    /// Reads the task items of partitions `from..to` of one stage, ordered by partition
+    /// (a task reading only some producers of a wide stage).
+    async fn list_task_range(
+        &self,
+        job_id: &str,
+        stage: u32,
+        from: u32,
+        to: u32,
+    ) -> Result<Vec<TaskRecord>>;
+
     /// Reads the commit counters of one stage, ordered by index.
     async fn list_counters(&self, job_id: &str, stage: u32) -> Result<Vec<CommitCounter>>;
 

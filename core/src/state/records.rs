@@ -183,6 +183,13 @@ pub struct StageRecord {
     /// too, and at its claim the join's strategy is chosen from its real size.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub switch: Option<JoinSwitch>,
+    /// Set on a combining stage: the second level of a two-level exchange, between stage
+    /// `n`'s hash shuffle and its consumer. At its claim it regroups each group of
+    /// producers' slices per group of partitions — or, when few reads would be saved,
+    /// runs no tasks and lets the consumer read stage `n` directly
+    /// ([`crate::plan::adaptive`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub combines: Option<u32>,
     /// When the stage was claimed for dispatch.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub dispatched_ms: Option<u64>,
@@ -237,6 +244,10 @@ pub enum AdaptiveRule {
     /// large side's stage reads it whole and marks its rows instead of hash-shuffling,
     /// and the join's stage combines the marks in one task ([`crate::plan::switch`]).
     Broadcast,
+    /// A combining stage ([`StageRecord::combines`]): each task reads one group of
+    /// producers' slices of one group of partitions (one ranged GET per producer) and
+    /// writes them as one object, so that consumers read one object per producer group.
+    Combined,
 }
 
 /// A partitioned semi / anti / mark join of stage `join` over hash shuffles of stages
@@ -278,6 +289,7 @@ impl AdaptiveRule {
             AdaptiveRule::Fused => "fused",
             AdaptiveRule::Split => "split",
             AdaptiveRule::Broadcast => "broadcast",
+            AdaptiveRule::Combined => "combined",
         }
     }
 }

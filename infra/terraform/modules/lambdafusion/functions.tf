@@ -44,6 +44,7 @@ locals {
         LAMBDAFUSION_MAX_ATTEMPTS            = var.max_attempts
         LAMBDAFUSION_DISPATCH_CONCURRENCY    = var.dispatch_concurrency
         LAMBDAFUSION_DISPATCH_FANOUT         = var.dispatch_fanout
+        LAMBDAFUSION_MAX_SHUFFLE_READS       = var.max_shuffle_reads
         LAMBDAFUSION_FAST_PATH               = var.fast_path
         LAMBDAFUSION_MAX_RESPONSE_BYTES      = var.max_response_bytes
         LAMBDAFUSION_DATA_BUCKETS            = length(var.data_buckets) > 0 ? join(",", [for b in var.data_buckets : "s3://${b}"]) : null

@@ -560,6 +560,17 @@ variable "dispatch_concurrency" {
   }
 }
 
+variable "max_shuffle_reads" {
+  description = "Most ranged GETs one hash shuffle may take read directly, producers x consumer tasks (LAMBDAFUSION_MAX_SHUFFLE_READS): a shuffle planned wider goes through a combining stage, a two-level exchange whose reads grow about as the square root of that product; null for the code's default (65536)."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.max_shuffle_reads == null ? true : var.max_shuffle_reads >= 1
+    error_message = "max_shuffle_reads must be null or at least 1."
+  }
+}
+
 variable "dispatch_fanout" {
   description = "Invocations one dispatcher makes (LAMBDAFUSION_DISPATCH_FANOUT): a stage with more tasks goes out through an invocation tree of executor invocations, each sending at most this many; null for the code's default (32)."
   type        = number
