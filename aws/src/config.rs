@@ -228,6 +228,10 @@ impl AwsSettings {
             Role::Scheduler if settings.executor_function.is_none() => {
                 Err(ConfigError::Missing(ENV_EXECUTOR_FUNCTION))
             }
+            // The scheduler invokes itself for the nodes of invocation trees.
+            Role::Scheduler if settings.scheduler_function.is_none() => {
+                Err(ConfigError::Missing(ENV_SCHEDULER_FUNCTION))
+            }
             Role::Executor if settings.scheduler_function.is_none() => {
                 Err(ConfigError::Missing(ENV_SCHEDULER_FUNCTION))
             }

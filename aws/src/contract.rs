@@ -83,7 +83,12 @@ pub const ENV_FAULTS: &str = "LAMBDAFUSION_FAULTS";
 pub const ENV_MAX_RESPONSE_BYTES: &str = "LAMBDAFUSION_MAX_RESPONSE_BYTES";
 
 /// Variables the scheduler function must have set.
-pub const SCHEDULER_REQUIRED_ENV: &[&str] = &[ENV_TABLE, ENV_BUCKET, ENV_EXECUTOR_FUNCTION];
+pub const SCHEDULER_REQUIRED_ENV: &[&str] = &[
+    ENV_TABLE,
+    ENV_BUCKET,
+    ENV_EXECUTOR_FUNCTION,
+    ENV_SCHEDULER_FUNCTION,
+];
 /// Variables the executor function must have set.
 pub const EXECUTOR_REQUIRED_ENV: &[&str] = &[
     ENV_TABLE,
@@ -175,11 +180,12 @@ pub const EXECUTOR_DATA_OBJECT_ACTIONS: &[&str] = &["s3:GetObject"];
 /// S3 bucket actions the executor calls on the data buckets: none, the stage plan names
 /// its files.
 pub const EXECUTOR_DATA_BUCKET_ACTIONS: &[&str] = &[];
-/// Lambda action the scheduler calls on the executor function (task dispatch).
+/// Lambda action the scheduler calls on the executor function (task dispatch) and on
+/// itself (the nodes of invocation trees).
 pub const SCHEDULER_LAMBDA_ACTIONS: &[&str] = &["lambda:InvokeFunction"];
-/// Lambda action the executor calls on the scheduler function (a wake-up; Lambda's
-/// on-failure destination too) and on itself (dispatching ready stages and invocation
-/// tree nodes).
+/// Lambda action the executor calls on the scheduler function (a wake-up, the nodes of
+/// invocation trees; Lambda's on-failure destination too) and on itself (dispatching the
+/// tasks of the stages its commits make ready).
 pub const EXECUTOR_LAMBDA_ACTIONS: &[&str] = &["lambda:InvokeFunction"];
 
 /// Lambda runtime of both functions (`cargo lambda build` output is a `bootstrap` binary).

@@ -1,12 +1,12 @@
 //! What the scheduler function receives, told apart by shape: HTTP requests (API
 //! Gateway HTTP API or function URL, payload 2.0), DynamoDB stream batches, the scheduled
 //! sweep (EventBridge), executor invocations that failed for good (the on-failure
-//! destination record), and fast-path wake-ups.
+//! destination record), fast-path wake-ups and the nodes of invocation trees.
 
 use aws_lambda_events::event::dynamodb::Event as StreamEvent;
 use lambda_http::request::RequestContext;
 use lambdafusion::access::Caller;
-use lambdafusion::dispatch::{DispatchRange, ExecutorEvent, TaskSpec};
+use lambdafusion::dispatch::{DispatchEvent, DispatchRange, TaskSpec};
 use serde_json::Value;
 
 use crate::invoker::WakeEvent;
@@ -22,13 +22,8 @@ pub enum SchedulerEvent {
     Sweep,
     /// An executor finished a stage: advance this job now.
     Wake(String),
-    /// A dispatcher of an invocation tree failed for good: its range is sent again.
-    DispatchLost {
-        /// The range it was to dispatch.
-        range: DispatchRange,
-        /// What Lambda reported.
-        error: String,
-    },
+    /// A node of an invocation tree: dispatch this range of a stage's tasks.
+    Dispatch(DispatchRange),
     /// An executor invocation failed without recording it (crash, timeout, dropped).
     TaskLost {
         /// The task that was invoked.
@@ -53,6 +48,11 @@ impl SchedulerEvent {
         let Some(object) = event.as_object() else {
             return Err(UnknownEvent(describe(&event)));
         };
+        if object.contains_key("dispatch") {
+            let event: DispatchEvent = serde_json::from_value(event.clone())
+                .map_err(|e| UnknownEvent(format!("bad dispatch range: {e}")))?;
+            return Ok(Self::Dispatch(event.dispatch));
+        }
         if object.contains_key("wake") {
             let wake: WakeEvent = serde_json::from_value(event.clone())
                 .map_err(|e| UnknownEvent(format!("bad wake-up: {e}")))?;
@@ -80,10 +80,8 @@ impl SchedulerEvent {
             (object.get("requestContext"), object.get("requestPayload"))
         {
             if context.get("condition").is_some() {
-                let event: ExecutorEvent =
-                    serde_json::from_value(payload.clone()).map_err(|e| {
-                        UnknownEvent(format!("destination record without a task or range: {e}"))
-                    })?;
+                let task: TaskSpec = serde_json::from_value(payload.clone())
+                    .map_err(|e| UnknownEvent(format!("destination record without a task: {e}")))?;
                 let condition = context
                     .get("condition")
                     .and_then(Value::as_str)
@@ -93,16 +91,9 @@ impl SchedulerEvent {
                     .and_then(|p| p.get("errorMessage").or_else(|| p.get("errorType")))
                     .and_then(Value::as_str)
                     .unwrap_or("no response");
-                let error = format!("executor invocation failed ({condition}): {message}");
-                return Ok(match event {
-                    ExecutorEvent::Task(invocation) => Self::TaskLost {
-                        task: invocation.task,
-                        error,
-                    },
-                    ExecutorEvent::Dispatch { dispatch } => Self::DispatchLost {
-                        range: dispatch,
-                        error,
-                    },
+                return Ok(Self::TaskLost {
+                    task,
+                    error: format!("executor invocation failed ({condition}): {message}"),
                 });
             }
         }

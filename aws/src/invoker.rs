@@ -10,7 +10,7 @@ use aws_sdk_lambda::error::DisplayErrorContext;
 use aws_sdk_lambda::primitives::Blob;
 use aws_sdk_lambda::types::InvocationType;
 use aws_sdk_lambda::Client;
-use lambdafusion::dispatch::{DispatchRange, ExecutorEvent, Invoker, TaskInvocation};
+use lambdafusion::dispatch::{DispatchEvent, DispatchRange, Invoker, TaskInvocation};
 use lambdafusion::{Error, Result};
 use serde::Serialize;
 use tokio::sync::Semaphore;
@@ -149,9 +149,13 @@ impl Invoker for LambdaInvoker {
     }
 
     async fn dispatch(&self, range: &DispatchRange) -> Result<()> {
+        let scheduler = self
+            .scheduler
+            .as_deref()
+            .ok_or_else(|| Error::invoke("no scheduler function configured for dispatchers"))?;
         self.invoke_event(
-            &self.executor,
-            &ExecutorEvent::Dispatch {
+            scheduler,
+            &DispatchEvent {
                 dispatch: range.clone(),
             },
         )

@@ -1,19 +1,13 @@
 //! Request counters: how many DynamoDB, S3 and Lambda requests this process made. The
 //! functions log the per-invocation difference, which is how "requests per task" is
-//! measured on the local stack and read in CloudWatch on AWS.
+//! measured on the local stack and read in CloudWatch on AWS. (Each task and query also
+//! counts its own, [`lambdafusion::requests`]; these count the process's.)
 
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use async_trait::async_trait;
-use futures::stream::BoxStream;
-use futures::StreamExt;
-use object_store::path::Path;
-use object_store::{
-    CopyOptions, GetOptions, GetResult, ListResult, MultipartUpload, ObjectMeta, ObjectStore,
-    PutMultipartOptions, PutOptions, PutPayload, PutResult, Result,
-};
+pub use lambdafusion::requests::CountingStore;
 
 /// One kind of request.
 #[derive(Debug, Clone, Copy)]
@@ -81,110 +75,23 @@ impl fmt::Display for Counts {
     }
 }
 
-/// Where a [`CountingStore`] reports each request.
-pub type Sink = Arc<dyn Fn(Request) + Send + Sync>;
-
-/// An object store that counts the requests it forwards.
-pub struct CountingStore {
-    inner: Arc<dyn ObjectStore>,
-    sink: Sink,
-}
-
-impl fmt::Debug for CountingStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("CountingStore")
-            .field("inner", &self.inner)
-            .finish()
-    }
-}
-
-impl CountingStore {
-    /// Wraps `inner`, counting into the process-wide counters.
-    pub fn new(inner: Arc<dyn ObjectStore>) -> Self {
-        Self::with_sink(inner, Arc::new(count))
-    }
-
-    /// Wraps `inner`, reporting every request to `sink`.
-    pub fn with_sink(inner: Arc<dyn ObjectStore>, sink: Sink) -> Self {
-        Self { inner, sink }
-    }
-
-    fn count(&self, request: Request) {
-        (self.sink)(request)
-    }
-}
-
-impl fmt::Display for CountingStore {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "Counting({})", self.inner)
-    }
-}
-
-#[async_trait]
-impl ObjectStore for CountingStore {
-    async fn put_opts(
-        &self,
-        location: &Path,
-        payload: PutPayload,
-        opts: PutOptions,
-    ) -> Result<PutResult> {
-        self.count(Request::S3Put);
-        self.inner.put_opts(location, payload, opts).await
-    }
-
-    async fn put_multipart_opts(
-        &self,
-        location: &Path,
-        opts: PutMultipartOptions,
-    ) -> Result<Box<dyn MultipartUpload>> {
-        self.count(Request::S3Put);
-        self.inner.put_multipart_opts(location, opts).await
-    }
-
-    async fn get_opts(&self, location: &Path, options: GetOptions) -> Result<GetResult> {
-        self.count(Request::S3Get);
-        self.inner.get_opts(location, options).await
-    }
-
-    async fn get_ranges(
-        &self,
-        location: &Path,
-        ranges: &[std::ops::Range<u64>],
-    ) -> Result<Vec<bytes::Bytes>> {
-        // The inner store coalesces nearby ranges; count what it is asked for.
-        for _ in ranges {
-            self.count(Request::S3Get);
+/// A [`lambdafusion::requests::Sink`] that counts object requests into this process's
+/// counters: give it to a [`CountingStore`] in front of an S3 store.
+pub fn process_sink() -> lambdafusion::requests::Sink {
+    Arc::new(|request, n| {
+        use lambdafusion::requests::Request as R;
+        let kind = match request {
+            R::ObjectGet => Request::S3Get,
+            R::ObjectPut => Request::S3Put,
+            R::ObjectList => Request::S3List,
+            R::ObjectDelete => Request::S3Delete,
+            R::StoreRead => Request::DynamoDbRead,
+            R::StoreWrite => Request::DynamoDbWrite,
+            R::Invocation => Request::LambdaInvoke,
+            R::ObjectGetBytes => return,
+        };
+        for _ in 0..n {
+            count(kind);
         }
-        self.inner.get_ranges(location, ranges).await
-    }
-
-    fn delete_stream(
-        &self,
-        locations: BoxStream<'static, Result<Path>>,
-    ) -> BoxStream<'static, Result<Path>> {
-        let sink = self.sink.clone();
-        self.inner.delete_stream(
-            locations
-                .map(move |l| {
-                    sink(Request::S3Delete);
-                    l
-                })
-                .boxed(),
-        )
-    }
-
-    fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.count(Request::S3List);
-        self.inner.list(prefix)
-    }
-
-    async fn list_with_delimiter(&self, prefix: Option<&Path>) -> Result<ListResult> {
-        self.count(Request::S3List);
-        self.inner.list_with_delimiter(prefix).await
-    }
-
-    async fn copy_opts(&self, from: &Path, to: &Path, options: CopyOptions) -> Result<()> {
-        self.count(Request::S3Put);
-        self.inner.copy_opts(from, to, options).await
-    }
+    })
 }

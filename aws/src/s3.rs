@@ -39,7 +39,10 @@ fn bucket_builder(bucket: &str) -> AmazonS3Builder {
 /// counting its requests (see [`crate::metrics`]).
 pub fn bucket_store(bucket: &str) -> object_store::Result<Arc<dyn ObjectStore>> {
     let store: Arc<dyn ObjectStore> = Arc::new(bucket_builder(bucket).build()?);
-    Ok(Arc::new(crate::metrics::CountingStore::new(store)))
+    Ok(Arc::new(crate::metrics::CountingStore::new(
+        store,
+        crate::metrics::process_sink(),
+    )))
 }
 
 /// Presigns URLs to objects of one bucket (large results are downloaded this way).

@@ -6,6 +6,7 @@ pub mod bench;
 pub mod client;
 pub mod console;
 pub mod display;
+pub mod fanout;
 pub mod session;
 pub mod shell;
 pub mod tpch;

@@ -285,6 +285,17 @@ enum BenchCommand {
         #[arg(long)]
         memory_limit_mb: Option<usize>,
     },
+    /// How fast a wide stage starts: the time from its claim to its last task start,
+    /// through the invocation tree and sent directly (embedded; the local AWS stack's run
+    /// is `cargo test -p lambdafusion-tests --test aws_local -- --ignored measure_fanout`).
+    Fanout {
+        /// Comma-separated task counts of the wide stage.
+        #[arg(long, value_delimiter = ',', default_value = "100,1000,5000")]
+        tasks: Vec<u32>,
+        /// Invocations per dispatcher of the invocation tree.
+        #[arg(long, default_value_t = 32)]
+        fanout: u32,
+    },
 }
 
 fn main() -> ExitCode {
@@ -365,6 +376,29 @@ async fn run(cli: Cli) -> Result<(), String> {
             if rows.iter().any(|r| r.mismatch.is_some()) {
                 return Err("some results differ from DataFusion's".into());
             }
+            Ok(())
+        }
+        Command::Bench {
+            command: BenchCommand::Fanout { tasks, fanout },
+        } => {
+            if let Some(n) = tasks
+                .iter()
+                .find(|&&n| n == 0 || n as usize > lambdafusion::config::MAX_TASKS_PER_STAGE)
+            {
+                return Err(format!(
+                    "--tasks {n}: a stage has 1 to {} tasks",
+                    lambdafusion::config::MAX_TASKS_PER_STAGE
+                ));
+            }
+            if fanout < 2 {
+                return Err("--fanout must be at least 2".into());
+            }
+            let runs = lambdafusion_cli::fanout::embedded(&tasks, fanout).await?;
+            println!(
+                "Wide stages starting, embedded (every task its own slot; invocations \
+                 in process). Times from the stage's claim.\n\n{}",
+                lambdafusion_cli::fanout::report(&runs)
+            );
             Ok(())
         }
     }

@@ -116,14 +116,16 @@ fn figures(m: &OperatorMetrics) -> String {
 
 /// The result of a finished `EXPLAIN ANALYZE` job: a row for the whole query, then one per
 /// stage — its tasks, timings, adaptive decision and plan, each operator with its figures
-/// summed over the stage's tasks. `plans[s]` is stage `s`'s decoded plan.
+/// summed over the stage's tasks. `plans[s]` is stage `s`'s decoded plan; `fast_path` is
+/// the deployment's (see [`job_status`]).
 pub fn render(
     snapshot: &JobSnapshot,
     plans: &[Arc<dyn ExecutionPlan>],
     schema: SchemaRef,
+    fast_path: bool,
 ) -> Result<RecordBatch> {
     debug_assert_eq!(snapshot.job.kind, JobKind::Analyze);
-    let status = job_status(snapshot);
+    let status = job_status(snapshot, fast_path);
     let mut kinds = vec!["query".to_string()];
     let mut texts = vec![format!(
         "{} stages, {} tasks, {} ms from submission to the last commit; estimated Lambda cost ${:.6}",

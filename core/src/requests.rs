@@ -48,9 +48,12 @@ pub enum Request {
     ObjectDelete,
     /// A function invocation (Lambda Invoke).
     Invocation,
+    /// Bytes returned by object GETs (counted in bytes, not requests: what a scan read
+    /// is what Athena would bill).
+    ObjectGetBytes,
 }
 
-const KINDS: usize = 7;
+const KINDS: usize = 8;
 
 /// Requests of each kind.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
@@ -76,6 +79,9 @@ pub struct RequestCounts {
     /// Function invocations (Lambda Invoke requests).
     #[serde(default)]
     pub invocations: u64,
+    /// Bytes the object GETs returned.
+    #[serde(default)]
+    pub object_get_bytes: u64,
 }
 
 impl RequestCounts {
@@ -105,6 +111,7 @@ impl RequestCounts {
             self.object_lists,
             self.object_deletes,
             self.invocations,
+            self.object_get_bytes,
         ]
     }
 
@@ -117,6 +124,7 @@ impl RequestCounts {
             object_lists: a[4],
             object_deletes: a[5],
             invocations: a[6],
+            object_get_bytes: a[7],
         }
     }
 }
@@ -258,7 +266,12 @@ impl ObjectStore for CountingStore {
         options: GetOptions,
     ) -> object_store::Result<GetResult> {
         (self.sink)(Request::ObjectGet, 1);
-        self.inner.get_opts(location, options).await
+        let result = self.inner.get_opts(location, options).await?;
+        (self.sink)(
+            Request::ObjectGetBytes,
+            result.range.end.saturating_sub(result.range.start),
+        );
+        Ok(result)
     }
 
     // `get_ranges` is left to the trait's default, which coalesces nearby ranges (as the
@@ -405,6 +418,7 @@ mod tests {
         store.delete(&path).await.unwrap();
         let counts = tally.counts();
         assert_eq!(counts.object_gets, 3, "{counts}");
+        assert_eq!(counts.object_get_bytes, 10 + 200 + 10, "{counts}");
         assert_eq!(counts.object_puts, 1 + 1 + 3 + 1, "{counts}");
         assert_eq!(counts.object_lists, 1);
         assert_eq!(counts.object_deletes, 1);

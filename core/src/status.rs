@@ -209,7 +209,11 @@ fn inputs_done(
 ///   snapshot read; with the fast path, the task that brought it to 0 reads the stage's
 ///   counters (when it has several) and the last one runs the scheduler's step itself
 ///   (one snapshot read).
-pub fn scheduler_requests(snapshot: &JobSnapshot, stage: &StageRecord) -> RequestCounts {
+pub fn scheduler_requests(
+    snapshot: &JobSnapshot,
+    stage: &StageRecord,
+    fast_path: bool,
+) -> RequestCounts {
     let mut r = RequestCounts::default();
     if stage.dispatched_ms.is_none() {
         return r;
@@ -249,11 +253,13 @@ pub fn scheduler_requests(snapshot: &JobSnapshot, stage: &StageRecord) -> Reques
             .filter(|c| c.stage == stage.stage && c.remaining == 0)
             .count() as u64;
         r.add(Request::StoreRead, counters);
-        if counters_of(stage.tasks) > 1 {
-            r.add(Request::StoreRead, counters);
-        }
-        if snapshot.stage_complete(stage) {
-            r.add(Request::StoreRead, 1);
+        if fast_path {
+            if counters_of(stage.tasks) > 1 {
+                r.add(Request::StoreRead, counters);
+            }
+            if snapshot.stage_complete(stage) {
+                r.add(Request::StoreRead, 1);
+            }
         }
     }
     r
@@ -263,12 +269,13 @@ pub fn scheduler_requests(snapshot: &JobSnapshot, stage: &StageRecord) -> Reques
 /// ([`JobRecord::requests`](crate::state::JobRecord::requests)), and, derived from its
 /// records, creating it (one write per item: job, active entry, history entry, stages
 /// and plans), the first scheduler step
-/// (a snapshot read), finishing it (the job item and its active entry) and deleting
-/// its intermediate objects (one LIST, one DELETE per object).
+/// (a snapshot read) and the state the submission answers with (a read), finishing it
+/// (the job item and its active entry) and deleting its intermediate objects (one LIST,
+/// one DELETE per object).
 pub fn job_requests(snapshot: &JobSnapshot) -> RequestCounts {
     let mut r = snapshot.job.requests;
     r.add(Request::StoreWrite, 3 + 2 * snapshot.stages.len() as u64);
-    r.add(Request::StoreRead, 1);
+    r.add(Request::StoreRead, 2);
     if snapshot.job.state.is_terminal() && snapshot.job.kind != JobKind::Statement {
         r.add(Request::StoreWrite, 2);
         r.add(Request::ObjectList, 1);
@@ -287,8 +294,9 @@ pub fn job_requests(snapshot: &JobSnapshot) -> RequestCounts {
 /// [`crate::EngineConfig::dispatch_fanout`]).
 pub const TREE_FANOUT: u64 = 32;
 
-/// Builds the status of a job from its snapshot.
-pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
+/// Builds the status of a job from its snapshot; `fast_path` is the deployment's
+/// [`crate::EngineConfig::fast_path`] (it decides the scheduler's derived reads).
+pub fn job_status(snapshot: &JobSnapshot, fast_path: bool) -> JobStatus {
     let job = &snapshot.job;
     let mut stages = Vec::with_capacity(snapshot.stages.len());
     let mut gb_seconds = 0.0;
@@ -297,7 +305,7 @@ pub fn job_status(snapshot: &JobSnapshot) -> JobStatus {
         let (mut rows, mut bytes, mut objects, mut task_ms, mut failed) = (0, 0, 0, 0, 0);
         let mut first_start: Option<u64> = None;
         let mut first_handoff = None;
-        let mut stage_requests = scheduler_requests(snapshot, s);
+        let mut stage_requests = scheduler_requests(snapshot, s, fast_path);
         for t in snapshot.tasks_of(s.stage) {
             failed += t.failures;
             if let (TaskState::Succeeded, Some(o)) = (t.state, &t.output) {

@@ -660,3 +660,80 @@ async fn wide_stages_go_out_through_an_invocation_tree_that_survives_lost_and_re
         snapshot.stages.iter().map(|s| s.tasks).collect::<Vec<_>>()
     );
 }
+
+/// What a query's status reports as its requests — counted by its tasks, derived from
+/// the records for the scheduler's share — is what the job store, the object store and
+/// the invoker really served while the query ran: the inputs of the cost model
+/// (`lambdafusion bench tpch --model aws`) are the counts of a real run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_querys_reported_requests_are_the_requests_it_made() {
+    use lambdafusion::requests::{count_store_call, sink, CountingRegistry, Request, Tally};
+    let tally = Tally::new();
+    let counting = tally.clone();
+    // Store calls as DynamoDB bills them: a new job writes one item per record (added
+    // below, once its stages are known), a finished job its item and its active-index
+    // entry (one transaction of two).
+    let created = Arc::new(AtomicUsize::new(0));
+    let creates = created.clone();
+    let hook: lambdafusion::state::intercept::Hook = Arc::new(move |call: Call<'_>| {
+        match call.op {
+            "create_job" => {
+                creates.fetch_add(1, Ordering::SeqCst);
+            }
+            "finish_job" => counting.count(Request::StoreWrite, 2),
+            op => count_store_call(&counting, op),
+        }
+        Action::Proceed
+    });
+    let mut h = Harness::with(many_tasks(), Some(hook), Faults::default()).await;
+    let runtime = &h.services.runtime;
+    let registry = Arc::new(CountingRegistry::new(
+        runtime.object_store_registry.clone(),
+        sink(tally.clone()),
+    ));
+    h.services.runtime =
+        datafusion::execution::runtime_env::RuntimeEnvBuilder::from_runtime_env(runtime)
+            .with_object_store_registry(registry)
+            .build_arc()
+            .unwrap();
+    let before = tally.counts();
+    let job = h.submit(AGG).await;
+    let mut invocations = 0u64;
+    for _ in 0..200 {
+        let tasks = h.invoker.take();
+        invocations += tasks.len() as u64;
+        for task in tasks {
+            h.executor().handle(&task).await.unwrap();
+            h.deliver_stream().await;
+        }
+        h.deliver_stream().await;
+        if h.state(&job).await.is_terminal() {
+            break;
+        }
+    }
+    assert_eq!(h.state(&job).await, JobState::Succeeded);
+    let snapshot = h.store.load_job(&job).await.unwrap().unwrap();
+    assert_eq!(created.load(Ordering::SeqCst), 1);
+    tally.count(Request::StoreWrite, 3 + 2 * snapshot.stages.len() as u64);
+    tally.count(Request::Invocation, invocations);
+    let made = {
+        let now = tally.counts();
+        let mut made = lambdafusion::requests::RequestCounts::default();
+        for kind in [
+            Request::StoreRead,
+            Request::StoreWrite,
+            Request::ObjectGet,
+            Request::ObjectPut,
+            Request::ObjectList,
+            Request::ObjectDelete,
+            Request::Invocation,
+        ] {
+            made.add(kind, now.get(kind) - before.get(kind));
+        }
+        made
+    };
+    let mut reported = lambdafusion::status::job_status(&snapshot, false).requests;
+    reported.object_get_bytes = 0;
+    assert_eq!(reported, made, "reported (left) vs made (right)");
+    check_agg(&h, &job).await;
+}

@@ -1,10 +1,8 @@
 //! The executor function: a task event (`{"job_id", "stage", "partition", "attempt"}`,
 //! perhaps with what its dispatcher read for it) in, `lambdafusion`'s executor runs that
-//! one partition and commits it, a report out; or a node of an invocation tree
-//! (`{"dispatch": {"job_id", "stage", "from", "to"}}`) in, the scheduler's dispatcher
-//! invokes that range of tasks (or further dispatchers). Failures are recorded in the
-//! job store by the executor itself; an error returned here means even that failed, and
-//! Lambda's on-failure destination tells the scheduler.
+//! one partition and commits it, a report out. Failures are recorded in the job store by
+//! the executor itself; an error returned here means even that failed, and Lambda's
+//! on-failure destination tells the scheduler.
 //!
 //! Test hook: when `LAMBDAFUSION_TEST_CRASH_FILE` names an existing file holding
 //! `<stage>/<partition>/<attempt>`, the matching task deletes the file and exits the
@@ -13,37 +11,27 @@
 use std::sync::Arc;
 
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use lambdafusion::dispatch::{ExecutorEvent, TaskSpec};
+use lambdafusion::dispatch::{TaskInvocation, TaskSpec};
 use lambdafusion::executor::Executor;
-use lambdafusion::scheduler::Scheduler;
 use lambdafusion_aws::metrics::Counts;
 use lambdafusion_aws::Role;
-use serde_json::{json, Value};
+use serde_json::Value;
 
 fn main() -> Result<(), Error> {
     lambdafusion_aws::function::init_logging();
     lambdafusion::runtime()?.block_on(async {
         let services = lambdafusion_aws::services(Role::Executor).await?;
-        let executor = Arc::new(Executor::new(services.clone()));
-        lambda_runtime::run(service_fn(move |event: LambdaEvent<ExecutorEvent>| {
-            let (executor, services) = (executor.clone(), services.clone());
+        let executor = Arc::new(Executor::new(services));
+        lambda_runtime::run(service_fn(move |event: LambdaEvent<TaskInvocation>| {
+            let executor = executor.clone();
             async move {
+                let invocation = event.payload;
+                crash_if_asked(&invocation.task);
                 let before = Counts::now();
-                match event.payload {
-                    ExecutorEvent::Task(invocation) => {
-                        crash_if_asked(&invocation.task);
-                        let report = executor.handle_invocation(&invocation).await?;
-                        tracing::info!(task = %invocation.task, report = ?report,
-                            requests = %Counts::now().since(before), "task done");
-                        Ok::<Value, Error>(serde_json::to_value(report)?)
-                    }
-                    ExecutorEvent::Dispatch { dispatch } => {
-                        Scheduler::new(services).dispatch_range(&dispatch).await?;
-                        tracing::info!(range = %dispatch,
-                            requests = %Counts::now().since(before), "range dispatched");
-                        Ok(json!({"dispatched": dispatch.to_string()}))
-                    }
-                }
+                let report = executor.handle_invocation(&invocation).await?;
+                tracing::info!(task = %invocation.task, report = ?report,
+                    requests = %Counts::now().since(before), "task done");
+                Ok::<Value, Error>(serde_json::to_value(report)?)
             }
         }))
         .await

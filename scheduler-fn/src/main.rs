@@ -1,7 +1,8 @@
 //! The scheduler function: one Lambda binary for every event the scheduler receives —
 //! the HTTP API (API Gateway HTTP API or function URL, through `lambda_http`), DynamoDB
-//! stream batches, the scheduled sweep, fast-path wake-ups and executor invocations that
-//! failed for good (on-failure destination). It decodes, calls `lambdafusion`'s
+//! stream batches, the scheduled sweep, fast-path wake-ups, the nodes of invocation trees
+//! and executor invocations that failed for good (on-failure destination). It decodes,
+//! calls `lambdafusion`'s
 //! scheduler, and encodes; unknown event shapes are logged and rejected. HTTP requests
 //! act as the caller API Gateway or the function URL authenticated
 //! ([`lambdafusion_aws::events::caller_of`]).
@@ -76,10 +77,9 @@ async fn route(
             scheduler.wake(&job).await?;
             Ok(json!({"woken": job}))
         }
-        Ok(SchedulerEvent::DispatchLost { range, error }) => {
-            info!(%range, %error, "dispatcher invocation lost");
-            scheduler.on_dispatch_lost(&range).await?;
-            Ok(json!({"redispatched": range.to_string()}))
+        Ok(SchedulerEvent::Dispatch(range)) => {
+            scheduler.dispatch_range(&range).await?;
+            Ok(json!({"dispatched": range.to_string()}))
         }
         Ok(SchedulerEvent::TaskLost { task, error }) => {
             info!(%task, %error, "executor invocation lost");

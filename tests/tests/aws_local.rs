@@ -504,3 +504,85 @@ fn measure_a_real_workload() {
         println!("\n{table}{total_tasks} tasks in all, every result equal to DataFusion's");
     });
 }
+
+/// `lambdafusion bench fanout` on the local stack: a stage of N tasks (100, 1,000 by
+/// default; `FANOUT_TASKS=100,1000,5000` for more) started through the invocation tree
+/// and sent directly, every invocation through the emulated Invoke API with AWS's
+/// latency (the front's default `aws` table: 20 ms a call). Prints the table
+/// `lambdafusion bench fanout` prints. The task starts wait for the stack's execution
+/// environments (`EXECUTOR_INSTANCES`, 8 here): the figure to read is the last invocation
+/// accepted. A measurement, not an assertion: run it with
+/// `cargo test -p lambdafusion-tests --test aws_local -- --ignored measure_fanout --nocapture`.
+#[test]
+#[ignore]
+fn measure_fanout() {
+    use lambdafusion_cli::fanout;
+    use object_store::ObjectStoreExt;
+    let counts: Vec<u32> = std::env::var("FANOUT_TASKS")
+        .unwrap_or_else(|_| "100,1000".into())
+        .split(',')
+        .map(|n| {
+            n.trim()
+                .parse()
+                .expect("FANOUT_TASKS: comma-separated counts")
+        })
+        .collect();
+    let data = tempfile::tempdir().unwrap();
+    runtime()
+        .block_on(fanout::write_table(data.path()))
+        .unwrap();
+    let mut runs = Vec::new();
+    for &n in &counts {
+        for per_dispatcher in [32, n + 1] {
+            let (tasks, fanout_env) = (n.to_string(), per_dispatcher.to_string());
+            let env = [
+                ("LAMBDAFUSION_BYTES_PER_TASK", "1"),
+                ("LAMBDAFUSION_MIN_SCAN_BYTES_PER_TASK", "1"),
+                ("LAMBDAFUSION_MAX_TASKS_PER_STAGE", tasks.as_str()),
+                ("LAMBDAFUSION_DISPATCH_FANOUT", fanout_env.as_str()),
+                ("LAMBDAFUSION_DATA_BUCKETS", "lambdafusion/data"),
+                ("EXECUTOR_INSTANCES", "8"),
+                ("FUNCTION_RUST_LOG", "warn"),
+            ];
+            let stack = Stack::up(&env);
+            let run = runtime().block_on(async {
+                let file = data.path().join("fanout").join("data.parquet");
+                stack
+                    .s3()
+                    .put(
+                        &Path::from("data/fanout/data.parquet"),
+                        std::fs::read(&file).unwrap().into(),
+                    )
+                    .await
+                    .unwrap();
+                let client = Client::new(&stack.endpoint());
+                let bucket = stack.var("LAMBDAFUSION_BUCKET");
+                run(
+                    &client,
+                    &format!(
+                        "CREATE EXTERNAL TABLE fanout STORED AS PARQUET LOCATION \
+                         's3://{bucket}/data/fanout/'"
+                    ),
+                )
+                .await;
+                let started = std::time::Instant::now();
+                let (status, batches) = run(&client, fanout::QUERY).await;
+                let query_ms = started.elapsed().as_millis() as u64;
+                fanout::check(&batches).unwrap();
+                let store = DynamoDbJobStore::new(
+                    aws_sdk_dynamodb::Client::new(&stack.sdk("AWS_ENDPOINT_URL_DYNAMODB").await),
+                    stack.var("LAMBDAFUSION_TABLE"),
+                );
+                let snapshot = store.load_job(&status.id).await.unwrap().unwrap();
+                fanout::measure(&snapshot, "local stack", per_dispatcher, query_ms).unwrap()
+            });
+            eprintln!("{run:?}");
+            runs.push(run);
+        }
+    }
+    println!(
+        "\nWide stages starting on the local AWS stack (Invoke API at AWS latency, 8 \
+         executor environments). Times from the stage's claim.\n\n{}",
+        fanout::report(&runs)
+    );
+}

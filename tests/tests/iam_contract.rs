@@ -17,13 +17,13 @@ use datafusion::prelude::SessionContext;
 use lambdafusion::access::Caller;
 use lambdafusion::dispatch::{DispatchRange, Invoker, TaskInvocation, TaskSpec};
 use lambdafusion::executor::Executor;
+use lambdafusion::requests::{CountingStore, Request};
 use lambdafusion::scheduler::{Scheduler, SubmitOptions};
 use lambdafusion::services::ShuffleLocation;
 use lambdafusion::state::intercept::{Action, Call};
 use lambdafusion::state::*;
 use lambdafusion::{EngineConfig, Result, Services};
 use lambdafusion_aws::contract::*;
-use lambdafusion_aws::metrics::{CountingStore, Request};
 use lambdafusion_aws::store::actions_of;
 use object_store::memory::InMemory;
 use object_store::path::Path;
@@ -46,6 +46,7 @@ fn recording(store: &EmbeddedStore, log: Log) -> Intercepted {
 #[derive(Debug, Default)]
 struct Queue {
     tasks: Mutex<Vec<TaskSpec>>,
+    ranges: Mutex<Vec<DispatchRange>>,
     wakes: Mutex<Vec<String>>,
     log: Log,
 }
@@ -60,11 +61,12 @@ impl Invoker for Queue {
         self.tasks.lock().unwrap().push(invocation.task.clone());
         Ok(())
     }
-    async fn dispatch(&self, _range: &DispatchRange) -> Result<()> {
+    async fn dispatch(&self, range: &DispatchRange) -> Result<()> {
         self.log
             .lock()
             .unwrap()
-            .insert("lambda:InvokeFunction -> executor".into());
+            .insert("lambda:InvokeFunction -> scheduler".into());
+        self.ranges.lock().unwrap().push(range.clone());
         Ok(())
     }
     async fn wake_scheduler(&self, job_id: &str) -> Result<()> {
@@ -95,13 +97,14 @@ fn function(
     let s3_log = Log::default();
     let invoker = Arc::new(Queue::default());
     let runtime = RuntimeEnvBuilder::new().build_arc().unwrap();
-    let sink = |log: Log, bucket: &'static str| -> lambdafusion_aws::metrics::Sink {
-        Arc::new(move |r: Request| {
+    let sink = |log: Log, bucket: &'static str| -> lambdafusion::requests::Sink {
+        Arc::new(move |r: Request, _| {
             let action = match r {
-                Request::S3Get => "s3:GetObject",
-                Request::S3Put => "s3:PutObject",
-                Request::S3Delete => "s3:DeleteObject",
-                Request::S3List => "s3:ListBucket",
+                Request::ObjectGet => "s3:GetObject",
+                Request::ObjectPut => "s3:PutObject",
+                Request::ObjectDelete => "s3:DeleteObject",
+                Request::ObjectList => "s3:ListBucket",
+                Request::ObjectGetBytes => return,
                 other => panic!("{other:?} from an object store"),
             };
             log.lock().unwrap().insert(format!("{bucket} {action}"));
@@ -109,14 +112,11 @@ fn function(
     };
     runtime.register_object_store(
         ObjectStoreUrl::parse("s3://shuffle").unwrap().as_ref(),
-        Arc::new(CountingStore::with_sink(
-            shuffle,
-            sink(s3_log.clone(), "shuffle"),
-        )),
+        Arc::new(CountingStore::new(shuffle, sink(s3_log.clone(), "shuffle"))),
     );
     runtime.register_object_store(
         ObjectStoreUrl::parse("s3://data").unwrap().as_ref(),
-        Arc::new(CountingStore::with_sink(data, sink(s3_log.clone(), "data"))),
+        Arc::new(CountingStore::new(data, sink(s3_log.clone(), "data"))),
     );
     let services = Services {
         store: Arc::new(recording(store, store_log.clone())),
@@ -178,7 +178,12 @@ fn used(f: &Function) -> BTreeSet<String> {
 async fn each_function_uses_exactly_the_permissions_it_is_granted() {
     // Table data in the "data bucket", written by DataFusion.
     let data: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
-    let writer = SessionContext::new();
+    // Batches of 1,000 rows dealt to three files: the scan is three tasks.
+    let writer = SessionContext::new_with_config(
+        datafusion::prelude::SessionConfig::new()
+            .with_batch_size(1000)
+            .set_usize("datafusion.execution.minimum_parallel_output_files", 3),
+    );
     writer.register_object_store(&url::Url::parse("s3://data").unwrap(), data.clone());
     writer
         .sql("SELECT value AS id, value % 13 AS k, CAST(value AS DOUBLE) AS v FROM generate_series(1, 5000)")
@@ -195,6 +200,9 @@ async fn each_function_uses_exactly_the_permissions_it_is_granted() {
         .with_bytes_per_task(1)
         .with_min_scan_bytes_per_task(1)
         .with_max_tasks_per_stage(3)
+        // Three tasks over two per dispatcher: the first stage goes out through an
+        // invocation tree, whose nodes are scheduler invocations.
+        .with_dispatch_fanout(2)
         .with_task_timeout(Duration::ZERO)
         .with_inline_plan_limit(0)
         .with_data_location("s3://data");
@@ -228,6 +236,14 @@ async fn each_function_uses_exactly_the_permissions_it_is_granted() {
         .job_id;
     let mut lost_one = false;
     for _ in 0..100 {
+        // The nodes of invocation trees, which the scheduler function runs.
+        let mut ranges = std::mem::take(&mut *scheduler_fn.invoker.ranges.lock().unwrap());
+        ranges.extend(std::mem::take(
+            &mut *executor_fn.invoker.ranges.lock().unwrap(),
+        ));
+        for range in ranges {
+            scheduler().dispatch_range(&range).await.unwrap();
+        }
         // Tasks the scheduler dispatched, and those executors dispatched after completing
         // a stage (the fast path runs the scheduler's step in the executor).
         let mut tasks = std::mem::take(&mut *scheduler_fn.invoker.tasks.lock().unwrap());
@@ -284,7 +300,7 @@ async fn each_function_uses_exactly_the_permissions_it_is_granted() {
         SCHEDULER_BUCKET_ACTIONS,
         SCHEDULER_DATA_OBJECT_ACTIONS,
         SCHEDULER_DATA_BUCKET_ACTIONS,
-        &["executor"],
+        &["executor", "scheduler"],
     );
     let executor_grants = granted(
         EXECUTOR_TABLE_ACTIONS,

@@ -192,6 +192,7 @@ fn contract_with(lists: &ActionLists) -> Contract {
         &[DATA_OBJECTS],
     );
     push_unless_empty(s, "DispatchTasks", &lists.scheduler_lambda, &[EXECUTOR_FN]);
+    push_unless_empty(s, "DispatchTree", &lists.scheduler_lambda, &[SCHEDULER_FN]);
 
     let mut executor = vec![
         stmt("WriteOwnLogs", LOG_ACTIONS, &[EXECUTOR_LOGS]),
@@ -1498,8 +1499,8 @@ fn negative_wrong_resource_is_detected() {
 fn negative_unknown_env_var_is_detected() {
     let src = mutate(
         &module_source(),
-        "LAMBDAFUSION_EXECUTOR_FUNCTION = local.executor_function_name",
-        "LAMBDAFUSION_EXECUTOR_FUNCTION = local.executor_function_name\n      LAMBDAFUSION_BOGUS = \"1\"",
+        "LAMBDAFUSION_EXECUTOR_FUNCTION  = local.executor_function_name",
+        "LAMBDAFUSION_EXECUTOR_FUNCTION  = local.executor_function_name\n      LAMBDAFUSION_BOGUS = \"1\"",
     );
     assert_detected(check(&src, &contract()), "LAMBDAFUSION_BOGUS");
 }
@@ -1513,7 +1514,7 @@ fn negative_missing_required_env_var_is_detected() {
     );
     assert_detected(
         check(&src, &contract()),
-        "executor: required LAMBDAFUSION_SCHEDULER_FUNCTION is not set",
+        "scheduler: required LAMBDAFUSION_SCHEDULER_FUNCTION is not set",
     );
 }
 

@@ -558,7 +558,7 @@ async fn list(
     let mut queries = Vec::with_capacity(loaded.len());
     for snapshot in loaded {
         if let Some(snapshot) = snapshot? {
-            queries.push(job_status(&snapshot).into());
+            queries.push(job_status(&snapshot, services.config.fast_path).into());
         }
     }
     Ok(Json(QueryPage { queries, next }))
@@ -650,7 +650,7 @@ pub async fn wait_for_status_as(
                 .load_job(id)
                 .await?
                 .ok_or_else(|| Error::NotFound(format!("query {id}")))?;
-            return Ok(job_status(&snapshot));
+            return Ok(job_status(&snapshot, services.config.fast_path));
         }
         tokio::time::sleep(pause.min(deadline - tokio::time::Instant::now())).await;
         pause = (pause * 2).min(Duration::from_millis(250));

@@ -181,18 +181,13 @@ impl std::fmt::Display for DispatchRange {
     }
 }
 
-/// What the executor function is invoked with: a task, or a node of an invocation tree
-/// (`{"dispatch": {...}}`).
+/// The event of a node of an invocation tree, as the scheduler function receives it:
+/// `{"dispatch": {...}}`. Dispatchers are scheduler invocations — short, small, and
+/// never waiting for a function slot behind the very tasks they are to start.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
-pub enum ExecutorEvent {
-    /// Dispatch a range of a stage's tasks.
-    Dispatch {
-        /// The range.
-        dispatch: DispatchRange,
-    },
-    /// Run a task.
-    Task(TaskInvocation),
+pub struct DispatchEvent {
+    /// The range to dispatch.
+    pub dispatch: DispatchRange,
 }
 
 /// What an invoker knows of one task invocation.
@@ -218,8 +213,8 @@ pub trait Invoker: Send + Sync + std::fmt::Debug {
     /// Invokes the executor for one task.
     async fn run_task(&self, invocation: &TaskInvocation) -> Result<()>;
 
-    /// Invokes a dispatcher for a range of a stage's tasks (a node of an invocation
-    /// tree), which invokes them — or further dispatchers — in turn.
+    /// Invokes a dispatcher (the scheduler function) for a range of a stage's tasks (a
+    /// node of an invocation tree), which invokes them — or further dispatchers — in turn.
     async fn dispatch(&self, range: &DispatchRange) -> Result<()>;
 
     /// Invokes the scheduler for one job (the fast path after a stage completes).

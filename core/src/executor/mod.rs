@@ -322,9 +322,11 @@ impl Executor {
         };
         faults.crash_point(FaultKind::ExecutorCrashAfterPut, &key)?;
         let finished_ms = now_ms();
-        // The commit's own two writes are about to be made; the record counts them.
+        // The commit's own two writes are about to be made, and a committed task then
+        // reads its job once (below): the record counts them.
         let mut requests = tally.counts();
         requests.add(Request::StoreWrite, 2);
+        requests.add(Request::StoreRead, 1);
         let commit = TaskCommit {
             job_id: task.job_id.clone(),
             stage: task.stage,

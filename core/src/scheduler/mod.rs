@@ -915,52 +915,6 @@ impl Scheduler {
         .await
     }
 
-    /// A dispatcher invocation failed for good (Lambda's on-failure destination): its
-    /// range's tasks without items are sent again now rather than after the deadline.
-    pub async fn on_dispatch_lost(&self, range: &DispatchRange) -> Result<()> {
-        let store = &self.services.store;
-        let Some(snapshot) = store.load_job(&range.job_id).await? else {
-            return Ok(());
-        };
-        if snapshot.job.state.is_terminal() {
-            return Ok(());
-        }
-        let items: BTreeSet<u32> = snapshot
-            .tasks_of(range.stage)
-            .map(|t| t.partition)
-            .collect();
-        let now = now_ms();
-        let mut sends = Vec::new();
-        for partition in (range.from..range.to).filter(|p| !items.contains(p)) {
-            // Not conditioned on staleness: an item-less task's attempt 1 is re-sent now.
-            let resend = TaskResend {
-                job_id: range.job_id.clone(),
-                stage: range.stage,
-                partition,
-                attempt: 1,
-                stale_before_ms: now,
-                now_ms: now,
-                expires_at: self.services.expires_at(),
-            };
-            if store.resend_task(&resend).await? {
-                sends.push(Send {
-                    task: TaskSpec {
-                        job_id: range.job_id.clone(),
-                        stage: range.stage,
-                        partition,
-                        attempt: 1,
-                    },
-                    context: None,
-                    throttles: 0,
-                    confirm: true,
-                });
-            }
-        }
-        warn!(range = %range, tasks = sends.len(), "dispatcher lost; re-sending its tasks");
-        self.dispatch(sends).await;
-        Ok(())
-    }
-
     /// Re-sends the tasks (those without items) of every range of a tree-dispatched stage
     /// whose leaf dispatcher never confirmed it, and confirms the range.
     async fn resend_unconfirmed_ranges(

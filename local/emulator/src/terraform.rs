@@ -3030,6 +3030,10 @@ mod tests {
         assert_eq!(d.functions.len(), 2);
         let mut scheduler = engine_env();
         scheduler.insert("LAMBDAFUSION_EXECUTOR_FUNCTION".into(), "exec-local".into());
+        scheduler.insert(
+            "LAMBDAFUSION_SCHEDULER_FUNCTION".into(),
+            "sched-local".into(),
+        );
         let mut executor = engine_env();
         executor.insert(
             "LAMBDAFUSION_SCHEDULER_FUNCTION".into(),
@@ -3365,8 +3369,8 @@ mod tests {
         // And one added to the executor only reaches the executor.
         let files = mutate(
             &module_files(),
-            "LAMBDAFUSION_SCHEDULER_FUNCTION = local.scheduler_function_name",
-            "LAMBDAFUSION_SCHEDULER_FUNCTION = local.scheduler_function_name\n      LAMBDAFUSION_ONLY_HERE = \"1\"",
+            "LAMBDAFUSION_EXECUTOR_FUNCTION  = local.executor_function_name\n    })",
+            "LAMBDAFUSION_EXECUTOR_FUNCTION  = local.executor_function_name\n      LAMBDAFUSION_ONLY_HERE = \"1\"\n    })",
         );
         let d = deploy(&files, &[]).unwrap();
         assert_eq!(
@@ -3383,8 +3387,8 @@ mod tests {
         let err = |files: Vec<(String, String)>| deploy(&files, &[]).unwrap_err().to_string();
         let e = err(mutate(
             &module_files(),
-            "LAMBDAFUSION_EXECUTOR_FUNCTION = local.executor_function_name",
-            "LAMBDAFUSION_EXECUTOR_FUNCTION = local.executor_function_name\n      QUEUE = aws_sqs_queue.poison.url",
+            "LAMBDAFUSION_EXECUTOR_FUNCTION  = local.executor_function_name",
+            "LAMBDAFUSION_EXECUTOR_FUNCTION  = local.executor_function_name\n      QUEUE = aws_sqs_queue.poison.url",
         ));
         assert!(
             e.contains("aws_lambda_function.scheduler: environment.variables")
@@ -3480,17 +3484,16 @@ mod tests {
         crate::Config::from_json(&config.to_string(), Path::new("/")).unwrap();
         let fs = functions_of(&config);
         let (s, e) = (&fs["sched-local"], &fs["exec-local"]);
-        // Set by Terraform on both: replaced on both. Set on neither: added to both. Set on
-        // the executor only: stays there.
+        // Set by Terraform on both: replaced on both. Set on neither: added to both.
         for f in [s, e] {
             assert_eq!(f["env"]["LAMBDAFUSION_TASK_TIMEOUT_SECS"], "30");
             assert_eq!(f["env"]["LAMBDAFUSION_TEST_CRASH_FILE"], "/tmp/crash");
             assert_eq!(f["env"]["RUST_LOG"], "info");
         }
-        assert_eq!(e["env"]["LAMBDAFUSION_SCHEDULER_FUNCTION"], "sched-local");
-        assert_eq!(s["env"]["LAMBDAFUSION_EXECUTOR_FUNCTION"], "exec-local");
-        assert_eq!(e["env"]["LAMBDAFUSION_EXECUTOR_FUNCTION"], "exec-local");
-        assert!(s["env"].get("LAMBDAFUSION_SCHEDULER_FUNCTION").is_none());
+        for f in [s, e] {
+            assert_eq!(f["env"]["LAMBDAFUSION_SCHEDULER_FUNCTION"], "sched-local");
+            assert_eq!(f["env"]["LAMBDAFUSION_EXECUTOR_FUNCTION"], "exec-local");
+        }
         assert_eq!(
             (
                 &e["memory_mb"],

@@ -151,9 +151,11 @@ resource "aws_lambda_function" "scheduler" {
     target_arn = aws_sqs_queue.poison.arn
   }
 
+  # The scheduler names itself too: the nodes of invocation trees are its invocations.
   environment {
     variables = merge(local.engine_env, {
-      LAMBDAFUSION_EXECUTOR_FUNCTION = local.executor_function_name
+      LAMBDAFUSION_EXECUTOR_FUNCTION  = local.executor_function_name
+      LAMBDAFUSION_SCHEDULER_FUNCTION = local.scheduler_function_name
     })
   }
 
@@ -217,7 +219,7 @@ resource "aws_lambda_function" "executor" {
   }
 
   # The executor names itself too: it dispatches the stages its commits make ready (the
-  # fast path runs the scheduler's step in place) and the nodes of invocation trees.
+  # fast path runs the scheduler's step in place).
   environment {
     variables = merge(local.engine_env, {
       LAMBDAFUSION_SCHEDULER_FUNCTION = local.scheduler_function_name

@@ -168,6 +168,14 @@ data "aws_iam_policy_document" "scheduler" {
     actions   = ["lambda:InvokeFunction"]
     resources = [aws_lambda_function.executor.arn]
   }
+
+  # The nodes of invocation trees: stages wider than dispatch_fanout go out through
+  # scheduler invocations, each sending a range of tasks (or further nodes).
+  statement {
+    sid       = "DispatchTree"
+    actions   = ["lambda:InvokeFunction"]
+    resources = [aws_lambda_function.scheduler.arn]
+  }
 }
 
 resource "aws_iam_role_policy" "scheduler" {
@@ -250,16 +258,16 @@ data "aws_iam_policy_document" "executor" {
     }
   }
 
-  # Waking the scheduler (a job past its deadline, a failed scheduler step), and the
-  # on-failure destination of task events, which Lambda delivers with this role.
+  # Waking the scheduler (a job past its deadline, a failed scheduler step), the nodes of
+  # invocation trees, and the on-failure destination of task events, which Lambda
+  # delivers with this role.
   statement {
     sid       = "WakeScheduler"
     actions   = ["lambda:InvokeFunction"]
     resources = [aws_lambda_function.scheduler.arn]
   }
 
-  # Dispatching the tasks of the stages its commits make ready, and the nodes of
-  # invocation trees.
+  # Dispatching the tasks of the stages its commits make ready.
   statement {
     sid       = "DispatchTasks"
     actions   = ["lambda:InvokeFunction"]
