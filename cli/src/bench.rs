@@ -33,6 +33,8 @@ pub struct BenchOptions {
     /// Memory all slots of the embedded engine share (each task an equal part as its own
     /// pool, spilling past it); `None`: the engine's default (half the machine's).
     pub memory_limit: Option<usize>,
+    /// Also keep each query's profile for the AWS model ([`crate::model`]).
+    pub model: bool,
 }
 
 /// One query's figures.
@@ -66,6 +68,10 @@ pub struct BenchRow {
     pub datafusion_peak_rss: Option<u64>,
     /// Peak resident memory of the process while lambdafusion ran the query.
     pub peak_rss: Option<u64>,
+    /// The query's profile for the AWS model (last lambdafusion run), when asked for.
+    pub profile: Option<crate::model::QueryProfile>,
+    /// Requests the query made (last lambdafusion run).
+    pub requests: lambdafusion::requests::RequestCounts,
 }
 
 /// Starts a new peak-resident-memory window (Linux: `clear_refs` resets `VmHWM` to the
@@ -101,6 +107,8 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
         tpch::generate(&dir, options.sf, 2, &|_, _| {})?;
         eprintln!("generated in {:.1} s", started.elapsed().as_secs_f64());
     }
+    // Table locations are checked against absolute paths.
+    let dir = std::fs::canonicalize(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let baseline = SessionContext::new();
     tpch::register_baseline(&baseline, &dir)
         .await
@@ -134,14 +142,35 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
         // (what the allocator keeps mapped counts in the engine's figure: it errs high).
         let mut best_lf = Duration::MAX;
         let mut last = None;
+        let mut profile = None;
         reset_peak_rss();
         for _ in 0..options.iterations.max(1) {
+            let cpu_before = crate::model::process_cpu_ms();
             let started = Instant::now();
-            let out = engine
-                .sql(sql)
+            let (out, submit) = run_query(&engine, sql)
                 .await
                 .map_err(|e| format!("q{q} on lambdafusion: {e}"))?;
             best_lf = best_lf.min(started.elapsed());
+            if options.model {
+                let cpu = crate::model::process_cpu_ms()
+                    .zip(cpu_before)
+                    .map(|(after, before)| after - before);
+                let snapshot = engine
+                    .services()
+                    .store
+                    .load_job(&out.status.id)
+                    .await
+                    .map_err(|e| e.to_string())?
+                    .ok_or_else(|| format!("q{q}: the job's records are gone"))?;
+                profile = Some(crate::model::profile(
+                    &format!("q{q}"),
+                    options.sf,
+                    &snapshot,
+                    &out.status,
+                    submit.as_secs_f64() * 1e3,
+                    cpu,
+                ));
+            }
             last = Some(out);
         }
         let engine_peak_rss = peak_rss();
@@ -191,6 +220,8 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
             mismatch,
             datafusion_peak_rss,
             peak_rss: engine_peak_rss,
+            profile,
+            requests: out.status.requests,
         };
         eprintln!(
             "q{q:<2} datafusion {:>7.1} ms  lambdafusion {:>7.1} ms{}",
@@ -205,6 +236,45 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
         rows.push(row);
     }
     Ok(rows)
+}
+
+/// Runs `sql` on `engine` to its end: its output, and how long its submission (planning,
+/// recording, first dispatch) took.
+async fn run_query(
+    engine: &Embedded,
+    sql: &str,
+) -> Result<(lambdafusion::embedded::QueryOutput, Duration), String> {
+    let started = Instant::now();
+    let id = engine.submit(sql).await.map_err(|e| e.to_string())?;
+    let submit = started.elapsed();
+    let status = loop {
+        let status = engine
+            .wait(&id, Duration::from_secs(3600))
+            .await
+            .map_err(|e| e.to_string())?;
+        if status.is_terminal() {
+            break status;
+        }
+    };
+    if status.state != "succeeded" {
+        return Err(format!(
+            "query {} {}: {}",
+            status.id,
+            status.state,
+            status.error.unwrap_or_default()
+        ));
+    }
+    let (schema, batches) = lambdafusion::results::collect(engine.services(), &id)
+        .await
+        .map_err(|e| e.to_string())?;
+    Ok((
+        lambdafusion::embedded::QueryOutput {
+            status,
+            schema,
+            batches,
+        },
+        submit,
+    ))
 }
 
 /// An embedded engine over the generated tables, adaptive stages on or off.
@@ -268,6 +338,7 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
                 r.rows.to_string(),
                 r.peak_rss.map_or("-".into(), bytes),
                 r.datafusion_peak_rss.map_or("-".into(), bytes),
+                crate::display::requests(&r.requests),
                 if r.mismatch.is_none() {
                     "ok".into()
                 } else {
@@ -327,6 +398,7 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
             .filter_map(|r| r.datafusion_peak_rss)
             .max()
             .map_or("-".into(), |m| format!("max {}", bytes(m))),
+        crate::display::requests(&rows.iter().map(|r| r.requests).sum()),
         format!(
             "{}/{} ok",
             rows.iter().filter(|r| r.mismatch.is_none()).count(),
@@ -366,6 +438,7 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
             "rows",
             "peak rss",
             "datafusion rss",
+            "requests (store r/w, GET/PUT, invokes)",
             "result",
         ],
         &table,

@@ -7,6 +7,7 @@ pub mod client;
 pub mod console;
 pub mod display;
 pub mod fanout;
+pub mod model;
 pub mod session;
 pub mod shell;
 pub mod tpch;

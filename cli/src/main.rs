@@ -248,6 +248,13 @@ enum TpchCommand {
     },
 }
 
+/// Clouds the model prices.
+#[derive(Debug, Clone, Copy, clap::ValueEnum)]
+enum Model {
+    /// AWS us-east-1: Lambda (arm64), S3 Standard, DynamoDB on demand, against Athena.
+    Aws,
+}
+
 #[derive(Subcommand)]
 enum BenchCommand {
     /// The 22 TPC-H queries, lambdafusion embedded vs single-process DataFusion.
@@ -284,6 +291,11 @@ enum BenchCommand {
         /// own memory pool and spills past it (default: half the machine's memory).
         #[arg(long)]
         memory_limit_mb: Option<usize>,
+        /// Also print a priced model of each query on AWS at SF 1, 10, 100 and 1,000,
+        /// built from this run's tasks, bytes, requests and CPU time (a model, not a
+        /// measurement; the constants and their sources are printed with it).
+        #[arg(long, value_enum)]
+        model: Option<Model>,
     },
     /// How fast a wide stage starts: the time from its claim to its last task start,
     /// through the invocation tree and sent directly (embedded; the local AWS stack's run
@@ -348,6 +360,7 @@ async fn run(cli: Cli) -> Result<(), String> {
                     shuffle_bytes_per_task,
                     compare_planned,
                     memory_limit_mb,
+                    model,
                 },
         } => {
             let queries = if queries.is_empty() {
@@ -370,9 +383,26 @@ async fn run(cli: Cli) -> Result<(), String> {
                 slots: slots.unwrap_or(EmbeddedOptions::default().slots),
                 compare_planned,
                 memory_limit: memory_limit_mb.map(|mb| mb << 20),
+                model: model.is_some(),
             };
             let rows = bench::run(&options).await?;
             println!("{}", bench::report(&options, &rows));
+            if model.is_some() {
+                let profiles: Vec<_> = rows.iter().filter_map(|r| r.profile.clone()).collect();
+                println!(
+                    "\nAWS model (the deployment's defaults: {} bytes per scan task, {} per \
+                     shuffle task, at most {} tasks per stage)\n\n{}",
+                    EngineConfig::default().bytes_per_task,
+                    EngineConfig::default().shuffle_bytes_per_task,
+                    EngineConfig::default().max_tasks_per_stage,
+                    lambdafusion_cli::model::report(
+                        &profiles,
+                        &[1.0, 10.0, 100.0, 1000.0],
+                        &lambdafusion_cli::model::AwsConstants::us_east_1(),
+                        &EngineConfig::default(),
+                    )
+                );
+            }
             if rows.iter().any(|r| r.mismatch.is_some()) {
                 return Err("some results differ from DataFusion's".into());
             }
