@@ -52,6 +52,8 @@ pub struct BenchRow {
     pub coalesced: usize,
     /// Hand-off times of the stages with inputs (last input commit to first task start).
     pub handoffs_ms: Vec<u64>,
+    /// Sequential requests of those hand-offs, as their first tasks recorded them.
+    pub handoff_calls: Vec<u32>,
     /// Stages of the lambdafusion plan.
     pub stages: usize,
     /// Tasks run.
@@ -211,6 +213,12 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
                 .stages
                 .iter()
                 .filter_map(|s| s.handoff_ms)
+                .collect(),
+            handoff_calls: out
+                .status
+                .stages
+                .iter()
+                .filter_map(|s| s.handoff_calls)
                 .collect(),
             stages: out.status.stages.len(),
             tasks: out.status.tasks,
@@ -449,6 +457,26 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
             "\nhand-off (last input commit to first task start), {} stages: p50 {p50} ms, \
              p95 {p95} ms\n",
             handoffs.len()
+        ));
+    }
+    let calls: Vec<u64> = rows
+        .iter()
+        .flat_map(|r| r.handoff_calls.iter().map(|&c| u64::from(c)))
+        .collect();
+    if let (Some(p50), Some(max)) = (quantile(&calls, 0.5), calls.iter().max()) {
+        let mut histogram = std::collections::BTreeMap::new();
+        for c in &calls {
+            *histogram.entry(*c).or_insert(0) += 1;
+        }
+        out.push_str(&format!(
+            "hand-off sequential requests (commit to first task at work), {} stages: p50 \
+             {p50}, max {max} ({})\n",
+            calls.len(),
+            histogram
+                .iter()
+                .map(|(c, n)| format!("{n} × {c}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         ));
     }
     for r in rows.iter().filter(|r| r.mismatch.is_some()) {

@@ -83,11 +83,26 @@ fn local_aws_stack_end_to_end() {
         load_tpch(&stack, &client, data.path()).await;
         let ctx = baseline(data.path()).await;
 
-        // TPC-H over s3:// tables, distributed through DynamoDB and Lambda.
+        // TPC-H over s3:// tables, distributed through DynamoDB and Lambda. Every
+        // hand-off is four sequential requests on the real functions too — the commit,
+        // the scheduler step's snapshot read, the claim, the invocation — and every
+        // query reports the requests it made.
         for q in QUERIES {
             let status = check_query(&client, &ctx, q).await;
             assert!(status.stages.len() >= 2, "q{q} ran as several stages");
             assert!(status.stages.iter().any(|s| s.tasks > 1), "q{q} fanned out");
+            for s in status.stages.iter().filter(|s| s.handoff_calls.is_some()) {
+                assert_eq!(s.handoff_calls, Some(4), "q{q} stage {}: {s:?}", s.stage);
+            }
+            assert!(
+                status.stages.iter().any(|s| s.handoff_calls.is_some()),
+                "q{q}: no hand-off recorded"
+            );
+            let r = status.requests;
+            assert!(
+                r.object_gets > 0 && r.object_puts > 0 && r.store_writes > 0 && r.invocations > 0,
+                "q{q}: {r}"
+            );
         }
 
         // The API's error handling through the function URL.

@@ -1108,10 +1108,10 @@ fn with_handoff(context: &Arc<DispatchContext>, n: u32) -> Arc<DispatchContext> 
     }
 }
 
-/// Most bytes of a task payload's [`DispatchContext`]: past it the committed inputs, then
-/// the plans, are left for the executor to read (an async invocation carries at most
-/// 1 MB; every task of the stage is sent a copy).
-pub const MAX_CONTEXT_BYTES: usize = 128 * 1024;
+/// Most bytes of a task payload's [`DispatchContext`]: past it the largest committed
+/// inputs, then the plans, are left for the executor to read (an async invocation
+/// carries at most 1 MB; every task of the stage is sent a copy).
+pub const MAX_CONTEXT_BYTES: usize = 256 * 1024;
 
 /// What the tasks of `stage` (as claimed in `snapshot`) are handed: the job, the stage,
 /// the committed outputs of every stage they read and `plans`, as far as they fit
@@ -1157,8 +1157,18 @@ fn context_for(
         handoff,
     };
     let size = |c: &DispatchContext| serde_json::to_vec(c).map_or(usize::MAX, |b| b.len());
-    if size(&context) > MAX_CONTEXT_BYTES {
-        context.inputs.clear();
+    // The largest inputs go first: each one left out is one read for the task.
+    while size(&context) > MAX_CONTEXT_BYTES && !context.inputs.is_empty() {
+        let largest = context
+            .inputs
+            .iter()
+            .enumerate()
+            .max_by_key(|(_, (_, outputs))| {
+                outputs.iter().map(|o| o.ends.len() + 8).sum::<usize>()
+            })
+            .map(|(i, _)| i)
+            .unwrap_or(0);
+        context.inputs.remove(largest);
     }
     if size(&context) > MAX_CONTEXT_BYTES {
         context.plans.clear();
