@@ -258,7 +258,11 @@ pub fn profile(
         stages,
         submit_ms,
         handoff_calls: {
-            let mut calls: Vec<u32> = status.stages.iter().filter_map(|s| s.handoff_calls).collect();
+            let mut calls: Vec<u32> = status
+                .stages
+                .iter()
+                .filter_map(|s| s.handoff_calls)
+                .collect();
             calls.sort_unstable();
             calls.get(calls.len() / 2).copied().unwrap_or(4)
         },

@@ -1163,9 +1163,7 @@ fn context_for(
             .inputs
             .iter()
             .enumerate()
-            .max_by_key(|(_, (_, outputs))| {
-                outputs.iter().map(|o| o.ends.len() + 8).sum::<usize>()
-            })
+            .max_by_key(|(_, (_, outputs))| outputs.iter().map(|o| o.ends.len() + 8).sum::<usize>())
             .map(|(i, _)| i)
             .unwrap_or(0);
         context.inputs.remove(largest);
