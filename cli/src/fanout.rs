@@ -55,7 +55,7 @@ pub struct FanoutRun {
 /// sent directly. Mirrors the scheduler's `tree_children`.
 pub fn dispatchers(tasks: u32, fanout: u32) -> u32 {
     fn nodes(from: u32, to: u32, fanout: u32) -> u32 {
-        if to - from <= COUNTER_TASKS && from % COUNTER_TASKS == 0 {
+        if to - from <= COUNTER_TASKS && from.is_multiple_of(COUNTER_TASKS) {
             return 1;
         }
         let first = from / COUNTER_TASKS;

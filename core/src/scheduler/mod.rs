@@ -866,7 +866,7 @@ impl Scheduler {
                 )));
             }
             let context = range.context.as_ref().map(|c| with_handoff(c, 1));
-            if range.to - range.from > COUNTER_TASKS || range.from % COUNTER_TASKS != 0 {
+            if range.to - range.from > COUNTER_TASKS || !range.from.is_multiple_of(COUNTER_TASKS) {
                 let nodes = tree_children(range.from, range.to, self.fanout())
                     .into_iter()
                     .map(|(from, to)| DispatchRange {
