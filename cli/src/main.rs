@@ -302,7 +302,7 @@ enum BenchCommand {
     /// is `cargo test -p lambdafusion-tests --test aws_local -- --ignored measure_fanout`).
     Fanout {
         /// Comma-separated task counts of the wide stage.
-        #[arg(long, value_delimiter = ',', default_value = "100,1000,5000")]
+        #[arg(long, value_delimiter = ',', default_value = "100,1000")]
         tasks: Vec<u32>,
         /// Invocations per dispatcher of the invocation tree.
         #[arg(long, default_value_t = 32)]
