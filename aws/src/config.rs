@@ -393,6 +393,7 @@ mod tests {
             (ENV_TABLE, "t"),
             (ENV_BUCKET, "b"),
             (ENV_EXECUTOR_FUNCTION, "e"),
+            (ENV_SCHEDULER_FUNCTION, "s"),
         ];
         let s = AwsSettings::from_lookup(Role::Scheduler, lookup(&base)).unwrap();
         assert!(
