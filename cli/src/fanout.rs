@@ -21,6 +21,12 @@ use lambdafusion::EngineConfig;
 
 use crate::display::text_table;
 
+/// The most tasks an embedded fan-out run has at work at once: each holds a few MB
+/// (its plan, its scan's reader and buffers), and 5,000 at once ran a 24 GiB machine out
+/// of memory. Past it, tasks wait for a slot, and their starts include the wait; the
+/// last invocation accepted is still the dispatch's own figure.
+pub const MAX_SLOTS: usize = 1_000;
+
 /// Rows of the table every fan-out query reads.
 pub const ROWS: u64 = 200_000;
 
@@ -188,8 +194,9 @@ pub async fn embedded(tasks: &[u32], fanout: u32) -> Result<Vec<FanoutRun>, Stri
                 data_dir: None,
                 config: config(n, per_dispatcher)
                     .with_data_location(dir.path().display().to_string()),
-                // A slot per task: nothing waits for a slot, the figures are dispatch.
-                slots: n as usize + 1,
+                // A slot per task up to MAX_SLOTS: up to there nothing waits for a slot
+                // and the figures are dispatch; past it tasks queue for slots.
+                slots: (n as usize).min(MAX_SLOTS) + 1,
                 max_queued_tasks: 2 * n as usize + 2,
                 memory_limit: Some(4 << 30),
                 ..EmbeddedOptions::default()

@@ -302,7 +302,7 @@ enum BenchCommand {
     /// is `cargo test -p lambdafusion-tests --test aws_local -- --ignored measure_fanout`).
     Fanout {
         /// Comma-separated task counts of the wide stage.
-        #[arg(long, value_delimiter = ',', default_value = "100,1000")]
+        #[arg(long, value_delimiter = ',', default_value = "100,1000,5000")]
         tasks: Vec<u32>,
         /// Invocations per dispatcher of the invocation tree.
         #[arg(long, default_value_t = 32)]
@@ -425,8 +425,9 @@ async fn run(cli: Cli) -> Result<(), String> {
             }
             let runs = lambdafusion_cli::fanout::embedded(&tasks, fanout).await?;
             println!(
-                "Wide stages starting, embedded (every task its own slot; invocations \
-                 in process). Times from the stage's claim.\n\n{}",
+                "Wide stages starting, embedded (a slot per task, up to {} at once; \
+                 invocations in process). Times from the stage's claim.\n\n{}",
+                lambdafusion_cli::fanout::MAX_SLOTS,
                 lambdafusion_cli::fanout::report(&runs)
             );
             Ok(())
