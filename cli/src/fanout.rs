@@ -16,7 +16,8 @@ use std::path::Path;
 use std::time::Instant;
 
 use lambdafusion::embedded::{Embedded, EmbeddedOptions};
-use lambdafusion::state::{JobSnapshot, COUNTER_TASKS};
+use lambdafusion::scheduler::tree_dispatchers;
+use lambdafusion::state::JobSnapshot;
 use lambdafusion::EngineConfig;
 
 use crate::display::text_table;
@@ -56,33 +57,6 @@ pub struct FanoutRun {
     pub query_ms: u64,
 }
 
-/// Dispatcher invocations of an invocation tree over `tasks` tasks with `fanout`
-/// invocations per dispatcher (leaves of one commit counter's tasks); 0 when the stage is
-/// sent directly. Mirrors the scheduler's `tree_children`.
-pub fn dispatchers(tasks: u32, fanout: u32) -> u32 {
-    fn nodes(from: u32, to: u32, fanout: u32) -> u32 {
-        if to - from <= COUNTER_TASKS && from.is_multiple_of(COUNTER_TASKS) {
-            return 1;
-        }
-        let first = from / COUNTER_TASKS;
-        let leaves = to.div_ceil(COUNTER_TASKS) - first;
-        let per_child = leaves.div_ceil(fanout.max(2)).max(1);
-        1 + (0..leaves.div_ceil(per_child))
-            .map(|i| {
-                let start = ((first + i * per_child) * COUNTER_TASKS).max(from);
-                let end = ((first + (i + 1) * per_child) * COUNTER_TASKS).min(to);
-                nodes(start, end, fanout)
-            })
-            .sum::<u32>()
-    }
-    if tasks <= fanout.max(2) {
-        return 0;
-    }
-    // The scheduler itself is the root: count only the invocations it and its
-    // dispatchers make of dispatchers.
-    nodes(0, tasks, fanout) - 1
-}
-
 /// The figures of the widest stage of a finished job, or `None` when it has none.
 pub fn measure(
     snapshot: &JobSnapshot,
@@ -114,7 +88,7 @@ pub fn measure(
         mode: if tree { "tree" } else { "direct" }.to_string(),
         tasks: stage.tasks,
         dispatchers: if tree {
-            dispatchers(stage.tasks, fanout)
+            tree_dispatchers(stage.tasks, fanout)
         } else {
             0
         },
@@ -273,21 +247,4 @@ pub fn report(runs: &[FanoutRun]) -> String {
         ],
         &rows,
     )
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// The dispatcher count follows the tree's shape: none up to the fan-out, one per
-    /// counter's range up to fan-out ranges, inner dispatchers above.
-    #[test]
-    fn dispatchers_count_the_trees_nodes() {
-        assert_eq!(dispatchers(32, 32), 0);
-        assert_eq!(dispatchers(100, 32), 4);
-        assert_eq!(dispatchers(1_000, 32), 32);
-        // 157 leaves in 32 inner dispatchers of 5 (the last of 2).
-        assert_eq!(dispatchers(5_000, 32), 32 + 157);
-        assert_eq!(dispatchers(70, 2), 2 + 2);
-    }
 }

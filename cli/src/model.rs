@@ -406,9 +406,9 @@ pub fn dispatch_ms(c: &AwsConstants, config: &EngineConfig, tasks: u32) -> f64 {
     f64::from(levels) * round + f64::from(levels - 1) * c.async_start_ms
 }
 
-/// Tree dispatchers for `tasks` tasks (see [`crate::fanout::dispatchers`]).
+/// Tree dispatchers for `tasks` tasks (see [`lambdafusion::scheduler::tree_dispatchers`]).
 fn dispatchers(config: &EngineConfig, tasks: u32) -> u32 {
-    crate::fanout::dispatchers(tasks, config.dispatch_fanout.max(2) as u32)
+    lambdafusion::scheduler::tree_dispatchers(tasks, config.dispatch_fanout.max(2) as u32)
 }
 
 /// Ranged GETs for reading a hash shuffle of `producers` producers in `consumers` tasks.

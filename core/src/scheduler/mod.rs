@@ -866,7 +866,7 @@ impl Scheduler {
                 )));
             }
             let context = range.context.as_ref().map(|c| with_handoff(c, 1));
-            if range.to - range.from > COUNTER_TASKS || !range.from.is_multiple_of(COUNTER_TASKS) {
+            if !is_leaf(range.from, range.to) {
                 let nodes = tree_children(range.from, range.to, self.fanout())
                     .into_iter()
                     .map(|(from, to)| DispatchRange {
@@ -1097,6 +1097,36 @@ fn tree_children(from: u32, to: u32, fanout: u32) -> Vec<(u32, u32)> {
         .collect()
 }
 
+/// Whether a dispatcher's range `from..to` is a leaf of the invocation tree: one
+/// commit counter's tasks, which it invokes itself and confirms on that counter.
+fn is_leaf(from: u32, to: u32) -> bool {
+    to - from <= COUNTER_TASKS && from.is_multiple_of(COUNTER_TASKS)
+}
+
+/// Dispatcher invocations of the invocation tree over a stage of `tasks` tasks with
+/// `fanout` invocations per dispatcher, as [`Scheduler`] sends it; 0 when the stage is
+/// sent directly (no wider than the fan-out).
+pub fn tree_dispatchers(tasks: u32, fanout: u32) -> u32 {
+    fn nodes(from: u32, to: u32, fanout: u32) -> u32 {
+        if is_leaf(from, to) {
+            return 1;
+        }
+        1 + tree_children(from, to, fanout)
+            .into_iter()
+            .map(|(a, b)| nodes(a, b, fanout))
+            .sum::<u32>()
+    }
+    let fanout = fanout.max(2);
+    if tasks <= fanout {
+        return 0;
+    }
+    // The claiming scheduler is the root: it always sends the first level.
+    tree_children(0, tasks, fanout)
+        .into_iter()
+        .map(|(a, b)| nodes(a, b, fanout))
+        .sum()
+}
+
 /// `context` with `n` more sequential requests on its hand-off path.
 fn with_handoff(context: &Arc<DispatchContext>, n: u32) -> Arc<DispatchContext> {
     match context.handoff {
@@ -1272,5 +1302,17 @@ mod tests {
         assert_eq!(top.len(), 32);
         assert_eq!(top[0], (0, 320));
         assert_eq!(leaves(0, 320, 32).len(), 10);
+    }
+
+    /// The dispatcher count follows the tree's shape: none up to the fan-out, one per
+    /// counter's range up to fan-out ranges, inner dispatchers above.
+    #[test]
+    fn tree_dispatchers_count_the_trees_nodes() {
+        assert_eq!(tree_dispatchers(32, 32), 0);
+        assert_eq!(tree_dispatchers(100, 32), 4);
+        assert_eq!(tree_dispatchers(1_000, 32), 32);
+        // 157 leaves in 32 inner dispatchers of 5 (the last of 2).
+        assert_eq!(tree_dispatchers(5_000, 32), 32 + 157);
+        assert_eq!(tree_dispatchers(70, 2), 2 + 2);
     }
 }
