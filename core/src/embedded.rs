@@ -164,7 +164,7 @@ impl Embedded {
             }
             None => in_memory_parts(&config)?,
         };
-        let invoker = Arc::new(LocalInvoker::new(options.slots, options.max_queued_tasks));
+        let invoker = Arc::new(LocalInvoker::new(options.slots, options.max_queued_tasks)?);
         let services = Services {
             store: Arc::new(store.clone()),
             invoker: invoker.clone(),
@@ -182,8 +182,13 @@ impl Embedded {
             let target: Weak<dyn LocalTarget> = me.clone();
             invoker.bind(target);
             Embedded {
-                stream: tokio::spawn(drive_stream(services.clone(), stream)),
-                sweep: tokio::spawn(sweep_periodically(services.clone(), store.clone(), every)),
+                // The scheduler function's triggers run where its invocations do.
+                stream: invoker.spawn_control(drive_stream(services.clone(), stream)),
+                sweep: invoker.spawn_control(sweep_periodically(
+                    services.clone(),
+                    store.clone(),
+                    every,
+                )),
                 executor: Arc::new(Executor::new(services.clone())),
                 services,
                 store,

@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::state::{JobKind, JobRecord, PlanRecord, StageRecord, TaskOutput};
 
-pub use local::{LocalInvoker, LocalTarget};
+pub use local::{ControlPlane, LocalInvoker, LocalTarget};
 
 use crate::Result;
 
