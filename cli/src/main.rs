@@ -296,6 +296,24 @@ enum BenchCommand {
         /// measurement; the constants and their sources are printed with it).
         #[arg(long, value_enum)]
         model: Option<Model>,
+        /// With --model: also write the measured profiles the model starts from to this
+        /// JSON file, to price them again later (`lambdafusion bench model --profiles`).
+        #[arg(long, requires = "model")]
+        save_profiles: Option<PathBuf>,
+    },
+    /// Prices query profiles saved by `bench tpch --model aws --save-profiles` on AWS at
+    /// the given scale factors (a model, not a measurement), without running anything.
+    Model {
+        /// The profiles' JSON file.
+        #[arg(long)]
+        profiles: PathBuf,
+        /// Comma-separated scale factors to price.
+        #[arg(long, value_delimiter = ',', default_value = "1,10,100,1000")]
+        sf: Vec<f64>,
+        /// Comma-separated queries (e.g. q9) whose stages to show one by one at each
+        /// scale factor.
+        #[arg(long, value_delimiter = ',')]
+        detail: Vec<String>,
     },
     /// How fast a wide stage starts: the time from its claim to its last task start,
     /// through the invocation tree and sent directly (embedded; the local AWS stack's run
@@ -361,6 +379,7 @@ async fn run(cli: Cli) -> Result<(), String> {
                     compare_planned,
                     memory_limit_mb,
                     model,
+                    save_profiles,
                 },
         } => {
             let queries = if queries.is_empty() {
@@ -389,23 +408,33 @@ async fn run(cli: Cli) -> Result<(), String> {
             println!("{}", bench::report(&options, &rows));
             if model.is_some() {
                 let profiles: Vec<_> = rows.iter().filter_map(|r| r.profile.clone()).collect();
+                if let Some(path) = &save_profiles {
+                    lambdafusion_cli::model::save_profiles(path, &profiles)?;
+                    eprintln!("profiles saved to {}", path.display());
+                }
                 println!(
-                    "\nAWS model (the deployment's defaults: {} bytes per scan task, {} per \
-                     shuffle task, at most {} tasks per stage)\n\n{}",
-                    EngineConfig::default().bytes_per_task,
-                    EngineConfig::default().shuffle_bytes_per_task,
-                    EngineConfig::default().max_tasks_per_stage,
-                    lambdafusion_cli::model::report(
-                        &profiles,
-                        &[1.0, 10.0, 100.0, 1000.0],
-                        &lambdafusion_cli::model::AwsConstants::us_east_1(),
-                        &EngineConfig::default(),
-                    )
+                    "\n{}",
+                    model_report(&profiles, &[1.0, 10.0, 100.0, 1000.0], &[])?
                 );
             }
             if rows.iter().any(|r| r.mismatch.is_some()) {
                 return Err("some results differ from DataFusion's".into());
             }
+            Ok(())
+        }
+        Command::Bench {
+            command:
+                BenchCommand::Model {
+                    profiles,
+                    sf,
+                    detail,
+                },
+        } => {
+            if let Some(bad) = sf.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
+                return Err(format!("--sf {bad}: a scale factor is a positive number"));
+            }
+            let profiles = lambdafusion_cli::model::load_profiles(&profiles)?;
+            println!("{}", model_report(&profiles, &sf, &detail)?);
             Ok(())
         }
         Command::Bench {
@@ -433,6 +462,45 @@ async fn run(cli: Cli) -> Result<(), String> {
             Ok(())
         }
     }
+}
+
+/// The AWS model's tables for `profiles` at each scale factor of `scales`, priced with
+/// the deployment's defaults, and the stages of the queries named in `detail`.
+fn model_report(
+    profiles: &[lambdafusion_cli::model::QueryProfile],
+    scales: &[f64],
+    detail: &[String],
+) -> Result<String, String> {
+    use lambdafusion_cli::model;
+    let config = EngineConfig::default();
+    let constants = model::AwsConstants::us_east_1();
+    let mut out = format!(
+        "AWS model (the deployment's defaults: {} bytes per scan task, {} per shuffle task, \
+         at most {} tasks per stage)\n\n{}",
+        config.bytes_per_task,
+        config.shuffle_bytes_per_task,
+        config.max_tasks_per_stage,
+        model::report(profiles, scales, &constants, &config)
+    );
+    for name in detail {
+        let query = profiles
+            .iter()
+            .find(|p| p.name.eq_ignore_ascii_case(name))
+            .ok_or_else(|| {
+                let names: Vec<&str> = profiles.iter().map(|p| p.name.as_str()).collect();
+                format!(
+                    "--detail {name}: no such query among the profiles ({})",
+                    names.join(", ")
+                )
+            })?;
+        for &sf in scales {
+            out.push_str(&format!("\n{} at SF {sf}, stage by stage:\n", query.name));
+            out.push_str(&model::stage_report(&model::estimate(
+                query, sf, &constants, &config,
+            )));
+        }
+    }
+    Ok(out)
 }
 
 /// Generates TPC-H data with a progress bar; returns the data directory.

@@ -31,7 +31,50 @@ use lambdafusion::state::{EdgeKind, JobSnapshot, StageRecord, TaskState};
 use lambdafusion::status::JobStatus;
 use lambdafusion::EngineConfig;
 
+use serde::{Deserialize, Serialize};
+
 use crate::display::text_table;
+
+/// What a saved profiles file says it is (`bench tpch --save-profiles`).
+const PROFILES_FORMAT: &str = "lambdafusion-model-profiles/1";
+
+#[derive(Serialize, Deserialize)]
+struct ProfilesFile {
+    format: String,
+    profiles: Vec<QueryProfile>,
+}
+
+/// Writes `profiles` to `path` as JSON, to be priced again by [`load_profiles`].
+pub fn save_profiles(path: &std::path::Path, profiles: &[QueryProfile]) -> Result<(), String> {
+    let file = ProfilesFile {
+        format: PROFILES_FORMAT.to_string(),
+        profiles: profiles.to_vec(),
+    };
+    let json = serde_json::to_vec_pretty(&file).map_err(|e| e.to_string())?;
+    std::fs::write(path, json).map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// Reads profiles written by [`save_profiles`].
+pub fn load_profiles(path: &std::path::Path) -> Result<Vec<QueryProfile>, String> {
+    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let file: ProfilesFile = serde_json::from_slice(&bytes).map_err(|e| {
+        format!(
+            "{} is not a profiles file of `bench tpch --model aws --save-profiles`: {e}",
+            path.display()
+        )
+    })?;
+    if file.format != PROFILES_FORMAT {
+        return Err(format!(
+            "{} holds profiles in format {:?}; this version reads {PROFILES_FORMAT:?}",
+            path.display(),
+            file.format
+        ));
+    }
+    if file.profiles.is_empty() {
+        return Err(format!("{} holds no profiles", path.display()));
+    }
+    Ok(file.profiles)
+}
 
 /// AWS constants (us-east-1), each with its source in [`AwsConstants::sources`].
 #[derive(Debug, Clone, PartialEq)]
@@ -129,7 +172,7 @@ impl AwsConstants {
 }
 
 /// One stage as a real run measured it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StageProfile {
     /// Stage id.
     pub stage: u32,
@@ -157,7 +200,7 @@ pub struct StageProfile {
 }
 
 /// One query as a real run measured it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct QueryProfile {
     /// Its name (`q1`).
     pub name: String,
@@ -321,6 +364,8 @@ pub struct StageEstimate {
     pub rru: f64,
     /// Executor GB-seconds.
     pub gb_seconds: f64,
+    /// Where the model departs from the measured stage's shape, and why.
+    pub note: String,
 }
 
 /// One query at a scale factor.
@@ -510,6 +555,7 @@ pub fn estimate(
                 wru: 2.0,
                 rru: 0.0,
                 gb_seconds: 0.0,
+                note: String::new(),
             });
             cost += 2.0 * c.dynamodb_wru;
             continue;
@@ -599,6 +645,7 @@ pub fn estimate(
             wru,
             rru,
             gb_seconds,
+            note: String::new(),
         });
     }
     let latency_ms = stages
@@ -615,6 +662,42 @@ pub fn estimate(
         tasks: stages.iter().map(|s| u64::from(s.tasks)).sum(),
         stages,
     }
+}
+
+/// One query's estimate stage by stage: tasks, dispatch, one task's time, when the stage
+/// ends, its requests and its cost's parts.
+pub fn stage_report(e: &QueryEstimate) -> String {
+    let rows: Vec<Vec<String>> = e
+        .stages
+        .iter()
+        .map(|s| {
+            vec![
+                s.stage.to_string(),
+                s.tasks.to_string(),
+                format!("{:.0}", s.dispatch_ms),
+                format!("{:.0}", s.task_ms),
+                format!("{:.0}", s.end_ms),
+                format!("{:.0}", s.gets),
+                format!("{:.0}", s.puts),
+                format!("{:.1}", s.gb_seconds),
+                s.note.clone(),
+            ]
+        })
+        .collect();
+    text_table(
+        &[
+            "stage",
+            "tasks",
+            "dispatch ms",
+            "task ms",
+            "ends at ms",
+            "GETs",
+            "PUTs",
+            "GB-s",
+            "note",
+        ],
+        &rows,
+    )
 }
 
 /// The model's tables: per query and scale factor the tasks, latency, cost and its ratio
@@ -877,5 +960,27 @@ mod tests {
         assert_eq!(dispatch_ms(&c, &config, 10_000), 3.0 * 20.0 + 2.0 * 25.0);
         assert_eq!(handoff_ms(&c, false), 61.0);
         assert_eq!(handoff_ms(&c, true), 186.0);
+    }
+
+    #[test]
+    fn saved_profiles_price_the_same_and_bad_files_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("profiles.json");
+        save_profiles(&path, &[profile()]).unwrap();
+        let loaded = load_profiles(&path).unwrap();
+        assert_eq!(loaded, vec![profile()]);
+        assert_eq!(
+            estimate(&loaded[0], 100.0, &constants(), &config()),
+            estimate(&profile(), 100.0, &constants(), &config())
+        );
+
+        std::fs::write(&path, "{\"format\": \"something/9\", \"profiles\": []}").unwrap();
+        let wrong = load_profiles(&path).unwrap_err();
+        assert!(wrong.contains("something/9"), "{wrong}");
+        std::fs::write(&path, "[1, 2]").unwrap();
+        let garbage = load_profiles(&path).unwrap_err();
+        assert!(garbage.contains("not a profiles file"), "{garbage}");
+        let missing = load_profiles(&dir.path().join("none.json")).unwrap_err();
+        assert!(missing.contains("none.json"), "{missing}");
     }
 }
