@@ -25,7 +25,7 @@
 //!   units (a task item's size grows with its shuffle's partitions: every consumer's
 //!   slice end is in it), against Athena's $5 per TB scanned.
 
-use lambdafusion::plan::adaptive::combine_groups;
+use lambdafusion::plan::adaptive::{combine_groups, human_bytes};
 use lambdafusion::requests::RequestCounts;
 use lambdafusion::state::{EdgeKind, JobSnapshot, StageRecord, TaskState};
 use lambdafusion::status::JobStatus;
@@ -504,35 +504,61 @@ pub fn estimate(
                 .map_or(before, |&(_, _, b)| b);
             (before, after)
         };
-        let (before, after) = s
-            .inputs
-            .iter()
-            .map(|&(i, _)| written_by(i))
-            .fold((0.0, 0.0), |(b, a), (x, y)| (b + x, a + y));
-        let shuffle_growth = if before > 0.0 { after / before } else { f };
-        let shuffle = s.shuffle_bytes as f64 * shuffle_growth;
-        let input_before = (s.table_bytes + s.shuffle_bytes) as f64;
-        let growth = if input_before > 0.0 {
-            (table + shuffle) / input_before
-        } else {
-            f
+        // What its tasks read of other stages: a hash-shuffled or gathered input once in
+        // all (it divides among the tasks), a broadcast whole by every task.
+        let sum = |broadcast: bool| {
+            s.inputs
+                .iter()
+                .filter(|(_, kind)| (*kind == EdgeKind::Broadcast) == broadcast)
+                .map(|&(i, _)| written_by(i))
+                .fold((0.0, 0.0), |(b, a), (x, y)| (b + x, a + y))
         };
+        let (divided_before, divided) = sum(false);
+        let (_, broadcast_each) = sum(true);
+        let divided = if divided_before > 0.0 { divided } else { 0.0 };
+        let input_before = (s.table_bytes + s.shuffle_bytes) as f64;
+        let per_task =
+            |bytes: f64, target: u64| -> u64 { (bytes / target.max(1) as f64).ceil() as u64 };
+        // A stage that scans a table is cut by its files' bytes, whatever else it reads.
+        let files = if s.file_bytes > 0 {
+            s.file_bytes as f64
+        } else if s.inputs.is_empty() {
+            s.table_bytes as f64
+        } else {
+            0.0
+        } * f;
+        let mut notes = Vec::new();
         let tasks = if s.tasks == 0 {
             0
         } else if s.planned <= 1 {
             1
-        } else if s.inputs.is_empty() {
-            let files = if s.file_bytes > 0 {
-                s.file_bytes
-            } else {
-                s.table_bytes
-            } as f64
-                * f;
-            ((files / config.bytes_per_task.max(1) as f64).ceil() as u64)
-                .clamp(1, config.max_tasks_per_stage as u64) as u32
         } else {
-            ((shuffle / config.shuffle_bytes_per_task.max(1) as f64).ceil() as u64)
+            per_task(files, config.bytes_per_task)
+                .max(per_task(divided, config.shuffle_bytes_per_task))
                 .clamp(1, config.max_tasks_per_stage as u64) as u32
+        };
+        if broadcast_each > config.max_broadcast_bytes as f64 && tasks > 1 {
+            notes.push(format!(
+                "each task reads a {} broadcast, over the {} a switch allows: the planner \
+                 would partition this join (an upper bound)",
+                human_bytes(broadcast_each as u64),
+                human_bytes(config.max_broadcast_bytes)
+            ));
+        }
+        let shuffle = divided + broadcast_each * f64::from(tasks);
+        if s.planned <= 1
+            && tasks == 1
+            && table + shuffle > 4.0 * config.shuffle_bytes_per_task as f64
+        {
+            notes.push(format!(
+                "planned for one task, which reads {} (an upper bound)",
+                human_bytes((table + shuffle) as u64)
+            ));
+        }
+        let growth = if input_before > 0.0 {
+            (table + shuffle) / input_before
+        } else {
+            f
         };
         let reduces = (s.out_bytes as f64) < input_before * REDUCING;
         let out = if reduces && s.tasks > 0 {
@@ -555,7 +581,7 @@ pub fn estimate(
                 wru: 2.0,
                 rru: 0.0,
                 gb_seconds: 0.0,
-                note: String::new(),
+                note: notes.join("; "),
             });
             cost += 2.0 * c.dynamodb_wru;
             continue;
@@ -645,7 +671,7 @@ pub fn estimate(
             wru,
             rru,
             gb_seconds,
-            note: String::new(),
+            note: notes.join("; "),
         });
     }
     let latency_ms = stages
@@ -982,5 +1008,78 @@ mod tests {
         assert!(garbage.contains("not a profiles file"), "{garbage}");
         let missing = load_profiles(&dir.path().join("none.json")).unwrap_err();
         assert!(missing.contains("none.json"), "{missing}");
+    }
+
+    /// A small table scanned in one task, broadcast to a scan of 10 tasks that joins its
+    /// rows to it (as q9 or q19 run), and a final stage planned for one task.
+    fn broadcast_join() -> QueryProfile {
+        let stage =
+            |stage, inputs, tasks, planned, file_bytes, shuffle_bytes, out_bytes| StageProfile {
+                stage,
+                inputs,
+                tasks,
+                planned,
+                table_bytes: file_bytes / 2,
+                file_bytes,
+                shuffle_bytes,
+                out_bytes,
+                cpu_ms: 1_000.0,
+                table_gets: 10,
+                requests: RequestCounts::default(),
+            };
+        QueryProfile {
+            name: "join".into(),
+            sf: 1.0,
+            submit_ms: 100.0,
+            handoff_calls: 4,
+            stages: vec![
+                stage(0, vec![], 1, 1, 10_000_000, 0, 100_000),
+                // Ten tasks, each read the whole 100 kB: 1 MB of broadcast.
+                stage(
+                    1,
+                    vec![(0, EdgeKind::Broadcast)],
+                    10,
+                    10,
+                    1_000_000_000,
+                    1_000_000,
+                    1_000,
+                ),
+                stage(2, vec![(1, EdgeKind::Gather)], 1, 1, 0, 1_000, 100),
+            ],
+        }
+    }
+
+    #[test]
+    fn a_scan_that_reads_a_broadcast_is_cut_by_its_scan() {
+        let c = constants();
+        let e = estimate(&broadcast_join(), 100.0, &c, &config());
+        // 100 GB of files at 100 MB per task: 1,000 tasks, not the one task its 10 MB
+        // of broadcast would ask for.
+        assert_eq!(e.stages[1].tasks, 1_000);
+        assert!(e.stages[1].note.is_empty(), "{}", e.stages[1].note);
+        // The small side is planned for one task, and stays one.
+        assert_eq!(e.stages[0].tasks, 1);
+        assert_eq!(e.stages[2].tasks, 1);
+        // Each of 1,000 tasks reads the 10 MB broadcast whole: 10 GB, one GET per
+        // producer each; and 100 GB of table.
+        assert_eq!(e.stages[1].gets, 10.0 * 100.0 + 1_000.0);
+        let io_ms = (100e9 / 2.0 + 10e9) / 1_000.0 / 100e6 * 1e3;
+        assert!(
+            e.stages[1].task_ms > io_ms,
+            "{} > {io_ms}",
+            e.stages[1].task_ms
+        );
+
+        // At SF 1,000 the broadcast (100 MB) is over the switch's limit: said so.
+        let e = estimate(&broadcast_join(), 1_000.0, &c, &config());
+        assert!(
+            e.stages[1]
+                .note
+                .contains("over the 16.0 MiB a switch allows"),
+            "{}",
+            e.stages[1].note
+        );
+        // The one-task stages' inputs stay small (the scan's output reduces).
+        assert!(e.stages[2].note.is_empty(), "{}", e.stages[2].note);
     }
 }
