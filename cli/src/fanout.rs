@@ -16,7 +16,7 @@ use std::path::Path;
 use std::time::Instant;
 
 use lambdafusion::embedded::{Embedded, EmbeddedOptions};
-use lambdafusion::scheduler::tree_dispatchers;
+use lambdafusion::scheduler::{is_tree, tree_dispatchers};
 use lambdafusion::state::JobSnapshot;
 use lambdafusion::EngineConfig;
 
@@ -66,7 +66,7 @@ pub fn measure(
 ) -> Option<FanoutRun> {
     let stage = snapshot.stages.iter().max_by_key(|s| s.tasks)?;
     let claim = stage.dispatched_ms?;
-    let tree = stage.tasks as usize > fanout.max(2) as usize;
+    let tree = is_tree(stage.tasks, fanout);
     let accepted = if tree {
         snapshot
             .counters

@@ -438,7 +438,7 @@ pub fn handoff_path(c: &AwsConstants) -> Vec<(&'static str, f64)> {
 pub fn dispatch_ms(c: &AwsConstants, config: &EngineConfig, tasks: u32) -> f64 {
     let concurrency = config.dispatch_concurrency.max(1) as f64;
     let fanout = config.dispatch_fanout.max(2) as u32;
-    if tasks <= fanout {
+    if !lambdafusion::scheduler::is_tree(tasks, fanout) {
         return (f64::from(tasks) / concurrency).ceil() * c.invoke_ms;
     }
     let mut levels = 1;
@@ -528,15 +528,26 @@ pub fn estimate(
             0.0
         } * f;
         let mut notes = Vec::new();
+        // A one-task stage reading a hash shuffle runs the partitions of a stage fused
+        // into it (the engine fuses a producer sized to one task): at a scale where
+        // that producer needs several tasks it runs as a stage of its own, modelled
+        // here as this stage cut by its shuffle input.
+        let fused = s.planned <= 1 && s.inputs.iter().any(|(_, k)| *k == EdgeKind::Hash);
         let tasks = if s.tasks == 0 {
             0
-        } else if s.planned <= 1 {
+        } else if s.planned <= 1 && !fused {
             1
         } else {
             per_task(files, config.bytes_per_task)
                 .max(per_task(divided, config.shuffle_bytes_per_task))
                 .clamp(1, config.max_tasks_per_stage as u64) as u32
         };
+        if fused && tasks > 1 {
+            notes.push(format!(
+                "ran one task with a stage fused into it; at this size that stage runs \
+                 its own {tasks} tasks (the final step's task after them not modelled)"
+            ));
+        }
         if broadcast_each > config.max_broadcast_bytes as f64 && tasks > 1 {
             notes.push(format!(
                 "each task reads a {} broadcast, over the {} a switch allows: the planner \
@@ -564,7 +575,15 @@ pub fn estimate(
         let out = if reduces && s.tasks > 0 {
             s.out_bytes as f64 * f64::from(tasks) / f64::from(s.tasks)
         } else {
-            s.out_bytes as f64 * growth
+            // Its rows come from what it scans and what is shuffled to it; a broadcast
+            // read by each task adds none.
+            let before = s.table_bytes as f64 + divided_before;
+            s.out_bytes as f64
+                * if before > 0.0 {
+                    (table + divided) / before
+                } else {
+                    growth
+                }
         };
         scaled.push((s.stage, tasks, out));
         scanned += table;
@@ -1081,5 +1100,32 @@ mod tests {
         );
         // The one-task stages' inputs stay small (the scan's output reduces).
         assert!(e.stages[2].note.is_empty(), "{}", e.stages[2].note);
+    }
+
+    #[test]
+    fn a_one_task_stage_with_a_fused_partitioned_stage_is_cut_at_scale() {
+        let mut query = broadcast_join();
+        // The final stage reads the scan hash-shuffled: a partitioned aggregate fused
+        // into one task, as adaptive stages run a small one.
+        query.stages[2].inputs = vec![(1, EdgeKind::Hash)];
+        query.stages[1].out_bytes = 10_000_000;
+        query.stages[2].shuffle_bytes = 10_000_000;
+        let c = constants();
+        let small = estimate(&query, 1.0, &c, &config());
+        assert_eq!(small.stages[2].tasks, 1, "10 MB: one task");
+        assert!(small.stages[2].note.is_empty());
+        // At SF 100 the scan writes 1 GB: 20 tasks of 50 MB.
+        let large = estimate(&query, 100.0, &c, &config());
+        assert_eq!(large.stages[2].tasks, 20);
+        assert!(
+            large.stages[2].note.contains("fused"),
+            "{}",
+            large.stages[2].note
+        );
+        // A one-task stage gathering its input stays one task.
+        query.stages[2].inputs = vec![(1, EdgeKind::Gather)];
+        let gathered = estimate(&query, 100.0, &c, &config());
+        assert_eq!(gathered.stages[2].tasks, 1);
+        assert!(gathered.stages[2].note.contains("planned for one task"));
     }
 }

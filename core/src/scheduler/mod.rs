@@ -764,7 +764,7 @@ impl Scheduler {
 
     /// Whether a stage of `tasks` tasks is sent through an invocation tree.
     fn is_tree(&self, tasks: u32) -> bool {
-        tasks as usize > self.config().dispatch_fanout.max(2)
+        is_tree(tasks, self.fanout())
     }
 
     /// Invokes the first attempt of every task of a claimed stage: directly, or — for a
@@ -1103,6 +1103,12 @@ fn is_leaf(from: u32, to: u32) -> bool {
     to - from <= COUNTER_TASKS && from.is_multiple_of(COUNTER_TASKS)
 }
 
+/// Whether a stage of `tasks` tasks with `fanout` invocations per dispatcher is sent
+/// through an invocation tree (it is wider than the fan-out) rather than directly.
+pub fn is_tree(tasks: u32, fanout: u32) -> bool {
+    tasks > fanout.max(2)
+}
+
 /// Dispatcher invocations of the invocation tree over a stage of `tasks` tasks with
 /// `fanout` invocations per dispatcher, as [`Scheduler`] sends it; 0 when the stage is
 /// sent directly (no wider than the fan-out).
@@ -1116,10 +1122,10 @@ pub fn tree_dispatchers(tasks: u32, fanout: u32) -> u32 {
             .map(|(a, b)| nodes(a, b, fanout))
             .sum::<u32>()
     }
-    let fanout = fanout.max(2);
-    if tasks <= fanout {
+    if !is_tree(tasks, fanout) {
         return 0;
     }
+    let fanout = fanout.max(2);
     // The claiming scheduler is the root: it always sends the first level.
     tree_children(0, tasks, fanout)
         .into_iter()
