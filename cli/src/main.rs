@@ -317,7 +317,7 @@ enum BenchCommand {
     },
     /// How fast a wide stage starts: the time from its claim to its last task start,
     /// through the invocation tree and sent directly (embedded; the local AWS stack's run
-    /// is `cargo test -p lambdafusion-tests --test aws_local -- --ignored measure_fanout`).
+    /// is `cargo test --workspace --test aws_local -- --ignored measure_fanout`).
     Fanout {
         /// Comma-separated task counts of the wide stage.
         #[arg(long, value_delimiter = ',', default_value = "100,1000,5000")]
