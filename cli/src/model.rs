@@ -515,7 +515,6 @@ pub fn estimate(
         };
         let (divided_before, divided) = sum(false);
         let (_, broadcast_each) = sum(true);
-        let divided = if divided_before > 0.0 { divided } else { 0.0 };
         let input_before = (s.table_bytes + s.shuffle_bytes) as f64;
         let per_task =
             |bytes: f64, target: u64| -> u64 { (bytes / target.max(1) as f64).ceil() as u64 };
