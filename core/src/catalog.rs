@@ -142,6 +142,29 @@ fn table_name(name: &TableReference) -> Result<String> {
     }
 }
 
+/// A location as the catalog stores it: the URL DataFusion resolves it to — or, for a
+/// local path with a glob (`/data/public_*.csv`), the path itself, so that the glob is
+/// applied again at every query and the table never reads more than was named. Globs
+/// in URLs are refused: DataFusion would read them as literal object names.
+fn stored_location(location: &str) -> Result<String> {
+    let url = ListingTableUrl::parse(location).map_err(|e| {
+        Error::InvalidInput(format!(
+            "{location} is not a valid location: {}",
+            e.strip_backtrace()
+        ))
+    })?;
+    if url.get_glob().is_some() {
+        return Ok(location.trim().to_string());
+    }
+    if location.contains("://") && location.contains(['*', '?', '[']) {
+        return Err(Error::InvalidInput(format!(
+            "{location}: glob patterns (* ? [) are supported in local paths only; for an \
+             object store, name the prefix (a directory) that holds exactly the table's files"
+        )));
+    }
+    Ok(url.as_str().to_string())
+}
+
 /// Creates (or replaces) a catalog table: checks its locations against the access
 /// policy, resolves its schema now and stores both. Returns the stored record, or `None`
 /// when `IF NOT EXISTS` found one. Nothing is stored when a check fails.
@@ -171,8 +194,8 @@ pub async fn create_table(
     let locations = cmd
         .locations
         .iter()
-        .map(|l| Ok(ListingTableUrl::parse(l)?.as_str().to_string()))
-        .collect::<DfResult<Vec<_>>>()?;
+        .map(|l| stored_location(l))
+        .collect::<Result<Vec<_>>>()?;
     for location in &locations {
         access.check_location(location)?;
     }
@@ -180,7 +203,19 @@ pub async fn create_table(
         locations: locations.clone(),
         ..cmd.clone()
     };
-    let provider = create_provider(state, &cmd).await?;
+    // What the files say decides the schema: files that are not of the named format are
+    // the statement's fault.
+    let provider =
+        create_provider(state, &cmd)
+            .await
+            .map_err(|e| match Error::DataFusion(e).planning() {
+                Error::InvalidInput(why) => Error::InvalidInput(format!(
+                    "cannot read {} as {} for table {name}: {why}",
+                    locations.join(", "),
+                    cmd.file_type.to_uppercase()
+                )),
+                other => other,
+            })?;
     let schema = provider.schema();
     if schema.fields().is_empty() {
         return Err(Error::InvalidInput(format!(

@@ -80,6 +80,21 @@ pub struct EngineConfig {
     /// Memory each task may use before spilling (its own DataFusion memory pool);
     /// `None`: unbounded.
     pub task_memory_limit: Option<usize>,
+    /// Deepest nesting a statement may have: expressions within expressions, subqueries,
+    /// set-operation chains and joined tables each add a level ([`crate::sql`]). Past it
+    /// the statement is refused before planning (400).
+    pub max_sql_depth: usize,
+    /// Longest planning may take (parsing, planning, cutting stages; and the statements
+    /// the scheduler answers itself), within the query's own time limit.
+    pub max_planning_time: Duration,
+    /// Most stages one query may have (400 past it).
+    pub max_stages_per_query: usize,
+    /// Most tasks one query's stages may have together, as planned (400 past it).
+    pub max_tasks_per_query: usize,
+    /// Largest value a size-making function (`repeat`, `lpad`, `rpad`, `replace`,
+    /// `array_repeat`, `range`, ...) may produce in one call, while planning (constant
+    /// folding) or in a task ([`crate::plan::functions`]).
+    pub max_value_bytes: usize,
 }
 
 /// The most tasks a stage may have (`max_tasks_per_stage`).
@@ -119,6 +134,11 @@ impl Default for EngineConfig {
             max_sql_bytes: 256 * 1024,
             sweep_budget: Duration::from_secs(20),
             task_memory_limit: None,
+            max_sql_depth: 1_000,
+            max_planning_time: Duration::from_secs(30),
+            max_stages_per_query: 200,
+            max_tasks_per_query: 20_000,
+            max_value_bytes: 64 * 1024 * 1024,
         }
     }
 }

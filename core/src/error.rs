@@ -167,6 +167,57 @@ impl Error {
         }
     }
 
+    /// An error found while planning a statement, classified by whose fault it is.
+    /// Planning is a function of the statement and the catalog: whatever DataFusion
+    /// reports there — including its "internal" errors, which it raises for some type
+    /// mismatches — is the statement's fault (400), except failures to reach storage (the
+    /// engine's, kept as they are) and places the caller may not read (403).
+    pub fn planning(self) -> Error {
+        let Error::DataFusion(e) = self else {
+            return self;
+        };
+        match e.find_root() {
+            DataFusionError::ObjectStore(o) => match **o {
+                object_store::Error::NotFound { .. } => {
+                    Error::InvalidInput(e.strip_backtrace().to_string())
+                }
+                object_store::Error::PermissionDenied { .. } => {
+                    Error::Forbidden(e.strip_backtrace().to_string())
+                }
+                _ => Error::DataFusion(e),
+            },
+            DataFusionError::IoError(_) | DataFusionError::ResourcesExhausted(_) => {
+                Error::DataFusion(e)
+            }
+            DataFusionError::External(inner) if inner.downcast_ref::<Error>().is_some() => {
+                match inner.downcast_ref::<Error>() {
+                    Some(ours) if ours.is_user_error() => {
+                        Error::InvalidInput(e.strip_backtrace().to_string())
+                    }
+                    _ => Error::DataFusion(e),
+                }
+            }
+            _ => Error::InvalidInput(e.strip_backtrace().to_string()),
+        }
+    }
+
+    /// True when the request touched a place it may not (an object store's
+    /// `PermissionDenied`: outside the allowed directories, or a write to a read-only
+    /// one): a 403, not a failure of the engine.
+    pub fn is_forbidden(&self) -> bool {
+        let denied =
+            |e: &object_store::Error| matches!(e, object_store::Error::PermissionDenied { .. });
+        match self {
+            Error::Forbidden(_) => true,
+            Error::ObjectStore(e) => denied(e),
+            Error::DataFusion(e) => match e.find_root() {
+                DataFusionError::ObjectStore(e) => denied(e),
+                _ => false,
+            },
+            _ => false,
+        }
+    }
+
     /// True when running the same task again may succeed (I/O, throttling, lost workers);
     /// false for deterministic failures such as a division by zero in the query, an
     /// invalid store request or denied access.
@@ -271,6 +322,35 @@ mod tests {
         ] {
             assert_eq!(Error::store(kind, "x").is_retryable(), retry, "{kind:?}");
         }
+    }
+
+    #[test]
+    fn planning_errors_are_the_statements_fault_unless_storage_failed() {
+        let internal = DataFusionError::Internal("Failed to coerce types".into());
+        let planned = Error::DataFusion(DataFusionError::Context(
+            "type_coercion".into(),
+            Box::new(internal),
+        ))
+        .planning();
+        assert!(matches!(planned, Error::InvalidInput(_)), "{planned}");
+        let io = Error::DataFusion(DataFusionError::ObjectStore(Box::new(
+            object_store::Error::Generic {
+                store: "S3",
+                source: "connection reset".into(),
+            },
+        )))
+        .planning();
+        assert!(matches!(io, Error::DataFusion(_)), "{io}");
+        let denied = Error::DataFusion(DataFusionError::ObjectStore(Box::new(
+            object_store::Error::PermissionDenied {
+                path: "x".into(),
+                source: "outside".into(),
+            },
+        )))
+        .planning();
+        assert!(denied.is_forbidden(), "{denied}");
+        let store = Error::store(StoreErrorKind::Throttled, "slow").planning();
+        assert!(matches!(store, Error::Store(_)));
     }
 
     #[test]

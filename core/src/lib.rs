@@ -26,6 +26,7 @@ pub mod results;
 pub mod scheduler;
 pub mod services;
 pub mod shuffle;
+pub mod sql;
 pub mod state;
 pub mod status;
 pub mod time;

@@ -7,6 +7,7 @@
 //! what its inputs committed.
 
 pub mod adaptive;
+pub mod functions;
 mod joins;
 pub mod marks;
 mod stages;
@@ -79,11 +80,13 @@ pub fn session_state(
     config: &EngineConfig,
     target_partitions: usize,
 ) -> SessionState {
-    SessionStateBuilder::new()
+    let mut state = SessionStateBuilder::new()
         .with_config(session_config(config, target_partitions))
         .with_runtime_env(runtime)
         .with_default_features()
-        .build()
+        .build();
+    functions::install(&mut state, config);
+    state
 }
 
 /// Creates the physical plan of `logical`, sized to its input: planned once at the widest
@@ -113,6 +116,33 @@ fn with_target_partitions(state: &SessionState, config: &EngineConfig, n: usize)
     SessionStateBuilder::new_from_existing(state.clone())
         .with_config(session)
         .build()
+}
+
+/// Refuses a physical plan that writes anywhere (COPY, INSERT: a `DataSinkExec`). The
+/// statement check ([`crate::sql::verdict`]) keeps writes from being planned at all;
+/// this holds at the two places a plan could still carry one — cutting it into stages
+/// and decoding a stage plan in a task — so nothing a caller names becomes a file or an
+/// object key.
+pub fn refuse_writes(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
+    use datafusion::common::tree_node::TreeNode;
+    use datafusion::datasource::sink::DataSinkExec;
+    let mut writes = false;
+    plan.apply(|node| {
+        writes = node.downcast_ref::<DataSinkExec>().is_some();
+        Ok(if writes {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    })?;
+    if writes {
+        return Err(Error::InvalidInput(
+            "INSERT, UPDATE, DELETE and COPY are not supported: lambdafusion reads tables \
+             (a plan that writes is never run)"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Bytes the file scans of `plan` read (whole files, or their assigned byte ranges).
@@ -191,13 +221,12 @@ pub fn encode_plan(plan: Arc<dyn ExecutionPlan>) -> Result<Vec<u8>> {
     Ok(physical_plan_to_bytes_with_extension_codec(plan, &LambdaFusionCodec)?.to_vec())
 }
 
-/// Decodes a stage plan; `ctx` must resolve every object store the plan reads.
+/// Decodes a stage plan; `ctx` must resolve every object store the plan reads. A plan
+/// that writes is refused ([`refuse_writes`]), whoever stored it.
 pub fn decode_plan(bytes: &[u8], ctx: &TaskContext) -> Result<Arc<dyn ExecutionPlan>> {
-    Ok(physical_plan_from_bytes_with_extension_codec(
-        bytes,
-        ctx,
-        &LambdaFusionCodec,
-    )?)
+    let plan = physical_plan_from_bytes_with_extension_codec(bytes, ctx, &LambdaFusionCodec)?;
+    refuse_writes(&plan)?;
+    Ok(plan)
 }
 
 /// Encodes an Arrow schema (datafusion-proto's `Schema` message).

@@ -154,6 +154,7 @@ pub struct StageSplitter {
 impl StageSplitter {
     /// Cuts `plan` into stages, with `config`'s `inline_scan_bytes`.
     pub fn split(plan: Arc<dyn ExecutionPlan>, config: &EngineConfig) -> Result<StageGraph> {
+        super::refuse_writes(&plan)?;
         let plan = super::distribute_joins(plan)?;
         let mut splitter = StageSplitter {
             inline_scan_bytes: config.inline_scan_bytes,
@@ -460,8 +461,10 @@ fn stage_inputs(plan: &Arc<dyn ExecutionPlan>, tasks: usize) -> DfResult<Vec<Sta
 
 /// Bytes each of the `partitions` partitions of `plan` scans: the file groups of the
 /// scans reached through operators that keep those partitions (a scan read whole by
-/// every partition, below a coalesce, is not counted). Empty when no scan has them
-/// (or for stages too wide to list: the records stay small).
+/// every partition, below a coalesce, is not counted). Partitions that scan no files
+/// (`UNION ALL` branches of values or of gathered stages) count 0 bytes, so that the
+/// adaptive rule runs them together instead of one task each. Empty for stages too wide
+/// to list (the records stay small).
 fn partition_scan_bytes(plan: &Arc<dyn ExecutionPlan>, partitions: usize) -> Vec<u64> {
     use datafusion::datasource::physical_plan::FileScanConfig;
     use datafusion::datasource::source::DataSourceExec;
@@ -470,7 +473,6 @@ fn partition_scan_bytes(plan: &Arc<dyn ExecutionPlan>, partitions: usize) -> Vec
         return Vec::new();
     }
     let mut bytes = vec![0u64; partitions];
-    let mut found = false;
     let _ = plan.apply(|node| {
         if node.output_partitioning().partition_count() != partitions {
             return Ok(TreeNodeRecursion::Jump);
@@ -480,7 +482,6 @@ fn partition_scan_bytes(plan: &Arc<dyn ExecutionPlan>, partitions: usize) -> Vec
             .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
         {
             if config.file_groups.len() == partitions {
-                found = true;
                 for (group, total) in config.file_groups.iter().zip(bytes.iter_mut()) {
                     *total += super::group_bytes(group);
                 }
@@ -488,11 +489,7 @@ fn partition_scan_bytes(plan: &Arc<dyn ExecutionPlan>, partitions: usize) -> Vec
         }
         Ok(TreeNodeRecursion::Continue)
     });
-    if found {
-        bytes
-    } else {
-        Vec::new()
-    }
+    bytes
 }
 
 /// Whether the rows `plan` reads from stage `stage` may be divided among tasks: on the

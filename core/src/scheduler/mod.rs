@@ -38,6 +38,7 @@ use crate::faults::{job_key, FaultKind};
 use crate::plan::{self, StageGraph, StageSplitter};
 use crate::requests::Tally;
 use crate::shuffle::stage_plan_path;
+use crate::sql::Verdict;
 use crate::state::{
     counter_of, counters_of, ChangeRecord, DispatchConfirmation, JobKind, JobRecord, JobSnapshot,
     JobState, NewJob, PlanRecord, StageDecision, StageRecord, StageState, TaskDeferral, TaskOutput,
@@ -62,6 +63,20 @@ pub struct SubmitOptions {
     pub caller: Caller,
     /// A time limit for this query, at most the deployment's `max_query_time`.
     pub max_seconds: Option<f64>,
+}
+
+/// What planning made of a statement ([`Scheduler::submit`]).
+enum Planned {
+    /// A query's stages and their encoded plans, to record and start.
+    Query {
+        graph: StageGraph,
+        plans: Vec<Vec<u8>>,
+        kind: (JobKind, Option<SchemaRef>),
+    },
+    /// A statement the scheduler answered: its rows, to record as a finished job.
+    Rows(SchemaRef, Vec<datafusion::arrow::array::RecordBatch>),
+    /// Catalog DDL, to run against the store.
+    Catalog(datafusion::execution::SessionState, LogicalPlan),
 }
 
 /// What a sweep found and did.
@@ -138,51 +153,137 @@ impl Scheduler {
                 retry_after,
             });
         }
+        crate::sql::check_text(sql, self.config())?;
         let job_id = uuid::Uuid::new_v4().simple().to_string();
         let span = tracing::info_span!("submit", job = %job_id);
         // Planning's requests (the catalog, table files, large plans) are counted and
         // recorded on the job.
         let tally = Tally::new();
         let counted = Scheduler::new(self.services.counted(&tally, None)?);
+        // Planning runs on a thread of its own (a deep statement cannot exhaust this
+        // thread's stack) within a time budget; nothing is recorded until it is done.
+        let (budget, setting) = if time_limit < self.config().max_planning_time {
+            (time_limit, "the query's time limit, max_seconds")
+        } else {
+            (self.config().max_planning_time, "max_planning_seconds")
+        };
+        let planner = counted.clone();
+        let (text, planning_span) = (sql.to_string(), span.clone());
+        let deadline = tokio::time::Instant::now() + budget;
+        let planned = crate::sql::off_thread(budget, setting, move || {
+            async move { planner.plan(&text, deadline).await.map_err(Error::planning) }
+                .instrument(planning_span)
+        })
+        .await?;
         async {
-            let state = counted
-                .services
-                .session_state(self.config().max_tasks_per_stage);
-            crate::catalog::install(&state, &counted.services).await?;
-            let logical = state
-                .create_logical_plan(sql)
-                .await
-                .map_err(|e| Error::InvalidInput(e.strip_backtrace().to_string()))?;
-            // EXPLAIN ANALYZE runs its query like any other, its tasks recording metrics.
-            if let LogicalPlan::Analyze(analyze) = &logical {
-                let schema = Arc::new(analyze.schema.as_arrow().clone());
-                let kind = (JobKind::Analyze, Some(schema));
-                return counted
-                    .start_query(
-                        &state,
+            match planned {
+                Planned::Query { graph, plans, kind } => {
+                    counted
+                        .start_query(
+                            &job_id, sql, graph, plans, options, time_limit, kind, &tally,
+                        )
+                        .await
+                }
+                Planned::Rows(schema, batches) => {
+                    statements::record_result(
+                        &self.services,
                         &job_id,
                         sql,
-                        &analyze.input,
-                        options,
-                        time_limit,
-                        kind,
-                        &tally,
+                        &options.caller,
+                        schema,
+                        &batches,
                     )
-                    .await;
+                    .await
+                }
+                Planned::Catalog(state, logical) => {
+                    statements::catalog(&self.services, &state, &job_id, sql, &logical, options)
+                        .await
+                }
             }
-            if statements::is_statement(&logical) {
-                return statements::run(&self.services, &state, &job_id, sql, logical, options)
-                    .await;
-            }
-            let kind = (JobKind::Query, None);
-            counted
-                .start_query(
-                    &state, &job_id, sql, &logical, options, time_limit, kind, &tally,
-                )
-                .await
         }
         .instrument(span)
         .await
+    }
+
+    /// Parses, checks and plans `sql` (see [`crate::sql`]): a query as far as its
+    /// encoded stages, a statement the scheduler answers as its rows (explains and
+    /// catalog reads, bounded by `deadline`), catalog DDL as its plan. Runs on a planning
+    /// thread.
+    async fn plan(&self, sql: &str, deadline: tokio::time::Instant) -> Result<Planned> {
+        let state = self
+            .services
+            .session_state(self.config().max_tasks_per_stage);
+        crate::catalog::install(&state, &self.services).await?;
+        let dialect = state.config().options().sql_parser.dialect;
+        let statement = state
+            .sql_to_statement(sql, &dialect)
+            .map_err(|e| Error::InvalidInput(e.strip_backtrace().to_string()))?;
+        crate::sql::measure(&statement, self.config())?;
+        let logical = state
+            .statement_to_plan(statement)
+            .await
+            .map_err(|e| Error::InvalidInput(e.strip_backtrace().to_string()))?;
+        match crate::sql::verdict(&logical)? {
+            Verdict::Query(query) => self.plan_query(&state, query, (JobKind::Query, None)).await,
+            // EXPLAIN ANALYZE runs its query like any other, its tasks recording metrics.
+            Verdict::Analyze(query) => {
+                let schema = Arc::new(logical.schema().as_arrow().clone());
+                self.plan_query(&state, query, (JobKind::Analyze, Some(schema)))
+                    .await
+            }
+            Verdict::Explain(query) => {
+                let (schema, rows) = statements::explain(&self.services, &state, query).await?;
+                Ok(Planned::Rows(schema, rows))
+            }
+            Verdict::Metadata => {
+                let (schema, rows) =
+                    statements::metadata(&self.services, &state, &logical, deadline).await?;
+                Ok(Planned::Rows(schema, rows))
+            }
+            Verdict::Catalog => Ok(Planned::Catalog(state, logical)),
+        }
+    }
+
+    /// Plans a query's stages and encodes their plans, within the per-query caps.
+    async fn plan_query(
+        &self,
+        state: &datafusion::execution::SessionState,
+        logical: &LogicalPlan,
+        kind: (JobKind, Option<SchemaRef>),
+    ) -> Result<Planned> {
+        let physical = plan::physical_plan(state, logical, self.config())
+            .await
+            .map_err(user_planning_error)?;
+        let graph = StageSplitter::split(physical, self.config()).map_err(user_planning_error)?;
+        self.check_caps(&graph)?;
+        let plans = graph
+            .stages
+            .iter()
+            .map(|s| plan::encode_plan(s.plan.clone()).map_err(user_planning_error))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Planned::Query { graph, plans, kind })
+    }
+
+    /// Refuses a query with more stages or tasks than one query may have.
+    fn check_caps(&self, graph: &StageGraph) -> Result<()> {
+        let config = self.config();
+        let stages = graph.stages.len();
+        if stages > config.max_stages_per_query {
+            return Err(Error::InvalidInput(format!(
+                "the query needs {stages} stages; one query may have at most {} \
+                 (max_stages_per_query): fewer UNION branches or joins per statement",
+                config.max_stages_per_query
+            )));
+        }
+        let tasks: usize = graph.stages.iter().map(|s| s.tasks).sum();
+        if tasks > config.max_tasks_per_query {
+            return Err(Error::InvalidInput(format!(
+                "the query is planned as {tasks} tasks; one query may have at most {} \
+                 (max_tasks_per_query): read less data per statement",
+                config.max_tasks_per_query
+            )));
+        }
+        Ok(())
     }
 
     /// The time limit of a query: the request's (if any) within the deployment's.
@@ -201,26 +302,30 @@ impl Scheduler {
         }
     }
 
-    /// Plans, records and starts a query; `kind` says whether it is a plain query or an
+    /// Records and starts a planned query; `kind` says whether it is a plain query or an
     /// `EXPLAIN ANALYZE` (with the schema of its rendered result).
     #[allow(clippy::too_many_arguments)]
     async fn start_query(
         &self,
-        state: &datafusion::execution::SessionState,
         job_id: &str,
         sql: &str,
-        logical: &LogicalPlan,
+        graph: StageGraph,
+        plans: Vec<Vec<u8>>,
         options: &SubmitOptions,
         time_limit: std::time::Duration,
         kind: (JobKind, Option<SchemaRef>),
         tally: &Tally,
     ) -> Result<Submitted> {
-        let physical = plan::physical_plan(state, logical, self.config())
-            .await
-            .map_err(user_planning_error)?;
-        let graph = StageSplitter::split(physical, self.config()).map_err(user_planning_error)?;
         let mut new = self
-            .records(job_id, sql, &graph, &options.caller, time_limit, kind)
+            .records(
+                job_id,
+                sql,
+                &graph,
+                plans,
+                &options.caller,
+                time_limit,
+                kind,
+            )
             .await?;
         new.job.requests = tally.counts();
         self.services
@@ -242,11 +347,13 @@ impl Scheduler {
     }
 
     /// The records of a new job; stage plans too large for an item go to object storage.
+    #[allow(clippy::too_many_arguments)]
     async fn records(
         &self,
         job_id: &str,
         sql: &str,
         graph: &StageGraph,
+        encoded: Vec<Vec<u8>>,
         caller: &Caller,
         time_limit: std::time::Duration,
         (kind, result_schema): (JobKind, Option<SchemaRef>),
@@ -270,8 +377,7 @@ impl Scheduler {
         }
         let mut stages = Vec::with_capacity(graph.stages.len());
         let mut plans = Vec::with_capacity(graph.stages.len());
-        for s in &graph.stages {
-            let bytes = plan::encode_plan(s.plan.clone()).map_err(user_planning_error)?;
+        for (s, bytes) in graph.stages.iter().zip(encoded) {
             let (inline, object) = if bytes.len() <= self.config().inline_plan_limit {
                 (Some(bytes), None)
             } else {
@@ -1268,14 +1374,7 @@ fn in_flight(snapshot: &JobSnapshot) -> Vec<(TaskSpec, u64)> {
 
 /// Planning failures that are the query's fault become 400s with DataFusion's message.
 fn user_planning_error(e: Error) -> Error {
-    if e.is_user_error() {
-        match e {
-            Error::DataFusion(df) => Error::InvalidInput(df.strip_backtrace().to_string()),
-            other => other,
-        }
-    } else {
-        e
-    }
+    e.planning()
 }
 
 #[cfg(test)]

@@ -7,8 +7,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{RecordBatch, StringArray};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
-use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
-use datafusion::execution::SessionState;
+use datafusion::execution::{SessionState, SessionStateBuilder};
 use datafusion::logical_expr::{DdlStatement, LogicalPlan};
 use datafusion::physical_plan::displayable;
 use datafusion::prelude::SessionContext;
@@ -25,44 +24,22 @@ use crate::state::{
 use crate::time::now_ms;
 use crate::{Error, Result, Services};
 
-/// Whether `plan` is answered by the scheduler rather than distributed.
-pub(super) fn is_statement(plan: &LogicalPlan) -> bool {
-    match plan {
-        LogicalPlan::Ddl(_)
-        | LogicalPlan::Dml(_)
-        | LogicalPlan::Copy(_)
-        | LogicalPlan::Statement(_)
-        | LogicalPlan::Explain(_)
-        | LogicalPlan::DescribeTable(_) => true,
-        other => reads_information_schema(other),
-    }
-}
+/// Most bytes a statement the scheduler answers itself (a catalog read, `DESCRIBE`)
+/// may return: its rows are computed in the scheduler's own process.
+pub const METADATA_RESULT_LIMIT: usize = 16 * 1024 * 1024;
 
-fn reads_information_schema(plan: &LogicalPlan) -> bool {
-    let mut found = false;
-    let _ = plan.apply(|node| {
-        if let LogicalPlan::TableScan(scan) = node {
-            if scan.table_name.schema() == Some("information_schema") {
-                found = true;
-                return Ok(TreeNodeRecursion::Stop);
-            }
-        }
-        Ok(TreeNodeRecursion::Continue)
-    });
-    found
-}
-
-/// Runs a statement and records it as a finished job owned by the caller.
-pub(super) async fn run(
+/// Runs catalog DDL (`CREATE EXTERNAL TABLE`, `DROP TABLE`) and records it as a finished
+/// job owned by the caller.
+pub(super) async fn catalog(
     services: &Services,
     state: &SessionState,
     job_id: &str,
     sql: &str,
-    logical: LogicalPlan,
+    logical: &LogicalPlan,
     options: &SubmitOptions,
 ) -> Result<Submitted> {
     let access = &services.config.access;
-    let batches = match &logical {
+    let batches = match logical {
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(cmd)) => {
             access.check_catalog_writer(&options.caller)?;
             let record =
@@ -91,56 +68,97 @@ pub(super) async fn run(
                 format!("table {} does not exist; nothing changed", drop.name)
             })?
         }
-        LogicalPlan::Ddl(other) => {
-            return Err(Error::InvalidInput(format!(
-                "{} is not supported: the catalog holds external tables only \
-                 (CREATE EXTERNAL TABLE ... STORED AS PARQUET|CSV|JSON LOCATION '...')",
-                other.name()
+        other => {
+            return Err(Error::Internal(format!(
+                "{} is not catalog DDL",
+                other.display()
             )))
-        }
-        LogicalPlan::Dml(_) | LogicalPlan::Copy(_) => {
-            return Err(Error::InvalidInput(
-                "INSERT, UPDATE, DELETE and COPY are not supported: lambdafusion reads tables"
-                    .into(),
-            ))
-        }
-        LogicalPlan::Statement(s) => {
-            return Err(Error::InvalidInput(format!(
-                "{} statements are not supported",
-                s.name()
-            )))
-        }
-        LogicalPlan::Explain(explain) => {
-            let mut rows = Vec::new();
-            let logical = state.optimize(&explain.plan)?;
-            rows.push((
-                "logical_plan".to_string(),
-                logical.display_indent().to_string(),
-            ));
-            let physical = plan::physical_plan(state, &explain.plan, &services.config).await?;
-            rows.push((
-                "physical_plan".to_string(),
-                displayable(physical.as_ref()).indent(false).to_string(),
-            ));
-            let graph = StageSplitter::split(physical, &services.config)?;
-            rows.push(("distributed_plan".to_string(), graph.display()));
-            explain_batch(rows)?
-        }
-        _ => {
-            let ctx = SessionContext::new_with_state(state.clone());
-            let df = ctx.execute_logical_plan(logical.clone()).await?;
-            df.collect().await?
         }
     };
-    let schema = batches
-        .first()
-        .map(|b| b.schema())
-        .unwrap_or_else(|| Arc::new(logical.schema().as_arrow().clone()));
-    record_result(services, job_id, sql, &options.caller, schema, &batches).await?;
-    Ok(Submitted {
-        job_id: job_id.to_string(),
-        state: JobState::Succeeded,
-    })
+    let schema = batches[0].schema();
+    record_result(services, job_id, sql, &options.caller, schema, &batches).await
+}
+
+/// The rows of `EXPLAIN`: DataFusion's logical and physical plans and the stage graph.
+pub(super) async fn explain(
+    services: &Services,
+    state: &SessionState,
+    query: &LogicalPlan,
+) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    let mut rows = Vec::new();
+    let logical = state.optimize(query)?;
+    rows.push((
+        "logical_plan".to_string(),
+        logical.display_indent().to_string(),
+    ));
+    let physical = plan::physical_plan(state, query, &services.config).await?;
+    rows.push((
+        "physical_plan".to_string(),
+        displayable(physical.as_ref()).indent(false).to_string(),
+    ));
+    let graph = StageSplitter::split(physical, &services.config)?;
+    rows.push(("distributed_plan".to_string(), graph.display()));
+    let batches = explain_batch(rows)?;
+    Ok((batches[0].schema(), batches))
+}
+
+/// The rows of a catalog read (`SHOW TABLES`, `information_schema`, `DESCRIBE`), run
+/// here rather than distributed: under a memory pool of one task's size, until
+/// `deadline`, and at most [`METADATA_RESULT_LIMIT`] bytes of rows.
+pub(super) async fn metadata(
+    services: &Services,
+    state: &SessionState,
+    logical: &LogicalPlan,
+    deadline: tokio::time::Instant,
+) -> Result<(SchemaRef, Vec<RecordBatch>)> {
+    use futures::StreamExt;
+    let memory = services
+        .config
+        .task_memory_limit
+        .unwrap_or(METADATA_RESULT_LIMIT * 8);
+    let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::from_runtime_env(
+        state.runtime_env(),
+    )
+    .with_memory_pool(Arc::new(
+        datafusion::execution::memory_pool::GreedyMemoryPool::new(memory),
+    ))
+    .build_arc()?;
+    let bounded = SessionStateBuilder::new_from_existing(state.clone())
+        .with_runtime_env(runtime)
+        .build();
+    let ctx = SessionContext::new_with_state(bounded);
+    let schema = Arc::new(logical.schema().as_arrow().clone());
+    let too_long = || {
+        Error::InvalidInput(
+            "this catalog query ran past its time limit (max_planning_seconds, or the \
+             query's max_seconds): statements about the catalog run in the scheduler and \
+             must be quick"
+                .into(),
+        )
+    };
+    let run = async {
+        let df = ctx.execute_logical_plan(logical.clone()).await?;
+        let mut stream = df.execute_stream().await?;
+        let (mut batches, mut bytes) = (Vec::new(), 0usize);
+        while let Some(batch) = stream.next().await {
+            let batch = batch?;
+            bytes += batch.get_array_memory_size();
+            if bytes > METADATA_RESULT_LIMIT {
+                return Err(Error::InvalidInput(format!(
+                    "this catalog query returns more than {} MiB: statements about the \
+                     catalog (information_schema, SHOW, DESCRIBE) run in the scheduler \
+                     and must return little; filter it, or query tables instead",
+                    METADATA_RESULT_LIMIT >> 20
+                )));
+            }
+            batches.push(batch);
+        }
+        Ok::<_, Error>(batches)
+    };
+    let batches = tokio::time::timeout_at(deadline, run)
+        .await
+        .map_err(|_| too_long())??;
+    Ok((schema, batches))
 }
 
 fn message_batch(message: &str) -> Result<Vec<RecordBatch>> {
@@ -166,15 +184,16 @@ fn explain_batch(rows: Vec<(String, String)>) -> Result<Vec<RecordBatch>> {
     )?])
 }
 
-/// Writes `batches` as the one-task final stage of a finished job.
-async fn record_result(
+/// Records `batches` as the result of a finished job owned by `caller`: written like
+/// the one-task final stage of a query, so the result API serves it like any other.
+pub(super) async fn record_result(
     services: &Services,
     job_id: &str,
     sql: &str,
     caller: &Caller,
     schema: SchemaRef,
     batches: &[RecordBatch],
-) -> Result<()> {
+) -> Result<Submitted> {
     let started = now_ms();
     let mut builder = ObjectBuilder::new(schema.clone(), 1)?;
     for b in batches {
@@ -240,5 +259,9 @@ async fn record_result(
             plans: vec![],
             tasks: vec![task],
         })
-        .await
+        .await?;
+    Ok(Submitted {
+        job_id: job_id.to_string(),
+        state: JobState::Succeeded,
+    })
 }
