@@ -157,22 +157,22 @@ fn resolve_path(path: &Path) -> Result<PathBuf> {
 
 fn place(location: &str) -> Result<Place> {
     let location = without_glob(location.trim());
-    if let Some(rest) = location.strip_prefix("s3://") {
-        let mut parts = rest.split('/');
-        let bucket = parts.next().unwrap_or_default().to_string();
+    if location.starts_with("s3://") {
+        // Exactly as the object store will resolve it: the URL's path, percent-decoded
+        // once, cut into segments (`%2F` is a separator there, `%252F` is not).
+        let invalid = |why: String| Error::InvalidInput(format!("{location}: {why}"));
+        let url = url::Url::parse(location).map_err(|e| invalid(e.to_string()))?;
+        let bucket = url.host_str().unwrap_or_default().to_string();
         if bucket.is_empty() {
-            return Err(Error::InvalidInput(format!(
-                "{location}: an s3:// location needs a bucket name"
-            )));
+            return Err(invalid("an s3:// location needs a bucket name".into()));
         }
-        let segments: Vec<String> = parts
-            .filter(|s| !s.is_empty() && *s != ".")
-            .map(str::to_string)
-            .collect();
-        if segments.iter().any(|s| s == "..") {
-            return Err(Error::InvalidInput(format!(
-                "{location}: `..` is not allowed in an S3 location"
-            )));
+        let key = ObjectPath::from_url_path(url.path())
+            .map_err(|e| invalid(format!("not a valid object key ({e})")))?;
+        let segments: Vec<String> = key.parts().map(|p| p.as_ref().to_string()).collect();
+        if segments.iter().any(|s| s == "." || s == "..") {
+            return Err(invalid(
+                "`.` and `..` are not allowed in an S3 location".into(),
+            ));
         }
         return Ok(Place::S3 { bucket, segments });
     }
@@ -227,17 +227,19 @@ impl AccessPolicy {
 
     /// Whether `caller` may see and cancel a job owned by `owner`.
     pub fn can_read(&self, caller: &Caller, owner: &str) -> bool {
-        caller.0 == owner || self.admins.contains(&caller.0)
+        caller.0 == owner || self.admins.iter().any(|a| listed(a, &caller.0))
     }
 
     /// Refuses a catalog change by a caller not in `catalog_writers` (when it is set).
     pub fn check_catalog_writer(&self, caller: &Caller) -> Result<()> {
         match &self.catalog_writers {
-            Some(writers) if !writers.contains(&caller.0) => Err(Error::Forbidden(format!(
-                "{} may not create or drop tables: only the principals in \
+            Some(writers) if !writers.iter().any(|w| listed(w, &caller.0)) => {
+                Err(Error::Forbidden(format!(
+                    "{} may not create or drop tables: only the principals in \
                      LAMBDAFUSION_CATALOG_WRITERS (Terraform: catalog_writers) may",
-                caller.0
-            ))),
+                    caller.0
+                )))
+            }
             _ => Ok(()),
         }
     }
@@ -261,52 +263,128 @@ impl AccessPolicy {
     }
 }
 
-/// A local file system confined to some directories: every read, write and listing of a
-/// path that resolves (symlinks included) outside them is refused with
-/// `PermissionDenied`. The embedded engine's `file://` store, so that no location the
-/// SQL layer lets through — a symlink inside an allowed directory, a table created before
-/// the policy changed — can reach the rest of the machine.
+/// Whether an entry of an admin or writer list names `principal`. An assumed-role
+/// caller (`arn:aws:sts::<account>:assumed-role/<role>/<session>`) chose its session name
+/// itself, so anyone who may assume the role may choose any: an entry naming the role —
+/// `arn:aws:iam::<account>:role/[<path>/]<role>` or the session-less
+/// `arn:aws:sts::<account>:assumed-role/<role>` — matches every session of it, and a
+/// full session ARN matches that session alone (only as strong as the role's trust
+/// policy's hold on session names, `sts:RoleSessionName`). Everything else matches
+/// exactly.
+pub fn listed(entry: &str, principal: &str) -> bool {
+    if entry == principal {
+        return true;
+    }
+    let Some((prefix, role_session)) = principal.split_once(":assumed-role/") else {
+        return false;
+    };
+    let Some(account) = prefix.strip_prefix("arn:aws:sts::").or_else(|| {
+        // Other partitions: arn:aws-cn:sts::, arn:aws-us-gov:sts::.
+        prefix.split_once(":sts::").map(|(_, account)| account)
+    }) else {
+        return false;
+    };
+    let partition = prefix.split(':').nth(1).unwrap_or("aws");
+    let Some((role, _session)) = role_session.split_once('/') else {
+        return false;
+    };
+    if entry == format!("arn:{partition}:sts::{account}:assumed-role/{role}") {
+        return true;
+    }
+    // An IAM role ARN, whatever its path: the assumed-role ARN carries the name alone.
+    entry
+        .strip_prefix(&format!("arn:{partition}:iam::{account}:role/"))
+        .is_some_and(|path_and_name| path_and_name.rsplit('/').next() == Some(role))
+}
+
+/// A local file system confined to some directories: every read and listing of a path
+/// that resolves (symlinks included) outside its readable roots, and every write or
+/// delete outside its writable roots, is refused with `PermissionDenied`. The embedded
+/// engine's `file://` store: tables' directories are readable only, and the engine
+/// writes nowhere but its own shuffle directory, so that no location the SQL layer lets
+/// through — a symlink inside an allowed directory, a table created before the policy
+/// changed, a plan that somehow writes — can reach the rest of the machine.
 #[derive(Debug)]
 pub struct ConfinedFileSystem {
     inner: Arc<dyn ObjectStore>,
-    roots: Vec<PathBuf>,
+    /// Where reads may go: the readable and the writable roots.
+    readable: Vec<PathBuf>,
+    /// Where writes and deletes may go.
+    writable: Vec<PathBuf>,
 }
 
 impl std::fmt::Display for ConfinedFileSystem {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ConfinedFileSystem({} roots)", self.roots.len())
+        write!(
+            f,
+            "ConfinedFileSystem({} readable, {} writable roots)",
+            self.readable.len(),
+            self.writable.len()
+        )
     }
 }
 
 impl ConfinedFileSystem {
-    /// `inner` (a local file system store) confined to `roots`.
-    pub fn new(inner: Arc<dyn ObjectStore>, roots: Vec<PathBuf>) -> Self {
-        let roots = roots
-            .into_iter()
-            .map(|r| resolve_path(&r).unwrap_or(r))
-            .collect();
-        Self { inner, roots }
+    /// `inner` (a local file system store) that reads only inside `readable` or
+    /// `writable`, and writes only inside `writable`.
+    pub fn new(
+        inner: Arc<dyn ObjectStore>,
+        readable: Vec<PathBuf>,
+        writable: Vec<PathBuf>,
+    ) -> Self {
+        let resolve = |roots: Vec<PathBuf>| -> Vec<PathBuf> {
+            roots
+                .into_iter()
+                .map(|r| resolve_path(&r).unwrap_or(r))
+                .collect()
+        };
+        let writable = resolve(writable);
+        let mut readable = resolve(readable);
+        readable.extend(writable.iter().cloned());
+        Self {
+            inner,
+            readable,
+            writable,
+        }
     }
 
     fn check(&self, location: &ObjectPath) -> object_store::Result<()> {
-        check_confined(&self.roots, location)
+        check_confined(&self.readable, location, Access::Read)
+    }
+
+    fn check_write(&self, location: &ObjectPath) -> object_store::Result<()> {
+        check_confined(&self.writable, location, Access::Write)
     }
 }
 
+/// What a [`ConfinedFileSystem`] is asked to do with a path.
+#[derive(Debug, Clone, Copy)]
+enum Access {
+    Read,
+    Write,
+}
+
 /// `Ok` when `location` resolves inside one of `roots`.
-fn check_confined(roots: &[PathBuf], location: &ObjectPath) -> object_store::Result<()> {
+fn check_confined(
+    roots: &[PathBuf],
+    location: &ObjectPath,
+    access: Access,
+) -> object_store::Result<()> {
     let path = PathBuf::from(format!("/{location}"));
     let resolved = resolve_path(&path).unwrap_or(path);
     if roots.iter().any(|r| resolved.starts_with(r)) {
         return Ok(());
     }
+    let rule = match access {
+        Access::Read => "outside the directories this engine may read (--allow-path)",
+        Access::Write => {
+            "outside the engine's own shuffle directory, the only place it writes: \
+             table directories are read-only"
+        }
+    };
     Err(object_store::Error::PermissionDenied {
         path: location.to_string(),
-        source: format!(
-            "{} is outside the directories this engine may read (--allow-path)",
-            resolved.display()
-        )
-        .into(),
+        source: format!("{} is {rule}", resolved.display()).into(),
     })
 }
 
@@ -318,7 +396,7 @@ impl ObjectStore for ConfinedFileSystem {
         payload: PutPayload,
         opts: PutOptions,
     ) -> object_store::Result<PutResult> {
-        self.check(location)?;
+        self.check_write(location)?;
         self.inner.put_opts(location, payload, opts).await
     }
 
@@ -327,7 +405,7 @@ impl ObjectStore for ConfinedFileSystem {
         location: &ObjectPath,
         opts: PutMultipartOptions,
     ) -> object_store::Result<Box<dyn MultipartUpload>> {
-        self.check(location)?;
+        self.check_write(location)?;
         self.inner.put_multipart_opts(location, opts).await
     }
 
@@ -353,11 +431,11 @@ impl ObjectStore for ConfinedFileSystem {
         &self,
         locations: BoxStream<'static, object_store::Result<ObjectPath>>,
     ) -> BoxStream<'static, object_store::Result<ObjectPath>> {
-        let roots = self.roots.clone();
+        let roots = self.writable.clone();
         let checked = locations
             .map(move |l| {
                 let l = l?;
-                check_confined(&roots, &l).map(|()| l)
+                check_confined(&roots, &l, Access::Write).map(|()| l)
             })
             .boxed();
         self.inner.delete_stream(checked)
@@ -371,7 +449,7 @@ impl ObjectStore for ConfinedFileSystem {
         if let Err(e) = self.check(prefix.unwrap_or(&root)) {
             return futures::stream::once(async move { Err(e) }).boxed();
         }
-        let roots = self.roots.clone();
+        let roots = self.readable.clone();
         self.inner
             .list(prefix)
             .filter(move |entry| {
@@ -404,7 +482,7 @@ impl ObjectStore for ConfinedFileSystem {
         options: CopyOptions,
     ) -> object_store::Result<()> {
         self.check(from)?;
-        self.check(to)?;
+        self.check_write(to)?;
         self.inner.copy_opts(from, to, options).await
     }
 }
@@ -438,9 +516,33 @@ mod tests {
             "s3://data-private/t/",
             "s3://other/t",
             "s3://lake/tables/../secrets",
+            "s3://lake/tables/%2E%2E/secrets",
+            "s3://lake/tables%2F..%2Fsecrets",
         ] {
             assert!(p.check_location(refused).is_err(), "{refused}");
         }
+        // The reserved prefix, however it is spelled: as the object store resolves it.
+        for spelled in [
+            "s3://data/lambdafusion%2Fjobs/",
+            "s3://data/lambdafusion%2fjobs/",
+            "s3://data/./lambdafusion/jobs/",
+            "s3://data/x/../lambdafusion/jobs/",
+            "s3://data//lambdafusion/jobs/",
+            "s3://data/%6Cambdafusion/jobs",
+            "s3://DATA/lambdafusion/jobs",
+        ] {
+            let e = p.check_location(spelled).unwrap_err();
+            let e = e.to_string();
+            assert!(
+                e.contains("shuffle")
+                    || e.contains("not a valid object key")
+                    || e.contains("outside"),
+                "{spelled}: {e}"
+            );
+        }
+        // Encoded twice it names another key (`lambdafusion%2Fjobs` literally), which is
+        // not the reserved prefix: allowed, and read as that literal key.
+        assert!(p.check_location("s3://data/lambdafusion%252Fjobs/").is_ok());
         let e = p
             .check_location("s3://data/lambdafusion/jobs/x")
             .unwrap_err();
@@ -484,6 +586,50 @@ mod tests {
     }
 
     #[test]
+    fn role_entries_match_every_session_and_session_entries_one() {
+        let alice = "arn:aws:sts::111122223333:assumed-role/Analysts/alice";
+        let bob = "arn:aws:sts::111122223333:assumed-role/Analysts/bob";
+        for role in [
+            "arn:aws:iam::111122223333:role/Analysts",
+            "arn:aws:iam::111122223333:role/teams/data/Analysts",
+            "arn:aws:sts::111122223333:assumed-role/Analysts",
+        ] {
+            assert!(listed(role, alice) && listed(role, bob), "{role}");
+        }
+        assert!(listed(alice, alice));
+        assert!(!listed(alice, bob), "a session entry is that session alone");
+        for other in [
+            "arn:aws:iam::111122223333:role/Analysts2",
+            "arn:aws:iam::444455556666:role/Analysts",
+            "arn:aws:sts::111122223333:assumed-role/Analyst",
+            "arn:aws:iam::111122223333:user/Analysts",
+            "arn:aws:iam::111122223333:role/Analysts/extra",
+        ] {
+            assert!(!listed(other, alice), "{other}");
+        }
+        // Users match exactly; a user is never a role's session.
+        let user = "arn:aws:iam::111122223333:user/alice";
+        assert!(listed(user, user));
+        assert!(!listed("arn:aws:iam::111122223333:role/alice", user));
+        let china = "arn:aws-cn:sts::111122223333:assumed-role/Ops/x";
+        assert!(listed("arn:aws-cn:iam::111122223333:role/Ops", china));
+        assert!(!listed("arn:aws:iam::111122223333:role/Ops", china));
+        let mut p = AccessPolicy {
+            admins: vec!["arn:aws:iam::111122223333:role/Analysts".into()],
+            catalog_writers: Some(vec![alice.into()]),
+            ..AccessPolicy::default()
+        };
+        assert!(p.can_read(&Caller(bob.into()), "someone"));
+        assert!(p.check_catalog_writer(&Caller(alice.into())).is_ok());
+        assert!(p.check_catalog_writer(&Caller(bob.into())).is_err());
+        p.admins.clear();
+        assert!(
+            !p.can_read(&Caller(bob.into()), alice),
+            "jobs stay the session's own"
+        );
+    }
+
+    #[test]
     fn callers_see_their_own_jobs_and_admins_all() {
         let mut p = AccessPolicy::default();
         let (alice, bob) = (Caller("alice".into()), Caller("bob".into()));
@@ -513,11 +659,14 @@ mod tests {
         std::fs::write(root.join("ok.txt"), "ok").unwrap();
         std::fs::write(dir.path().join("secret.txt"), "secret").unwrap();
         std::os::unix::fs::symlink(dir.path().join("secret.txt"), root.join("link.txt")).unwrap();
+        let scratch = dir.path().join("scratch");
+        std::fs::create_dir_all(&scratch).unwrap();
         let fs = ConfinedFileSystem::new(
             Arc::new(object_store::local::LocalFileSystem::new()),
             vec![root.clone()],
+            vec![scratch.clone()],
         );
-        let path = |p: &Path| ObjectPath::from_filesystem_path(p).unwrap();
+        let path = |p: &Path| ObjectPath::from_absolute_path(p).unwrap();
         let ok = fs.get(&path(&root.join("ok.txt"))).await.unwrap();
         assert_eq!(ok.bytes().await.unwrap(), "ok");
         for outside in [dir.path().join("secret.txt"), root.join("link.txt")] {
@@ -539,5 +688,38 @@ mod tests {
             .await
             .unwrap()
             .is_err());
+        // Readable roots are read-only: nothing is written, overwritten or deleted there.
+        let refused = [
+            fs.put(&path(&root.join("new.txt")), "x".into()).await,
+            fs.put(&path(&root.join("ok.txt")), "x".into()).await,
+            fs.put(&path(&dir.path().join("secret.txt")), "x".into())
+                .await,
+        ];
+        for result in refused {
+            let e = result.unwrap_err();
+            assert!(
+                matches!(e, object_store::Error::PermissionDenied { .. }),
+                "{e}"
+            );
+            assert!(e.to_string().contains("read-only"), "{e}");
+        }
+        assert!(fs.put_multipart(&path(&root.join("m.txt"))).await.is_err());
+        assert!(fs.delete(&path(&root.join("ok.txt"))).await.is_err());
+        assert!(fs
+            .copy(&path(&root.join("ok.txt")), &path(&root.join("copy.txt")))
+            .await
+            .is_err());
+        assert_eq!(std::fs::read_to_string(root.join("ok.txt")).unwrap(), "ok");
+        assert!(!root.join("new.txt").exists() && !root.join("copy.txt").exists());
+        // The writable root takes writes, and is readable too.
+        fs.put(&path(&scratch.join("out.bin")), "y".into())
+            .await
+            .unwrap();
+        let back = fs.get(&path(&scratch.join("out.bin"))).await.unwrap();
+        assert_eq!(back.bytes().await.unwrap(), "y");
+        fs.copy(&path(&root.join("ok.txt")), &path(&scratch.join("c.txt")))
+            .await
+            .unwrap();
+        fs.delete(&path(&scratch.join("c.txt"))).await.unwrap();
     }
 }

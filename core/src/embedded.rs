@@ -40,8 +40,9 @@ pub struct EmbeddedOptions {
     pub config: EngineConfig,
     /// Concurrent tasks ("function slots").
     pub slots: usize,
-    /// Task invocations that may wait for a slot; past it dispatches are throttled, and
-    /// past half of it new queries get 503.
+    /// Task invocations that may wait for a slot; past it (or past a quarter of it for
+    /// one query) dispatches are throttled, and past three quarters of it new queries
+    /// get 503.
     pub max_queued_tasks: usize,
     /// Memory all slots may use together; each task gets an equal share as its own
     /// memory pool and spills to the data directory past it. `None`: half of the
@@ -143,16 +144,19 @@ impl Embedded {
                 let prefix = Path::from_filesystem_path(dir.join("shuffle"))
                     .map_err(|e| Error::InvalidInput(e.to_string()))?;
                 let url = ObjectStoreUrl::parse("file://").map_err(Error::from)?;
-                // Tables may be read from the allowed directories only; the engine
-                // itself writes its shuffle directory.
+                // Tables may be read from the allowed directories only.
                 config.access.reserved_locations.extend([
                     dir.join("shuffle").display().to_string(),
                     dir.join("state.redb").display().to_string(),
                     dir.join("spill").display().to_string(),
                 ]);
-                let mut roots = config.access.local_roots();
-                roots.push(dir.join("shuffle"));
-                let files = ConfinedFileSystem::new(Arc::new(LocalFileSystem::new()), roots);
+                // Table directories are read-only; the engine writes its shuffle directory
+                // alone (spill files go through the disk manager, not this store).
+                let files = ConfinedFileSystem::new(
+                    Arc::new(LocalFileSystem::new()),
+                    config.access.local_roots(),
+                    vec![dir.join("shuffle")],
+                );
                 let runtime = RuntimeEnvBuilder::new()
                     .with_disk_manager_builder(
                         DiskManagerBuilder::default()
@@ -296,6 +300,7 @@ fn in_memory_parts(
     let files = ConfinedFileSystem::new(
         Arc::new(LocalFileSystem::new()),
         config.access.local_roots(),
+        Vec::new(),
     );
     let file_url = ObjectStoreUrl::parse("file://").map_err(Error::from)?;
     runtime.register_object_store(file_url.as_ref(), Arc::new(files));
