@@ -172,7 +172,8 @@ pub async fn embedded(tasks: &[u32], fanout: u32) -> Result<Vec<FanoutRun>, Stri
                 // A slot per task up to MAX_SLOTS: up to there nothing waits for a slot
                 // and the figures are dispatch; past it tasks queue for slots.
                 slots: (n as usize).min(MAX_SLOTS) + 1,
-                max_queued_tasks: 2 * n as usize + 2,
+                // One job may hold a quarter of the queue: room for all its tasks.
+                max_queued_tasks: 8 * n as usize + 8,
                 memory_limit: Some(4 << 30),
                 ..EmbeddedOptions::default()
             })

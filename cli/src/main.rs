@@ -66,8 +66,9 @@ struct EngineArgs {
     /// Most tasks in one stage.
     #[arg(long, default_value_t = 64)]
     max_tasks_per_stage: usize,
-    /// A directory tables may be read from, besides the current directory and the data
-    /// directory's generated TPC-H (repeatable; `..` and symlinks are resolved first).
+    /// A directory tables may be read from, besides the data directory's generated TPC-H
+    /// (repeatable; `..` and symlinks are resolved first). The current directory is not
+    /// readable unless named (`--allow-path .`).
     #[arg(
         long = "allow-path",
         value_name = "DIR",
@@ -75,7 +76,8 @@ struct EngineArgs {
         value_delimiter = ','
     )]
     allow_paths: Vec<PathBuf>,
-    /// Task invocations that may wait for a slot; past half of it new queries get 503.
+    /// Task invocations that may wait for a slot (one query at most a quarter of them);
+    /// past three quarters of it new queries get 503.
     #[arg(long)]
     max_queued_tasks: Option<usize>,
     /// Memory all slots may use together, in MiB (each task gets an equal share and
@@ -94,11 +96,9 @@ impl EngineArgs {
             .with_bytes_per_task(self.bytes_per_task)
             .with_max_tasks_per_stage(self.max_tasks_per_stage)
             .with_max_query_time(Duration::from_secs(self.max_query_seconds.max(1)));
-        let cwd = std::env::current_dir().map_err(|e| format!("no current directory: {e}"))?;
         config.access.location_setting = "--allow-path DIR (or LAMBDAFUSION_ALLOW_PATHS)".into();
-        config = config
-            .with_data_location(cwd.display().to_string())
-            .with_data_location(absolute(&self.data_dir.join("tpch"))?.display().to_string());
+        config =
+            config.with_data_location(absolute(&self.data_dir.join("tpch"))?.display().to_string());
         for dir in &self.allow_paths {
             let resolved = std::fs::canonicalize(dir)
                 .map_err(|e| format!("--allow-path {}: {e}", dir.display()))?;
@@ -143,13 +143,17 @@ struct DemoArgs {
 
 #[derive(Args)]
 struct ServeArgs {
-    /// Address to listen on. Anything but a loopback address needs --token.
+    /// Address to listen on. Anything but a loopback address needs a token.
     #[arg(long, default_value = "127.0.0.1:8080")]
     bind: SocketAddr,
-    /// Bearer token every request must carry (`Authorization: Bearer <token>`); required
-    /// to listen beyond loopback.
+    /// Bearer token every request must carry (`Authorization: Bearer <token>`), at least
+    /// 16 characters; required to listen beyond loopback. Prefer LAMBDAFUSION_TOKEN or
+    /// --token-file: a command line is visible to every user of the machine (`ps`).
     #[arg(long, env = "LAMBDAFUSION_TOKEN", hide_env_values = true)]
     token: Option<String>,
+    /// Read the bearer token from FILE (its first line).
+    #[arg(long, value_name = "FILE", conflicts_with = "token")]
+    token_file: Option<PathBuf>,
     #[command(flatten)]
     engine: EngineArgs,
 }
@@ -616,13 +620,39 @@ async fn console(args: ConsoleArgs) -> Result<(), String> {
         .map_err(|e| e.to_string())
 }
 
+/// The token `serve` was given: from --token-file, LAMBDAFUSION_TOKEN or --token (with a
+/// warning: others see command lines), at least [`lambdafusion::api::MIN_TOKEN_CHARS`]
+/// characters.
+fn serve_token(args: &ServeArgs) -> Result<Option<String>, String> {
+    let token = match &args.token_file {
+        Some(path) => {
+            let text = std::fs::read_to_string(path)
+                .map_err(|e| format!("--token-file {}: {e}", path.display()))?;
+            Some(text.lines().next().unwrap_or_default().trim().to_string())
+        }
+        None => args.token.clone(),
+    };
+    let Some(token) = token.filter(|t| !t.trim().is_empty()) else {
+        return Ok(None);
+    };
+    let on_command_line = std::env::args().any(|a| a == "--token" || a.starts_with("--token="));
+    if on_command_line {
+        eprintln!(
+            "warning: a token on the command line is visible to every user of this machine \
+             (ps); pass it in LAMBDAFUSION_TOKEN or with --token-file instead"
+        );
+    }
+    lambdafusion::api::check_token_strength(&token)?;
+    Ok(Some(token))
+}
+
 async fn serve(args: ServeArgs) -> Result<(), String> {
-    let token = args.token.filter(|t| !t.trim().is_empty());
+    let token = serve_token(&args)?;
     if !args.bind.ip().is_loopback() && token.is_none() {
         return Err(format!(
             "refusing to serve on {}, beyond this machine, without a token: anyone who can \
              reach it could read the allowed directories and every query. Start with \
-             --token <secret> (or LAMBDAFUSION_TOKEN), or bind to 127.0.0.1",
+             LAMBDAFUSION_TOKEN=<secret> (or --token-file FILE), or bind to 127.0.0.1",
             args.bind
         ));
     }
@@ -632,23 +662,31 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     let listener = tokio::net::TcpListener::bind(args.bind)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
+    let bound = listener.local_addr().map_err(|e| e.to_string())?;
     eprintln!(
-        "lambdafusion serving on http://{} (data in {}; tables readable from {allowed}{}); try:\n  lambdafusion query --endpoint http://{} \"SELECT 1\"",
-        args.bind,
+        "lambdafusion serving on http://{bound} (data in {}; tables readable from {allowed}{}); try:\n  lambdafusion query --endpoint http://{bound} \"SELECT 1\"",
         args.engine.data_dir.display(),
-        if token.is_some() { "; bearer token required" } else { "" },
-        args.bind
+        if token.is_some() {
+            "; bearer token required"
+        } else {
+            "; loopback names and same-origin pages only"
+        },
     );
+    // Without a token only this machine may call, by a loopback name: a web page that
+    // points a name of its own at 127.0.0.1 cannot.
     let router = match token {
         Some(token) => lambdafusion::api::with_bearer_token(engine.router(), token),
-        None => engine.router(),
+        None => lambdafusion::api::loopback_only(engine.router(), bound.port()),
     };
-    axum::serve(listener, router)
-        .with_graceful_shutdown(async {
-            let _ = tokio::signal::ctrl_c().await;
-        })
-        .await
-        .map_err(|e| e.to_string())
+    axum::serve(
+        listener,
+        router.into_make_service_with_connect_info::<SocketAddr>(),
+    )
+    .with_graceful_shutdown(async {
+        let _ = tokio::signal::ctrl_c().await;
+    })
+    .await
+    .map_err(|e| e.to_string())
 }
 
 async fn query(args: QueryArgs) -> Result<(), String> {

@@ -18,14 +18,16 @@
 //! Every request acts as a [`Caller`], taken from the request's extensions (the scheduler
 //! function puts the API Gateway / function URL identity there; the embedded engine has
 //! one caller, `local`): a caller sees, reads and cancels only its own queries (others'
-//! are 404), unless it is an admin. [`with_bearer_token`] guards a router with a token.
+//! are 404), unless it is an admin. [`with_bearer_token`] guards a router with a token,
+//! [`loopback_only`] a tokenless one against other hosts' names and pages.
 
 pub mod console;
 mod encode;
+mod guard;
 
 use std::time::Duration;
 
-use axum::extract::rejection::{JsonRejection, QueryRejection};
+use axum::extract::rejection::{JsonRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -40,6 +42,9 @@ use utoipa_axum::router::OpenApiRouter;
 use utoipa_axum::routes;
 
 pub use encode::ResultFormat;
+pub use guard::{
+    bearer_token_is, check_token_strength, loopback_only, with_bearer_token, MIN_TOKEN_CHARS,
+};
 
 use crate::access::Caller;
 use crate::scheduler::{Scheduler, SubmitOptions};
@@ -201,59 +206,6 @@ async fn health() -> Json<Health> {
     })
 }
 
-/// Guards `router` with a bearer token: every request but the console's page and
-/// assets without `Authorization: Bearer <token>` is answered 401 (the comparison takes the same time whatever the guess).
-pub fn with_bearer_token(router: Router, token: String) -> Router {
-    let expected = std::sync::Arc::new(token.into_bytes());
-    router.layer(axum::middleware::from_fn(
-        move |request: axum::extract::Request, next: axum::middleware::Next| {
-            let expected = expected.clone();
-            async move {
-                // The console's page and assets hold no data (a browser must load them
-                // to ask for the token); everything they call carries it.
-                if request.method() == axum::http::Method::GET
-                    && console::PATHS.contains(&request.uri().path())
-                {
-                    return next.run(request).await;
-                }
-                if bearer_token_is(request.headers(), &expected) {
-                    next.run(request).await
-                } else {
-                    let mut response = ApiError::new(
-                        StatusCode::UNAUTHORIZED,
-                        "missing or wrong bearer token (send Authorization: Bearer <token>, \
-                         the token `lambdafusion serve` was started with)",
-                    )
-                    .into_response();
-                    response.headers_mut().insert(
-                        header::WWW_AUTHENTICATE,
-                        header::HeaderValue::from_static("Bearer"),
-                    );
-                    response
-                }
-            }
-        },
-    ))
-}
-
-/// Whether `headers` carry `Authorization: Bearer <expected>` (compared in constant
-/// time).
-pub fn bearer_token_is(headers: &axum::http::HeaderMap, expected: &[u8]) -> bool {
-    let given = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .unwrap_or_default()
-        .as_bytes();
-    tokens_match(given, expected)
-}
-
-/// Constant-time token comparison (only the length can be learnt from timing).
-fn tokens_match(given: &[u8], expected: &[u8]) -> bool {
-    use subtle::ConstantTimeEq;
-    given.len() == expected.len() && bool::from(given.ct_eq(expected))
-}
-
 /// An error response: one status code, one message.
 #[derive(Debug)]
 pub struct ApiError {
@@ -263,7 +215,7 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    fn new(status: StatusCode, message: impl Into<String>) -> Self {
+    pub(crate) fn new(status: StatusCode, message: impl Into<String>) -> Self {
         Self {
             status,
             message: message.into(),
@@ -277,7 +229,7 @@ impl From<Error> for ApiError {
         let status = match &e {
             Error::InvalidInput(_) => StatusCode::BAD_REQUEST,
             Error::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
-            Error::Forbidden(_) => StatusCode::FORBIDDEN,
+            e if e.is_forbidden() => StatusCode::FORBIDDEN,
             Error::NotFound(_) => StatusCode::NOT_FOUND,
             Error::Conflict(_) => StatusCode::CONFLICT,
             Error::Overloaded { .. } => StatusCode::SERVICE_UNAVAILABLE,
@@ -312,6 +264,25 @@ impl From<JsonRejection> for ApiError {
         };
         Self::new(status, format!("invalid request body: {}", r.body_text()))
     }
+}
+
+impl From<PathRejection> for ApiError {
+    fn from(r: PathRejection) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, r.body_text())
+    }
+}
+
+/// A query id from the path: ids are 32 hexadecimal digits, and anything else names no
+/// query (404, without repeating what was sent).
+fn query_id(path: Result<Path<String>, PathRejection>) -> Result<String, ApiError> {
+    let Path(id) = path?;
+    if id.len() == 32 && id.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Ok(id);
+    }
+    Err(ApiError::new(
+        StatusCode::NOT_FOUND,
+        "query not found: query ids are 32 hexadecimal digits",
+    ))
 }
 
 impl From<QueryRejection> for ApiError {
@@ -600,11 +571,12 @@ fn parse_wait(wait: Option<&str>) -> Result<Duration, ApiError> {
 async fn status(
     State(services): State<Services>,
     caller: Option<Extension<Caller>>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     params: Result<Query<StatusParams>, QueryRejection>,
 ) -> Result<Json<JobStatus>, ApiError> {
     let Query(params) = params?;
     let wait = parse_wait(params.wait.as_deref())?;
+    let id = query_id(id)?;
     let caller = caller_of(caller);
     Ok(Json(
         wait_for_status_as(&services, &id, wait, &caller).await?,
@@ -675,8 +647,9 @@ pub struct Cancelled {
 async fn cancel(
     State(services): State<Services>,
     caller: Option<Extension<Caller>>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
 ) -> Result<Json<Cancelled>, ApiError> {
+    let id = query_id(id)?;
     let state = Scheduler::new(services)
         .cancel(&id, &caller_of(caller))
         .await?;
@@ -725,11 +698,12 @@ pub enum FormatName {
 async fn result(
     State(services): State<Services>,
     caller: Option<Extension<Caller>>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     params: Result<Query<ResultParams>, QueryRejection>,
 ) -> Result<Response, ApiError> {
     let Query(params) = params?;
     let format = ResultFormat::parse(params.format.as_deref().unwrap_or("json"))?;
+    let id = query_id(id)?;
     let (schema, stream) = crate::results::open(&services, &id, &caller_of(caller)).await?;
     let body = encode::encode(format, schema, stream).await?;
     let body = match services.config.max_response_bytes {
@@ -774,10 +748,11 @@ pub struct ObjectsParams {
 async fn result_objects(
     State(services): State<Services>,
     caller: Option<Extension<Caller>>,
-    Path(id): Path<String>,
+    id: Result<Path<String>, PathRejection>,
     params: Result<Query<ObjectsParams>, QueryRejection>,
 ) -> Result<Json<crate::results::ResultObjects>, ApiError> {
     let Query(params) = params?;
+    let id = query_id(id)?;
     let expires = services.config.access.presign_lifetime(params.expires);
     Ok(Json(
         crate::results::objects(&services, &id, &caller_of(caller), expires).await?,

@@ -1,7 +1,9 @@
 //! The in-process invoker: every invocation becomes a tokio task that waits for one of a
-//! fixed number of function slots, like Lambda's concurrency limit. The queue of tasks
-//! waiting for a slot is bounded: past it an invocation is refused as throttled (the
-//! scheduler sends it again later), and past half of it new queries are turned away.
+//! fixed number of function slots, like Lambda's concurrency limit. Slots go to the jobs
+//! waiting for one in turn ([`FairSlots`]), so a query with a thousand tasks queued does
+//! not hold up one with two. The queue is bounded, and so is each job's share of it
+//! (a quarter): past either an invocation is refused as throttled (the scheduler sends it
+//! again later), and past three quarters of it new queries are turned away.
 //!
 //! Scheduler-function invocations (scheduler steps, invocation-tree dispatchers) run on
 //! a [`ControlPlane`]: a thread with a runtime of its own. On Lambda every invocation has
@@ -9,7 +11,7 @@
 //! every running task at each `.await` (tokio has no priorities), and a wide stage's
 //! dispatch through the tree took 56 s at 5,000 tasks against 0.4 s sent in one loop.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 use std::time::Duration;
 
@@ -17,7 +19,6 @@ use async_trait::async_trait;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use tokio::runtime::Handle;
-use tokio::sync::Semaphore;
 use tokio::task::JoinHandle;
 
 use super::{DispatchRange, InvocationState, Invoker, TaskInvocation, TaskSpec};
@@ -105,6 +106,125 @@ impl std::fmt::Debug for ControlPlane {
     }
 }
 
+/// Function slots shared fairly between jobs: a freed slot goes to the job that has
+/// waited longest since its last turn (round robin over the jobs with invocations
+/// waiting), and within a job to its oldest invocation.
+#[derive(Debug)]
+pub struct FairSlots {
+    state: Mutex<Turns>,
+}
+
+#[derive(Debug, Default)]
+struct Turns {
+    free: usize,
+    /// Jobs with invocations waiting, in the order they get their next turn.
+    order: VecDeque<String>,
+    /// Each waiting job's invocations, oldest first.
+    waiting: HashMap<String, VecDeque<tokio::sync::oneshot::Sender<Slot>>>,
+}
+
+/// A held function slot; dropping it hands the slot on.
+#[derive(Debug)]
+pub struct Slot {
+    slots: Arc<FairSlots>,
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.slots.release();
+    }
+}
+
+impl FairSlots {
+    /// `slots` slots, all free.
+    pub fn new(slots: usize) -> Arc<Self> {
+        Arc::new(Self {
+            state: Mutex::new(Turns {
+                free: slots,
+                ..Turns::default()
+            }),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Turns> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Slots free now.
+    pub fn free(&self) -> usize {
+        self.lock().free
+    }
+
+    /// Waits for a slot for an invocation of `job`.
+    pub async fn acquire(self: &Arc<Self>, job: &str) -> Slot {
+        let waiting = {
+            let mut turns = self.lock();
+            if turns.free > 0 && turns.order.is_empty() {
+                turns.free -= 1;
+                return Slot {
+                    slots: self.clone(),
+                };
+            }
+            let (tx, rx) = tokio::sync::oneshot::channel();
+            let queue = turns.waiting.entry(job.to_string()).or_default();
+            if queue.is_empty() {
+                turns.order.push_back(job.to_string());
+            }
+            turns
+                .waiting
+                .entry(job.to_string())
+                .or_default()
+                .push_back(tx);
+            rx
+        };
+        match waiting.await {
+            Ok(slot) => slot,
+            // The sender is only dropped with the slots themselves: wait forever.
+            Err(_) => std::future::pending().await,
+        }
+    }
+
+    /// Hands a released slot to the next job in turn, or frees it.
+    fn release(self: &Arc<Self>) {
+        let mut turns = self.lock();
+        let mut slot = Slot {
+            slots: self.clone(),
+        };
+        while let Some(job) = turns.order.pop_front() {
+            let Some(queue) = turns.waiting.get_mut(&job) else {
+                continue;
+            };
+            let mut handed = false;
+            while let Some(tx) = queue.pop_front() {
+                match tx.send(slot) {
+                    Ok(()) => {
+                        handed = true;
+                        // A placeholder: the loop ends here.
+                        slot = Slot {
+                            slots: self.clone(),
+                        };
+                        break;
+                    }
+                    // That invocation stopped waiting: the next one.
+                    Err(back) => slot = back,
+                }
+            }
+            if queue.is_empty() {
+                turns.waiting.remove(&job);
+            } else {
+                turns.order.push_back(job);
+            }
+            if handed {
+                // The placeholder is not a slot.
+                std::mem::forget(slot);
+                return;
+            }
+        }
+        turns.free += 1;
+        std::mem::forget(slot);
+    }
+}
+
 /// [`Invoker`] on tokio with `slots` concurrent task invocations and at most `max_queue`
 /// invocations waiting for one; scheduler and dispatcher invocations on its
 /// [`ControlPlane`].
@@ -112,7 +232,7 @@ pub struct LocalInvoker {
     /// The runtime tasks run on (the one the invoker was made on).
     work: Option<Handle>,
     control: ControlPlane,
-    slots: Arc<Semaphore>,
+    slots: Arc<FairSlots>,
     slot_count: usize,
     max_queue: usize,
     tasks: Arc<Mutex<HashMap<TaskSpec, Presence>>>,
@@ -122,7 +242,7 @@ pub struct LocalInvoker {
 impl std::fmt::Debug for LocalInvoker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("LocalInvoker")
-            .field("free_slots", &self.slots.available_permits())
+            .field("free_slots", &self.slots.free())
             .field("waiting", &self.waiting())
             .finish()
     }
@@ -163,7 +283,7 @@ impl LocalInvoker {
         Ok(Self {
             work: Handle::try_current().ok(),
             control: ControlPlane::start()?,
-            slots: Arc::new(Semaphore::new(slots)),
+            slots: FairSlots::new(slots),
             slot_count: slots,
             max_queue: max_queue.max(1),
             tasks: Arc::new(Mutex::new(HashMap::new())),
@@ -209,6 +329,11 @@ impl LocalInvoker {
         self.tasks.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Most invocations of one job that may wait for a slot: a quarter of the queue.
+    fn job_share(&self) -> usize {
+        (self.max_queue / 4).max(1)
+    }
+
     /// Invocations waiting for a slot.
     pub fn waiting(&self) -> usize {
         self.lock().values().map(|p| p.queued as usize).sum()
@@ -230,6 +355,18 @@ impl Invoker for LocalInvoker {
                     self.slot_count
                 )));
             }
+            let of_job: usize = tasks
+                .iter()
+                .filter(|(t, _)| t.job_id == task.job_id)
+                .map(|(_, p)| p.queued as usize)
+                .sum();
+            if of_job >= self.job_share() {
+                return Err(Error::invoke_throttled(format!(
+                    "query {} already has {of_job} tasks waiting for a function slot, its \
+                     share of the queue",
+                    task.job_id
+                )));
+            }
             tasks.entry(task.clone()).or_default().queued += 1;
         }
         let slots = self.slots.clone();
@@ -242,9 +379,7 @@ impl Invoker for LocalInvoker {
                 task: task.clone(),
                 running: false,
             };
-            let Ok(_slot) = slots.acquire_owned().await else {
-                return;
-            };
+            let _slot = slots.acquire(&task.job_id).await;
             {
                 let mut map = tasks.lock().unwrap_or_else(|p| p.into_inner());
                 let p = map.entry(task.clone()).or_default();
@@ -301,7 +436,7 @@ impl Invoker for LocalInvoker {
     }
 
     fn saturated(&self) -> Option<Duration> {
-        (self.waiting() >= self.max_queue.div_ceil(2)).then_some(Duration::from_secs(2))
+        (self.waiting() >= self.max_queue * 3 / 4).then_some(Duration::from_secs(2))
     }
 }
 
@@ -335,10 +470,17 @@ mod tests {
         }
     }
 
+    fn task_of(job: &str, p: u32) -> TaskSpec {
+        TaskSpec {
+            job_id: job.into(),
+            ..task(p)
+        }
+    }
+
     #[tokio::test]
     async fn the_queue_is_bounded_and_tracks_each_invocation() {
         let target: Arc<dyn LocalTarget> = Arc::new(Slow);
-        let invoker = LocalInvoker::new(1, 2).unwrap();
+        let invoker = LocalInvoker::new(1, 8).unwrap();
         invoker.bind(Arc::downgrade(&target));
         for p in 0..3 {
             invoker.run_task(&task(p).into()).await.unwrap();
@@ -351,14 +493,86 @@ mod tests {
         ));
         assert_eq!(invoker.state(&task(1)), InvocationState::Queued);
         assert_eq!(invoker.waiting(), 2);
-        assert!(invoker.saturated().is_some());
+        // One query may hold a quarter of the queue (2 of 8).
         let refused = invoker.run_task(&task(3).into()).await.unwrap_err();
-        assert!(refused.is_retryable(), "a full queue throttles: {refused}");
+        assert!(
+            refused.is_retryable(),
+            "its share is full: throttled: {refused}"
+        );
+        assert!(refused.to_string().contains("share"), "{refused}");
+        assert!(
+            invoker.saturated().is_none(),
+            "one query never saturates the engine"
+        );
+        for (job, p) in [("k", 0), ("k", 1), ("l", 0), ("l", 1)] {
+            invoker.run_task(&task_of(job, p).into()).await.unwrap();
+        }
+        assert_eq!(invoker.waiting(), 6);
+        assert!(invoker.saturated().is_some(), "three quarters of the queue");
+        invoker.run_task(&task_of("m", 0).into()).await.unwrap();
+        invoker.run_task(&task_of("m", 1).into()).await.unwrap();
+        let refused = invoker.run_task(&task_of("n", 0).into()).await.unwrap_err();
         assert!(refused.to_string().contains("queue is full"), "{refused}");
-        tokio::time::sleep(Duration::from_millis(1000)).await;
+        tokio::time::sleep(Duration::from_millis(3500)).await;
         assert_eq!(invoker.state(&task(0)), InvocationState::Unknown, "done");
         assert_eq!(invoker.waiting(), 0);
         assert!(invoker.saturated().is_none());
+    }
+
+    /// Records the order tasks start in.
+    struct Order(Arc<Mutex<Vec<String>>>);
+
+    impl LocalTarget for Order {
+        fn run_task(&self, task: TaskInvocation) -> BoxFuture<'static, ()> {
+            let order = self.0.clone();
+            async move {
+                order
+                    .lock()
+                    .unwrap()
+                    .push(format!("{}{}", task.task.job_id, task.task.partition));
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            .boxed()
+        }
+        fn dispatch(&self, _range: DispatchRange) -> BoxFuture<'static, ()> {
+            async {}.boxed()
+        }
+        fn wake_scheduler(&self, _job_id: String) -> BoxFuture<'static, ()> {
+            async {}.boxed()
+        }
+        fn task_lost(&self, _task: TaskSpec, _error: String) -> BoxFuture<'static, ()> {
+            async {}.boxed()
+        }
+    }
+
+    #[tokio::test]
+    async fn slots_go_to_waiting_queries_in_turn() {
+        let order = Arc::new(Mutex::new(Vec::new()));
+        let target: Arc<dyn LocalTarget> = Arc::new(Order(order.clone()));
+        let invoker = LocalInvoker::new(1, 1000).unwrap();
+        invoker.bind(Arc::downgrade(&target));
+        // A big query queues first, then two small ones.
+        for p in 0..20 {
+            invoker.run_task(&task_of("a", p).into()).await.unwrap();
+        }
+        tokio::task::yield_now().await;
+        for p in 0..2 {
+            invoker.run_task(&task_of("b", p).into()).await.unwrap();
+            invoker.run_task(&task_of("c", p).into()).await.unwrap();
+        }
+        while invoker.waiting() > 0 || order.lock().unwrap().len() < 24 {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let order = order.lock().unwrap().clone();
+        let position = |name: &str| order.iter().position(|o| o == name).unwrap();
+        // The small queries finish within the first turns, not after the big one's 20.
+        assert!(position("b1") < 8 && position("c1") < 8, "{order:?}");
+        assert_eq!(order.iter().filter(|o| o.starts_with('a')).count(), 20);
+        let a: Vec<&String> = order.iter().filter(|o| o.starts_with('a')).collect();
+        assert!(
+            a.windows(2).all(|w| w[0] < w[1] || w[0].len() < w[1].len()),
+            "a's in order: {a:?}"
+        );
     }
 
     /// Tasks that hold every thread of their runtime (never yielding) until a dispatcher
@@ -404,7 +618,7 @@ mod tests {
             dispatched: Default::default(),
             told,
         });
-        let invoker = LocalInvoker::new(4, 8).unwrap();
+        let invoker = LocalInvoker::new(4, 64).unwrap();
         invoker.bind(Arc::downgrade(&target));
         for p in 0..4 {
             invoker.run_task(&task(p).into()).await.unwrap();
