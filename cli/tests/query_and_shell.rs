@@ -12,6 +12,8 @@ fn lambdafusion(dir: &Path) -> Command {
         .current_dir(dir)
         .env("RUST_LOG", "off")
         .env("HOME", dir)
+        // The working directory is readable only when named.
+        .env("LAMBDAFUSION_ALLOW_PATHS", dir)
         .env_remove("LAMBDAFUSION_ENDPOINT")
         .env_remove("LAMBDAFUSION_DATA_DIR");
     command

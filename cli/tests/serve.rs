@@ -76,7 +76,10 @@ async fn with_a_token_every_request_must_carry_it() {
     let dir = tempfile::tempdir().unwrap();
     let port = free_port();
     let bind = format!("127.0.0.1:{port}");
-    let _server = serve(dir.path(), &["--bind", &bind, "--token", "t0ken"]);
+    let _server = serve(
+        dir.path(),
+        &["--bind", &bind, "--token", "t0ken-of-sixteen-chars"],
+    );
     let http = reqwest::Client::new();
     let url = format!("http://{bind}/v1/tables");
     let status = http.get(&url).send().await.unwrap().status();
@@ -91,7 +94,7 @@ async fn with_a_token_every_request_must_carry_it() {
     assert_eq!(status, 401);
     let status = http
         .get(&url)
-        .bearer_auth("t0ken")
+        .bearer_auth("t0ken-of-sixteen-chars")
         .send()
         .await
         .unwrap()
@@ -136,7 +139,10 @@ async fn a_table_on_etc_hostname_is_a_400_and_nothing_is_stored() {
 async fn the_console_command_forwards_the_api_with_its_own_credentials() {
     let dir = tempfile::tempdir().unwrap();
     let bind = format!("127.0.0.1:{}", free_port());
-    let _server = serve(dir.path(), &["--bind", &bind, "--token", "endpoint-secret"]);
+    let _server = serve(
+        dir.path(),
+        &["--bind", &bind, "--token", "endpoint-secret-0123"],
+    );
     let refused = lambdafusion()
         .args(["console", "--endpoint", "http://x", "--bind", "0.0.0.0:0"])
         .output()
@@ -153,7 +159,7 @@ async fn the_console_command_forwards_the_api_with_its_own_credentials() {
             "--bind",
             &console_bind,
         ])
-        .env("LAMBDAFUSION_TOKEN", "endpoint-secret")
+        .env("LAMBDAFUSION_TOKEN", "endpoint-secret-0123")
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
@@ -185,7 +191,7 @@ async fn the_console_command_forwards_the_api_with_its_own_credentials() {
     assert_eq!(anonymous.status(), 401, "no session token, no forwarding");
     let wrong = http
         .get(format!("{base}/v1/tables"))
-        .bearer_auth("endpoint-secret")
+        .bearer_auth("endpoint-secret-0123")
         .send()
         .await
         .unwrap();
@@ -230,7 +236,9 @@ async fn the_console_command_forwards_the_api_with_its_own_credentials() {
         .unwrap();
     assert_eq!(rows, serde_json::json!([{"answer": 42}]));
     let missing = http
-        .get(format!("{base}/v1/queries/nope"))
+        .get(format!(
+            "{base}/v1/queries/0123456789abcdef0123456789abcdef"
+        ))
         .bearer_auth(&session)
         .send()
         .await
@@ -241,5 +249,9 @@ async fn the_console_command_forwards_the_api_with_its_own_credentials() {
         "the endpoint's errors come through as they are"
     );
     let body: serde_json::Value = missing.json().await.unwrap();
-    assert!(body["error"]["message"].as_str().unwrap().contains("nope"));
+    let message = body["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("0123456789abcdef0123456789abcdef") && message.contains("not found"),
+        "{message}"
+    );
 }

@@ -254,11 +254,17 @@ def config(args: argparse.Namespace) -> int:
     local = {
         "region": REGION,
         # Who a function URL with AWS_IAM auth accepts (the module's
-        # enable_function_url = true): the stack's dummy credentials, and a second caller
-        # for tests of who sees which query.
+        # enable_function_url = true): the stack's dummy credentials, a second caller for
+        # tests of who sees which query, and sessions of two assumed roles (whose session
+        # names the callers choose) for tests of admin and writer entries.
         "credentials": [
             {"access_key": "test", "secret_key": "test", "arn": "arn:aws:iam::000000000000:user/test"},
             {"access_key": "other", "secret_key": "other", "arn": "arn:aws:iam::000000000000:user/other"},
+            {"access_key": "ops-a", "secret_key": "ops-a", "arn": "arn:aws:sts::000000000000:assumed-role/Ops/a"},
+            {"access_key": "analyst-alice", "secret_key": "analyst-alice",
+             "arn": "arn:aws:sts::000000000000:assumed-role/Analysts/alice"},
+            {"access_key": "analyst-mallory", "secret_key": "analyst-mallory",
+             "arn": "arn:aws:sts::000000000000:assumed-role/Analysts/mallory"},
         ],
         # Lambda's own waits: AWS's by default (async retries after about 1 and 2
         # minutes), or LAMBDA_TIMING=fast (200 / 400 ms) as the tests ask for.

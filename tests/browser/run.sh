@@ -90,7 +90,7 @@ start_server() {
   port="$(free_port)"
   # Small leaf tasks: the test's few-KiB tables still make several tasks per stage.
   (cd "$dir" && exec "$BIN" serve --bind "127.0.0.1:$port" --data-dir "$dir/data" \
-      --bytes-per-task 2048 --slots 4 "$@") >"$WORK/$name.log" 2>&1 &
+      --allow-path "$dir" --bytes-per-task 2048 --slots 4 "$@") >"$WORK/$name.log" 2>&1 &
   PIDS+=("$!")
   wait_http "http://127.0.0.1:$port/health"
   local url="http://127.0.0.1:$port"
@@ -111,7 +111,7 @@ mkdir -p "$OUT"
 rm -f "$OUT/failure.png" "$OUT/console.png"
 start_server main
 MAIN_URL="$URL"
-TOKEN="browser-test-$RANDOM$RANDOM"
+TOKEN="browser-test-$RANDOM$RANDOM-$RANDOM$RANDOM"
 start_server token --token "$TOKEN"
 TOKEN_URL="$URL"
 log "servers up in $((SECONDS - START)) s: $MAIN_URL and (with --token) $TOKEN_URL"

@@ -334,7 +334,18 @@ fn measure_stage_handoff() {
 #[test]
 fn iam_authorized_function_url_and_callers() {
     use lambdafusion_aws::signing::RequestSigner;
-    let stack = Stack::up(&[("TF_VAR_enable_function_url", "true")]);
+    let stack = Stack::up(&[
+        ("TF_VAR_enable_function_url", "true"),
+        // The shuffle bucket is also a data bucket here: its reserved prefix must hold.
+        ("LAMBDAFUSION_DATA_BUCKETS", "lambdafusion"),
+        // Every session of the role Ops, and the one session Analysts/alice, are admins;
+        // only Ops may change the catalog.
+        (
+            "LAMBDAFUSION_ADMIN_PRINCIPALS",
+            "arn:aws:iam::000000000000:role/Ops,arn:aws:sts::000000000000:assumed-role/Analysts/alice",
+        ),
+        ("LAMBDAFUSION_CATALOG_WRITERS", "arn:aws:iam::000000000000:role/Ops"),
+    ]);
     runtime().block_on(async {
         let endpoint = stack.endpoint();
         let signer = |key: &str, secret: &str| {
@@ -381,6 +392,73 @@ fn iam_authorized_function_url_and_callers() {
             owner(mine.id.clone()).await,
             "arn:aws:iam::000000000000:user/other"
         );
+
+        // Admin and writer entries name roles: any session of Ops, whatever name it
+        // chose, is an admin; of Analysts only the listed session, not another one who
+        // may assume the same role.
+        let ops = Client::new(&endpoint).with_signer(signer("ops-a", "ops-a"));
+        let analyst = Client::new(&endpoint).with_signer(signer("analyst-alice", "analyst-alice"));
+        let mallory =
+            Client::new(&endpoint).with_signer(signer("analyst-mallory", "analyst-mallory"));
+        assert_eq!(ops.status(&status.id, Duration::ZERO).await.unwrap().id, status.id);
+        assert_eq!(analyst.status(&status.id, Duration::ZERO).await.unwrap().id, status.id);
+        match mallory.status(&status.id, Duration::ZERO).await {
+            Err(ClientError::Api { status: 404, .. }) => {}
+            other => panic!("another session of the same role is not the listed one: {other:?}"),
+        }
+        let table = "CREATE EXTERNAL TABLE t STORED AS CSV LOCATION 's3://lambdafusion/data/none/'";
+        for caller in [&alice, &analyst, &mallory] {
+            match caller.submit(table).await {
+                Err(ClientError::Api { status: 403, message }) => {
+                    assert!(message.contains("CATALOG_WRITERS"), "{message}")
+                }
+                other => panic!("only Ops may change the catalog: {other:?}"),
+            }
+        }
+        match ops.submit(table).await {
+            Err(ClientError::Api { status, .. }) => assert_ne!(status, 403, "Ops may write"),
+            Ok(_) => {}
+            Err(other) => panic!("{other}"),
+        }
+
+        // Hostile SQL on the AWS path: nothing a caller names becomes an object key, and
+        // the reserved prefix cannot be named in another spelling.
+        let s3 = stack.s3();
+        for sql in [
+            "EXPLAIN ANALYZE COPY (SELECT 1 AS x) TO 's3://lambdafusion/lambdafusion/pwned.csv' STORED AS CSV",
+            "EXPLAIN COPY (SELECT 1 AS x) TO 's3://lambdafusion/lambdafusion/pwned.csv' STORED AS CSV",
+            "COPY (SELECT 1 AS x) TO 's3://lambdafusion/data/pwned.csv' STORED AS CSV",
+        ] {
+            match ops.submit(sql).await {
+                Err(ClientError::Api { status: 400, message }) => {
+                    assert!(message.contains("COPY"), "{sql}: {message}")
+                }
+                other => panic!("{sql} must be refused: {other:?}"),
+            }
+        }
+        for key in ["lambdafusion/pwned.csv", "data/pwned.csv"] {
+            assert!(
+                object_store::ObjectStoreExt::head(&s3, &Path::from(key)).await.is_err(),
+                "{key} was written"
+            );
+        }
+        for location in [
+            "s3://lambdafusion/lambdafusion%2Fjobs/",
+            "s3://lambdafusion/lambdafusion%2fjobs/",
+            "s3://lambdafusion/./lambdafusion/jobs/",
+            "s3://lambdafusion/x/../lambdafusion/jobs/",
+        ] {
+            let sql = format!("CREATE EXTERNAL TABLE spy STORED AS PARQUET LOCATION '{location}'");
+            match ops.submit(&sql).await {
+                Err(ClientError::Api { status: 400, message }) => assert!(
+                    message.contains("shuffle") || message.contains("not a valid"),
+                    "{location}: {message}"
+                ),
+                other => panic!("{location} must be refused: {other:?}"),
+            }
+        }
+        let (after, _) = run(&alice, "SELECT 1 AS still_here").await;
+        assert_eq!(after.state, "succeeded");
 
         // `lambdafusion console` in front of the IAM-auth URL: the page's calls carry only
         // the session token; the console signs them with the user's credentials, which

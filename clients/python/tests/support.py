@@ -71,11 +71,14 @@ class Server:
                 f"127.0.0.1:{self.port}",
                 "--data-dir",
                 str(self.dir / "data"),
+                # The directory it runs in (cities.csv) is readable only when named.
+                "--allow-path",
+                str(self.dir),
                 *args,
-                *(["--token", token] if token else []),
             ],
             cwd=self.dir,
-            env=clean_env(RUST_LOG="warn"),
+            # The token through the environment: a command line is visible in ps.
+            env=clean_env(RUST_LOG="warn", **({"LAMBDAFUSION_TOKEN": token} if token else {})),
             stdout=self.log,
             stderr=subprocess.STDOUT,
         )

@@ -270,7 +270,7 @@ class TokenTest(unittest.TestCase):
 
     @classmethod
     def setUpClass(cls) -> None:
-        cls.token_server = Server(token="s3cret-token")
+        cls.token_server = Server(token="s3cret-token-0123456")
 
     @classmethod
     def tearDownClass(cls) -> None:
@@ -288,11 +288,11 @@ class TokenTest(unittest.TestCase):
         self.assertIn("missing or wrong bearer token", expected)
 
     def test_with_the_token_it_works(self) -> None:
-        con = lambdafusion.connect(self.token_server.url, token="s3cret-token")
+        con = lambdafusion.connect(self.token_server.url, token="s3cret-token-0123456")
         self.assertEqual(con.sql("SELECT 41 + 1 AS answer").to_pydict(), {"answer": [42]})
 
     def test_token_from_the_environment(self) -> None:
-        os.environ["LAMBDAFUSION_TOKEN"] = "s3cret-token"
+        os.environ["LAMBDAFUSION_TOKEN"] = "s3cret-token-0123456"
         try:
             con = lambdafusion.connect(self.token_server.url)
         finally:
