@@ -1,5 +1,7 @@
 //! Helpers for the end-to-end tests: the local AWS stack (started and stopped around a
-//! test), and clients configured for it.
+//! test), clients configured for it, and DataFusion's sqllogictest suite run through
+//! the engine ([`slt`]).
 
+pub mod slt;
 pub mod stack;
 pub mod workload;

@@ -23,6 +23,7 @@
 
 use std::sync::{Arc, Mutex};
 
+use datafusion::arrow::array::RecordBatchOptions;
 use datafusion::arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use datafusion::arrow::compute::kernels::boolean::{not, or};
 use datafusion::arrow::compute::{concat, concat_batches, filter_record_batch};
@@ -449,7 +450,13 @@ impl ExecutionPlan for MarkCombineExec {
                 Some(n) if n < batch.num_rows() => batch.slice(0, n),
                 _ => batch,
             };
-            let batch = RecordBatch::try_new(out_schema, batch.columns().to_vec())?;
+            // Row count given: a projection of no columns (`count(*)` over the join)
+            // still has its rows.
+            let batch = RecordBatch::try_new_with_options(
+                out_schema,
+                batch.columns().to_vec(),
+                &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+            )?;
             timer.done();
             baseline.record_output(batch.num_rows());
             let pieces: Vec<DfResult<RecordBatch>> = (0..batch.num_rows())

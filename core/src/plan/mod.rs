@@ -3,13 +3,15 @@
 //! [`physical_plan`] plans with DataFusion, sizing the plan's parallelism from the bytes
 //! its scans read; [`StageSplitter`] cuts the plan into stages at every exchange; the
 //! stage plans travel as bytes ([`encode_plan`] / [`decode_plan`]: datafusion-proto with
-//! [`LambdaFusionCodec`]). When a stage becomes ready, [`adaptive::decide`] shapes it from
+//! [`crate::shuffle::LambdaFusionCodec`]). When a stage becomes ready, [`adaptive::decide`] shapes it from
 //! what its inputs committed.
 
 pub mod adaptive;
+pub mod encoding;
 pub mod functions;
 mod joins;
 pub mod marks;
+pub mod rules;
 mod stages;
 pub mod switch;
 
@@ -24,9 +26,6 @@ use datafusion::execution::{SessionState, SessionStateBuilder, TaskContext};
 use datafusion::logical_expr::LogicalPlan;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion::prelude::SessionConfig;
-use datafusion_proto::bytes::{
-    physical_plan_from_bytes_with_extension_codec, physical_plan_to_bytes_with_extension_codec,
-};
 use datafusion_proto::protobuf;
 use prost::Message;
 
@@ -34,7 +33,6 @@ pub use adaptive::human_bytes;
 pub use joins::distribute_joins;
 pub use stages::{edge_name, Stage, StageGraph, StageSplitter};
 
-use crate::shuffle::LambdaFusionCodec;
 use crate::state::PlanRecord;
 use crate::{EngineConfig, Error, Result, Services};
 
@@ -84,8 +82,17 @@ pub fn session_state(
         .with_config(session_config(config, target_partitions))
         .with_runtime_env(runtime)
         .with_default_features()
+        .with_optimizer_rule(Arc::new(rules::WindowFilterToCase))
+        .with_analyzer_rule(Arc::new(rules::ScalarSubqueryCardinality))
         .build();
     functions::install(&mut state, config);
+    // Beside the default functions (a task decodes it by name).
+    let _ = datafusion::execution::FunctionRegistry::register_udaf(
+        &mut state,
+        Arc::new(datafusion::logical_expr::AggregateUDF::from(
+            rules::SingleValue::default(),
+        )),
+    );
     state
 }
 
@@ -216,15 +223,12 @@ pub async fn read_stage_plan(
     decode_plan(&read_stage_plan_bytes(services, job_id, stage).await?, ctx)
 }
 
-/// Encodes a stage plan to bytes.
-pub fn encode_plan(plan: Arc<dyn ExecutionPlan>) -> Result<Vec<u8>> {
-    Ok(physical_plan_to_bytes_with_extension_codec(plan, &LambdaFusionCodec)?.to_vec())
-}
+pub use encoding::encode_plan;
 
 /// Decodes a stage plan; `ctx` must resolve every object store the plan reads. A plan
 /// that writes is refused ([`refuse_writes`]), whoever stored it.
 pub fn decode_plan(bytes: &[u8], ctx: &TaskContext) -> Result<Arc<dyn ExecutionPlan>> {
-    let plan = physical_plan_from_bytes_with_extension_codec(bytes, ctx, &LambdaFusionCodec)?;
+    let plan = encoding::decode_plan_unchecked(bytes, ctx)?;
     refuse_writes(&plan)?;
     Ok(plan)
 }

@@ -76,7 +76,7 @@ enum Planned {
     /// A statement the scheduler answered: its rows, to record as a finished job.
     Rows(SchemaRef, Vec<datafusion::arrow::array::RecordBatch>),
     /// Catalog DDL, to run against the store.
-    Catalog(datafusion::execution::SessionState, LogicalPlan),
+    Catalog(Box<datafusion::execution::SessionState>, LogicalPlan),
 }
 
 /// What a sweep found and did.
@@ -210,9 +210,12 @@ impl Scheduler {
     /// catalog reads, bounded by `deadline`), catalog DDL as its plan. Runs on a planning
     /// thread.
     async fn plan(&self, sql: &str, deadline: tokio::time::Instant) -> Result<Planned> {
-        let state = self
+        let mut state = self
             .services
             .session_state(self.config().max_tasks_per_stage);
+        // The statement's start time: what now(), current_date() and their kin fold to
+        // while planning (unset, they stay functions that cannot run in a task).
+        state.mark_start_execution();
         crate::catalog::install(&state, &self.services).await?;
         let dialect = state.config().options().sql_parser.dialect;
         let statement = state
@@ -240,7 +243,7 @@ impl Scheduler {
                     statements::metadata(&self.services, &state, &logical, deadline).await?;
                 Ok(Planned::Rows(schema, rows))
             }
-            Verdict::Catalog => Ok(Planned::Catalog(state, logical)),
+            Verdict::Catalog => Ok(Planned::Catalog(Box::new(state), logical)),
         }
     }
 

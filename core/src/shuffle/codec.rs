@@ -71,6 +71,31 @@ pub struct MarkCombineNode {
     pub fetch: Option<u64>,
 }
 
+/// A window node whose reversed functions datafusion-proto cannot carry
+/// ([`crate::plan::encoding`]): the node as it encodes them turned back, and which to
+/// reverse again.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WindowNode {
+    /// The window node (its input included), encoded.
+    #[prost(bytes = "vec", tag = "1")]
+    pub plan: Vec<u8>,
+    /// Per window function, in order: reversed by DataFusion.
+    #[prost(bool, repeated, tag = "2")]
+    pub reversed: Vec<bool>,
+}
+
+/// An aggregate grouped by empty grouping sets only (`GROUPING SETS (())`), which
+/// datafusion-proto reads back as no grouping at all ([`crate::plan::encoding`]).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct EmptyGroupingSetsNode {
+    /// The aggregate node (its input included), encoded.
+    #[prost(bytes = "vec", tag = "1")]
+    pub plan: Vec<u8>,
+    /// How many empty grouping sets it has.
+    #[prost(uint32, tag = "2")]
+    pub sets: u32,
+}
+
 /// The one extension message: exactly one field is set.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct LambdaFusionNode {
@@ -86,9 +111,23 @@ pub struct LambdaFusionNode {
     /// A combination of per-task marks.
     #[prost(message, optional, tag = "4")]
     pub mark_combine: Option<MarkCombineNode>,
+    /// A window node with reversed functions.
+    #[prost(message, optional, tag = "5")]
+    pub window: Option<WindowNode>,
+    /// An aggregate of empty grouping sets.
+    #[prost(message, optional, tag = "6")]
+    pub empty_grouping_sets: Option<EmptyGroupingSetsNode>,
 }
 
 const MARK_JOIN_TYPES: [JoinType; 3] = [JoinType::LeftSemi, JoinType::LeftAnti, JoinType::LeftMark];
+
+/// Whether `plan` is one of the nodes [`LambdaFusionCodec`] encodes.
+pub fn is_extension(plan: &Arc<dyn ExecutionPlan>) -> bool {
+    plan.downcast_ref::<ShuffleWriterExec>().is_some()
+        || plan.downcast_ref::<ShuffleReaderExec>().is_some()
+        || plan.downcast_ref::<TaskJoinExec>().is_some()
+        || plan.downcast_ref::<MarkCombineExec>().is_some()
+}
 
 /// Extension codec for lambdafusion's execution nodes.
 #[derive(Debug, Default, Clone, Copy)]
@@ -108,6 +147,16 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         let node = LambdaFusionNode::decode(buf).map_err(|e| codec_err(e.to_string()))?;
         let decode_ctx = PhysicalPlanDecodeContext::new(ctx, self);
+        if let Some(window) = &node.window {
+            return crate::plan::encoding::decode_window(window, &decode_ctx, proto_converter);
+        }
+        if let Some(sets) = &node.empty_grouping_sets {
+            return crate::plan::encoding::decode_empty_grouping_sets(
+                sets,
+                &decode_ctx,
+                proto_converter,
+            );
+        }
         if node.task_join.is_some() {
             let [join] = inputs else {
                 return Err(codec_err(format!(

@@ -70,7 +70,11 @@ pub fn compact_views(batch: &RecordBatch) -> Result<RecordBatch> {
             }
         })
         .collect();
-    Ok(RecordBatch::try_new(batch.schema(), columns)?)
+    Ok(RecordBatch::try_new_with_options(
+        batch.schema(),
+        columns,
+        &datafusion::arrow::array::RecordBatchOptions::new().with_row_count(Some(batch.num_rows())),
+    )?)
 }
 
 /// Where one slice's IPC bytes go: memory, and — once the object spills — a local file

@@ -1,0 +1,456 @@
+//! How a stage plan travels to its tasks: datafusion-proto with [`LambdaFusionCodec`] for
+//! our own nodes, and [`Converter`] for what datafusion-proto 55 drops.
+//!
+//! datafusion-proto encodes a window function without two of its fields: whether it
+//! ignores nulls (`lag(x) IGNORE NULLS` came back as `lag(x)`) and whether DataFusion
+//! reversed it to avoid a sort (a reversed `lag` — planned as `lead` evaluated backwards —
+//! came back as a plain `lead`, shifted the other way). The converter encodes such a
+//! window node with its reversed functions turned back (they round-trip exactly: reversing
+//! twice is the identity) and a flag per function, decoding reverses them again; and it
+//! sets the encoded `ignore_nulls` that the decoder already reads. A window aggregate's
+//! `FILTER` has no public accessor at all: it is rewritten before physical planning
+//! ([`super::rules::WindowFilterToCase`]). And an aggregate grouped by empty grouping
+//! sets only (`GROUP BY GROUPING SETS (())`, one row even over no input) came back with
+//! no grouping at all — its partial stage then wrote no row: the converter carries the
+//! number of sets. `tests` below round-trips every operator the engine plans and runs
+//! both plans.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::Schema;
+use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::window::{
+    PlainAggregateWindowExpr, SlidingAggregateWindowExpr, StandardWindowExpr, WindowExpr,
+};
+use datafusion::physical_plan::windows::{BoundedWindowAggExec, WindowAggExec, WindowUDFExpr};
+use datafusion::physical_plan::{ExecutionPlan, PhysicalExpr};
+use datafusion_proto::bytes::{
+    physical_plan_from_bytes_with_proto_converter, physical_plan_to_bytes_with_proto_converter,
+};
+use datafusion_proto::physical_plan::from_proto::parse_physical_expr_with_converter;
+use datafusion_proto::physical_plan::to_proto::serialize_physical_expr_with_converter;
+use datafusion_proto::physical_plan::{
+    PhysicalExtensionCodec, PhysicalPlanDecodeContext, PhysicalPlanNodeExt,
+    PhysicalProtoConverterExtension,
+};
+use datafusion_proto::protobuf::{self, physical_plan_node::PhysicalPlanType};
+use prost::Message;
+
+use datafusion::physical_plan::aggregates::{AggregateExec, PhysicalGroupBy};
+
+use crate::shuffle::codec::{EmptyGroupingSetsNode, LambdaFusionNode, WindowNode};
+use crate::shuffle::LambdaFusionCodec;
+use crate::Result;
+
+/// Encodes a stage plan to bytes.
+pub fn encode_plan(plan: Arc<dyn ExecutionPlan>) -> Result<Vec<u8>> {
+    Ok(physical_plan_to_bytes_with_proto_converter(plan, &LambdaFusionCodec, &Converter)?.to_vec())
+}
+
+/// Decodes a stage plan; `ctx` must resolve every object store the plan reads.
+pub fn decode_plan_unchecked(bytes: &[u8], ctx: &TaskContext) -> Result<Arc<dyn ExecutionPlan>> {
+    Ok(physical_plan_from_bytes_with_proto_converter(
+        bytes,
+        ctx,
+        &LambdaFusionCodec,
+        &Converter,
+    )?)
+}
+
+/// datafusion-proto's conversion, with the window fields it drops carried along.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Converter;
+
+/// What a window function carries beyond its encoding.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+struct WindowFlags {
+    /// DataFusion reversed it (evaluates it backwards over a reversed order).
+    reversed: bool,
+    /// `IGNORE NULLS`.
+    ignore_nulls: bool,
+}
+
+/// A window node's functions and how to build it again with others.
+struct WindowNodeParts {
+    exprs: Vec<Arc<dyn WindowExpr>>,
+    rebuild: Box<dyn Fn(Vec<Arc<dyn WindowExpr>>) -> DfResult<Arc<dyn ExecutionPlan>>>,
+}
+
+fn window_parts(plan: &Arc<dyn ExecutionPlan>) -> Option<WindowNodeParts> {
+    if let Some(w) = plan.downcast_ref::<WindowAggExec>() {
+        let input = w.input().clone();
+        let can_repartition = !w.partition_keys().is_empty();
+        return Some(WindowNodeParts {
+            exprs: w.window_expr().to_vec(),
+            rebuild: Box::new(move |exprs| {
+                Ok(Arc::new(WindowAggExec::try_new(
+                    exprs,
+                    input.clone(),
+                    can_repartition,
+                )?) as Arc<dyn ExecutionPlan>)
+            }),
+        });
+    }
+    if let Some(w) = plan.downcast_ref::<BoundedWindowAggExec>() {
+        let input = w.input().clone();
+        let mode = w.input_order_mode.clone();
+        let can_repartition = !w.partition_keys().is_empty();
+        return Some(WindowNodeParts {
+            exprs: w.window_expr().to_vec(),
+            rebuild: Box::new(move |exprs| {
+                Ok(Arc::new(BoundedWindowAggExec::try_new(
+                    exprs,
+                    input.clone(),
+                    mode.clone(),
+                    can_repartition,
+                )?) as Arc<dyn ExecutionPlan>)
+            }),
+        });
+    }
+    None
+}
+
+/// The value of the last `field: value` of a `Debug` rendering (the struct's own field:
+/// `WindowUDFExpr` derives `Debug` and lists `is_reversed` and `ignore_nulls` last,
+/// after its function and arguments). The fields have no accessor in DataFusion 55.
+fn debug_flag(debug: &str, field: &str) -> bool {
+    debug
+        .rfind(&format!("{field}: "))
+        .map(|i| debug[i + field.len() + 2..].starts_with("true"))
+        .unwrap_or(false)
+}
+
+fn flags(expr: &Arc<dyn WindowExpr>) -> WindowFlags {
+    if let Some(standard) = expr.as_any().downcast_ref::<StandardWindowExpr>() {
+        if let Some(udf) = standard
+            .get_standard_func_expr()
+            .as_any()
+            .downcast_ref::<WindowUDFExpr>()
+        {
+            let debug = format!("{udf:?}");
+            return WindowFlags {
+                reversed: debug_flag(&debug, "is_reversed"),
+                ignore_nulls: debug_flag(&debug, "ignore_nulls"),
+            };
+        }
+    }
+    let aggregate = if let Some(a) = expr.as_any().downcast_ref::<PlainAggregateWindowExpr>() {
+        Some(a.get_aggregate_expr())
+    } else {
+        expr.as_any()
+            .downcast_ref::<SlidingAggregateWindowExpr>()
+            .map(|a| a.get_aggregate_expr())
+    };
+    WindowFlags {
+        // An aggregate's IGNORE NULLS is encoded; its reversal is not.
+        reversed: aggregate.is_some_and(|a| a.is_reversed()),
+        ignore_nulls: false,
+    }
+}
+
+impl Converter {
+    /// Encodes a window node whose functions carry flags datafusion-proto drops.
+    fn encode_window(
+        &self,
+        parts: WindowNodeParts,
+        flags: &[WindowFlags],
+        codec: &dyn PhysicalExtensionCodec,
+    ) -> DfResult<protobuf::PhysicalPlanNode> {
+        let unreversed = parts
+            .exprs
+            .iter()
+            .zip(flags)
+            .map(|(e, f)| {
+                if f.reversed {
+                    e.get_reverse_expr().ok_or_else(|| {
+                        DataFusionError::NotImplemented(format!(
+                            "window function {} is reversed and cannot be turned back",
+                            e.name()
+                        ))
+                    })
+                } else {
+                    Ok(e.clone())
+                }
+            })
+            .collect::<DfResult<Vec<_>>>()?;
+        let plan = (parts.rebuild)(unreversed)?;
+        let mut node =
+            protobuf::PhysicalPlanNode::try_from_physical_plan_with_converter(plan, codec, self)?;
+        if let Some(PhysicalPlanType::Window(window)) = node.physical_plan_type.as_mut() {
+            for (expr, f) in window.window_expr.iter_mut().zip(flags) {
+                expr.ignore_nulls |= f.ignore_nulls;
+            }
+        }
+        if flags.iter().all(|f| !f.reversed) {
+            return Ok(node);
+        }
+        Ok(extension(LambdaFusionNode {
+            window: Some(WindowNode {
+                plan: node.encode_to_vec(),
+                reversed: flags.iter().map(|f| f.reversed).collect(),
+            }),
+            ..Default::default()
+        }))
+    }
+}
+
+/// Decodes a window node encoded by [`Converter::encode_window`]: the node, then its
+/// reversed functions reversed again.
+pub(crate) fn decode_window(
+    node: &WindowNode,
+    ctx: &PhysicalPlanDecodeContext<'_>,
+    converter: &dyn PhysicalProtoConverterExtension,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let proto = protobuf::PhysicalPlanNode::decode(node.plan.as_slice())
+        .map_err(|e| DataFusionError::Internal(format!("window node: {e}")))?;
+    let plan = converter.proto_to_execution_plan(&proto, ctx)?;
+    let parts = window_parts(&plan).ok_or_else(|| {
+        DataFusionError::Internal(format!("a window node decoded as {}", plan.name()))
+    })?;
+    if parts.exprs.len() != node.reversed.len() {
+        return Err(DataFusionError::Internal(format!(
+            "a window node of {} functions with {} flags",
+            parts.exprs.len(),
+            node.reversed.len()
+        )));
+    }
+    let exprs = parts
+        .exprs
+        .iter()
+        .zip(&node.reversed)
+        .map(|(e, reversed)| {
+            if *reversed {
+                e.get_reverse_expr().ok_or_else(|| {
+                    DataFusionError::Internal(format!(
+                        "window function {} lost its reversal",
+                        e.name()
+                    ))
+                })
+            } else {
+                Ok(e.clone())
+            }
+        })
+        .collect::<DfResult<Vec<_>>>()?;
+    (parts.rebuild)(exprs)
+}
+
+/// The extension node that carries `message` (no inputs: its plan holds them).
+fn extension(message: LambdaFusionNode) -> protobuf::PhysicalPlanNode {
+    protobuf::PhysicalPlanNode {
+        physical_plan_type: Some(PhysicalPlanType::Extension(
+            protobuf::PhysicalExtensionNode {
+                node: message.encode_to_vec(),
+                inputs: vec![],
+            },
+        )),
+    }
+}
+
+/// How many empty grouping sets `plan` aggregates by, when it is an aggregate grouped
+/// by nothing but those.
+fn empty_grouping_sets(plan: &Arc<dyn ExecutionPlan>) -> Option<usize> {
+    let aggregate = plan.downcast_ref::<AggregateExec>()?;
+    let group_by = aggregate.group_expr();
+    (group_by.expr().is_empty() && !group_by.groups().is_empty()).then(|| group_by.groups().len())
+}
+
+/// Decodes an aggregate encoded with its empty grouping sets carried aside.
+pub(crate) fn decode_empty_grouping_sets(
+    node: &EmptyGroupingSetsNode,
+    ctx: &PhysicalPlanDecodeContext<'_>,
+    converter: &dyn PhysicalProtoConverterExtension,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let proto = protobuf::PhysicalPlanNode::decode(node.plan.as_slice())
+        .map_err(|e| DataFusionError::Internal(format!("aggregate node: {e}")))?;
+    let plan = converter.proto_to_execution_plan(&proto, ctx)?;
+    let aggregate = plan.downcast_ref::<AggregateExec>().ok_or_else(|| {
+        DataFusionError::Internal(format!("an aggregate node decoded as {}", plan.name()))
+    })?;
+    let group_by = PhysicalGroupBy::new(
+        vec![],
+        vec![],
+        vec![vec![]; node.sets as usize],
+        aggregate.group_expr().has_grouping_set(),
+    );
+    let rebuilt = AggregateExec::try_new(
+        *aggregate.mode(),
+        group_by,
+        aggregate.aggr_expr().to_vec(),
+        aggregate.filter_expr().to_vec(),
+        aggregate.input().clone(),
+        aggregate.input_schema(),
+    )?
+    .with_limit_options(aggregate.limit_options());
+    Ok(Arc::new(rebuilt))
+}
+
+impl PhysicalProtoConverterExtension for Converter {
+    fn proto_to_execution_plan(
+        &self,
+        proto: &protobuf::PhysicalPlanNode,
+        ctx: &PhysicalPlanDecodeContext<'_>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        proto.try_into_physical_plan_with_context(ctx, self)
+    }
+
+    fn execution_plan_to_proto(
+        &self,
+        plan: &Arc<dyn ExecutionPlan>,
+        codec: &dyn PhysicalExtensionCodec,
+    ) -> DfResult<protobuf::PhysicalPlanNode> {
+        if let Some(parts) = window_parts(plan) {
+            let flags: Vec<WindowFlags> = parts.exprs.iter().map(flags).collect();
+            if flags.iter().any(|f| *f != WindowFlags::default()) {
+                return self.encode_window(parts, &flags, codec);
+            }
+        }
+        if crate::shuffle::codec::is_extension(plan) {
+            // As datafusion-proto encodes extension nodes, but with their inputs through
+            // this converter (its own encodes them past it, so a window or aggregate right
+            // under a shuffle writer lost what the converter carries).
+            let mut node = Vec::new();
+            codec.try_encode(Arc::clone(plan), &mut node, self)?;
+            let inputs = plan
+                .children()
+                .into_iter()
+                .map(|child| self.execution_plan_to_proto(child, codec))
+                .collect::<DfResult<Vec<_>>>()?;
+            return Ok(protobuf::PhysicalPlanNode {
+                physical_plan_type: Some(PhysicalPlanType::Extension(
+                    protobuf::PhysicalExtensionNode { node, inputs },
+                )),
+            });
+        }
+        if let Some(sets) = empty_grouping_sets(plan) {
+            let node = protobuf::PhysicalPlanNode::try_from_physical_plan_with_converter(
+                Arc::clone(plan),
+                codec,
+                self,
+            )?;
+            return Ok(extension(LambdaFusionNode {
+                empty_grouping_sets: Some(EmptyGroupingSetsNode {
+                    plan: node.encode_to_vec(),
+                    sets: sets as u32,
+                }),
+                ..Default::default()
+            }));
+        }
+        protobuf::PhysicalPlanNode::try_from_physical_plan_with_converter(
+            Arc::clone(plan),
+            codec,
+            self,
+        )
+    }
+
+    fn proto_to_physical_expr(
+        &self,
+        proto: &protobuf::PhysicalExprNode,
+        input_schema: &Schema,
+        ctx: &PhysicalPlanDecodeContext<'_>,
+    ) -> DfResult<Arc<dyn PhysicalExpr>> {
+        parse_physical_expr_with_converter(proto, input_schema, ctx, self)
+    }
+
+    fn physical_expr_to_proto(
+        &self,
+        expr: &Arc<dyn PhysicalExpr>,
+        codec: &dyn PhysicalExtensionCodec,
+    ) -> DfResult<protobuf::PhysicalExprNode> {
+        serialize_physical_expr_with_converter(expr, codec, self)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::physical_plan::{collect, displayable};
+    use datafusion::prelude::SessionContext;
+
+    #[test]
+    fn the_last_debug_field_is_read() {
+        let d = "WindowUDFExpr { fun: X { is_reversed: false }, name: \"lag\", is_reversed: true, ignore_nulls: false }";
+        assert!(debug_flag(d, "is_reversed"));
+        assert!(!debug_flag(d, "ignore_nulls"));
+        assert!(!debug_flag("nothing", "is_reversed"));
+    }
+
+    /// Every operator the engine plans, round-tripped: the decoded plan displays as the
+    /// planned one (with its window functions' flags) and runs to the same rows.
+    #[tokio::test]
+    async fn plans_round_trip_field_by_field_and_run_alike() {
+        let ctx = SessionContext::new_with_config(
+            datafusion::prelude::SessionConfig::new().with_target_partitions(2),
+        );
+        ctx.sql(
+            "CREATE TABLE t (k INT, x INT, s VARCHAR) AS VALUES \
+             (1, 10, 'a'), (1, NULL, 'b'), (2, 30, NULL), (2, NULL, 'd'), (3, 50, 'e'), \
+             (3, 60, 'f'), (1, 70, 'g'), (2, 80, 'h')",
+        )
+        .await
+        .unwrap();
+        let queries = [
+            "SELECT k, x, lag(x) IGNORE NULLS OVER (ORDER BY x, s) FROM t",
+            "SELECT k, x, lead(x) IGNORE NULLS OVER (PARTITION BY k ORDER BY s) FROM t",
+            "SELECT k, first_value(x) IGNORE NULLS OVER (PARTITION BY k ORDER BY s), \
+             last_value(x) IGNORE NULLS OVER (PARTITION BY k ORDER BY s \
+             ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING), \
+             nth_value(x, 2) IGNORE NULLS OVER (PARTITION BY k ORDER BY s \
+             ROWS BETWEEN UNBOUNDED PRECEDING AND UNBOUNDED FOLLOWING) FROM t",
+            // One ascending, one descending: DataFusion reverses one of them.
+            "SELECT x, LAG(x) OVER (ORDER BY x ASC), LEAD(x) OVER (ORDER BY x DESC) FROM t",
+            "SELECT s, first_value(s) OVER (ORDER BY s DESC), last_value(s) OVER (ORDER BY s) \
+             FROM t",
+            "SELECT k, sum(x) OVER (ORDER BY k ROWS BETWEEN 1 PRECEDING AND CURRENT ROW), \
+             sum(x) OVER (ORDER BY k DESC ROWS BETWEEN 1 PRECEDING AND CURRENT ROW) FROM t",
+            "SELECT k, row_number() OVER (PARTITION BY k ORDER BY x), rank() OVER (ORDER BY k) \
+             FROM t",
+            "SELECT k, count(x), sum(x) FILTER (WHERE x > 20), array_agg(s ORDER BY s) \
+             FROM t GROUP BY k",
+            "SELECT k, x FROM t WHERE x IN (SELECT x FROM t WHERE k = 2) ORDER BY x LIMIT 3",
+            "SELECT a.k, b.s FROM t a JOIN t b ON a.k = b.k AND a.x < b.x",
+            "SELECT k FROM t UNION ALL SELECT k + 1 FROM t",
+            "SELECT k, x FROM t EXCEPT SELECT k, x FROM t WHERE k = 1",
+            "SELECT * FROM t a LEFT JOIN t b ON a.x = b.x WHERE b.k IS NULL",
+            "SELECT count(*), sum(x) FROM t GROUP BY GROUPING SETS (())",
+            "SELECT k, count(*) FROM t GROUP BY GROUPING SETS ((k), ())",
+            "SELECT k, s, count(*) FROM t GROUP BY CUBE (k, s)",
+        ];
+        for sql in queries {
+            let df = ctx.sql(sql).await.unwrap();
+            let planned = df.create_physical_plan().await.unwrap();
+            // As a stage plan: under a shuffle writer, whose input the converter encodes.
+            let plan: Arc<dyn ExecutionPlan> =
+                Arc::new(crate::shuffle::ShuffleWriterExec::try_new(0, planned, None).unwrap());
+            let bytes = encode_plan(plan.clone()).unwrap();
+            let decoded = decode_plan_unchecked(&bytes, &ctx.task_ctx()).unwrap();
+            let shown =
+                |p: &Arc<dyn ExecutionPlan>| displayable(p.as_ref()).indent(true).to_string();
+            assert_eq!(shown(&plan), shown(&decoded), "{sql}");
+            let debug_windows = |p: &Arc<dyn ExecutionPlan>| {
+                let mut out = Vec::new();
+                let _ = datafusion::common::tree_node::TreeNode::apply(p, |node| {
+                    if let Some(parts) = window_parts(node) {
+                        out.extend(parts.exprs.iter().map(|e| format!("{:?}", flags(e))));
+                    }
+                    Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+                });
+                out
+            };
+            assert_eq!(debug_windows(&plan), debug_windows(&decoded), "{sql}");
+            let sorted = |batches: Vec<datafusion::arrow::array::RecordBatch>| {
+                let text = datafusion::arrow::util::pretty::pretty_format_batches(&batches)
+                    .unwrap()
+                    .to_string();
+                let mut lines: Vec<String> = text.lines().map(str::to_string).collect();
+                lines.sort();
+                lines
+            };
+            // The writer runs only in the executor: run what it writes.
+            let input = |p: &Arc<dyn ExecutionPlan>| p.children()[0].clone();
+            let expected = sorted(collect(input(&plan), ctx.task_ctx()).await.unwrap());
+            let actual = sorted(collect(input(&decoded), ctx.task_ctx()).await.unwrap());
+            assert_eq!(expected, actual, "{sql}");
+        }
+    }
+}
