@@ -22,7 +22,8 @@ pub struct BenchOptions {
     pub data: PathBuf,
     /// Queries to run (1..=22).
     pub queries: Vec<usize>,
-    /// Runs per query and engine; the fastest counts.
+    /// Measured runs per query and engine (after one warm-up run each), their order
+    /// alternating: DataFusion first in even runs, lambdafusion first in odd ones.
     pub iterations: usize,
     /// Engine settings for lambdafusion.
     pub config: EngineConfig,
@@ -42,9 +43,15 @@ pub struct BenchOptions {
 pub struct BenchRow {
     /// Query number.
     pub query: usize,
-    /// Fastest DataFusion run.
+    /// DataFusion's runs.
+    pub datafusion_runs: Vec<Duration>,
+    /// lambdafusion's runs, as the client saw them (submit to rows read).
+    pub lambdafusion_runs: Vec<Duration>,
+    /// lambdafusion's runs as the job recorded them (submission to its end).
+    pub job_runs: Vec<Duration>,
+    /// Median DataFusion run.
     pub datafusion: Duration,
-    /// Fastest lambdafusion run.
+    /// Median lambdafusion run (as the client saw it).
     pub lambdafusion: Duration,
     /// Fastest lambdafusion run with adaptive stages off, when compared.
     pub planned: Option<Duration>,
@@ -111,7 +118,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
     }
     // Table locations are checked against absolute paths.
     let dir = std::fs::canonicalize(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-    let baseline = SessionContext::new();
+    let baseline = baseline_context(options);
     tpch::register_baseline(&baseline, &dir)
         .await
         .map_err(|e| e.to_string())?;
@@ -124,74 +131,92 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
     let mut rows = Vec::new();
     for &q in &options.queries {
         let sql = tpch::query(q);
-        let mut best_df = Duration::MAX;
-        let mut expected = Vec::new();
-        reset_peak_rss();
-        for _ in 0..options.iterations.max(1) {
+        let run_datafusion = || async {
             let started = Instant::now();
             let df = baseline
                 .sql(sql)
                 .await
                 .map_err(|e| format!("q{q} on DataFusion: {e}"))?;
-            expected = df
+            let batches = df
                 .collect()
                 .await
                 .map_err(|e| format!("q{q} on DataFusion: {e}"))?;
-            best_df = best_df.min(started.elapsed());
-        }
-        let datafusion_peak_rss = peak_rss();
-        // The engine's window starts at the resident set DataFusion's run left behind
-        // (what the allocator keeps mapped counts in the engine's figure: it errs high).
-        let mut best_lf = Duration::MAX;
-        let mut last = None;
-        let mut profile = None;
-        reset_peak_rss();
-        for _ in 0..options.iterations.max(1) {
+            Ok::<_, String>((started.elapsed(), batches))
+        };
+        let run_engine = || async {
             let cpu_before = crate::model::process_cpu_ms();
             let started = Instant::now();
             let (out, submit) = run_query(&engine, sql)
                 .await
                 .map_err(|e| format!("q{q} on lambdafusion: {e}"))?;
-            best_lf = best_lf.min(started.elapsed());
-            if options.model {
-                let cpu = crate::model::process_cpu_ms()
-                    .zip(cpu_before)
-                    .map(|(after, before)| after - before);
-                let snapshot = engine
-                    .services()
-                    .store
-                    .load_job(&out.status.id)
-                    .await
-                    .map_err(|e| e.to_string())?
-                    .ok_or_else(|| format!("q{q}: the job's records are gone"))?;
-                profile = Some(crate::model::profile(
-                    &format!("q{q}"),
-                    options.sf,
-                    &snapshot,
-                    &out.status,
-                    submit.as_secs_f64() * 1e3,
-                    cpu,
-                ));
+            let took = started.elapsed();
+            let cpu = crate::model::process_cpu_ms()
+                .zip(cpu_before)
+                .map(|(after, before)| after - before);
+            Ok::<_, String>((took, out, submit, cpu))
+        };
+        // Warm both once (files in the page cache, plans in the executor's cache), then
+        // measure, alternating which runs first.
+        let (_, mut expected) = run_datafusion().await?;
+        run_engine().await?;
+        let (mut df_runs, mut lf_runs, mut job_runs) = (Vec::new(), Vec::new(), Vec::new());
+        let mut last = None;
+        let mut profile = None;
+        let (mut datafusion_peak_rss, mut engine_peak_rss) = (None, None);
+        for i in 0..options.iterations.max(1) {
+            for engine_turn in [i % 2 == 1, i % 2 == 0] {
+                reset_peak_rss();
+                if engine_turn {
+                    let (took, out, submit, cpu) = run_engine().await?;
+                    lf_runs.push(took);
+                    job_runs.push(Duration::from_millis(
+                        out.status.finished_ms.unwrap_or(out.status.created_ms)
+                            - out.status.created_ms,
+                    ));
+                    engine_peak_rss = engine_peak_rss.max(peak_rss());
+                    if options.model {
+                        let snapshot = engine
+                            .services()
+                            .store
+                            .load_job(&out.status.id)
+                            .await
+                            .map_err(|e| e.to_string())?
+                            .ok_or_else(|| format!("q{q}: the job's records are gone"))?;
+                        profile = Some(crate::model::profile(
+                            &format!("q{q}"),
+                            options.sf,
+                            &snapshot,
+                            &out.status,
+                            submit.as_secs_f64() * 1e3,
+                            cpu,
+                        ));
+                    }
+                    last = Some(out);
+                } else {
+                    let (took, batches) = run_datafusion().await?;
+                    df_runs.push(took);
+                    datafusion_peak_rss = datafusion_peak_rss.max(peak_rss());
+                    expected = batches;
+                }
             }
-            last = Some(out);
         }
-        let engine_peak_rss = peak_rss();
         let mut best_planned = None;
         if let Some(planned) = &planned_engine {
+            let mut runs = Vec::new();
             for _ in 0..options.iterations.max(1) {
                 let started = Instant::now();
                 let out = planned
                     .sql(sql)
                     .await
                     .map_err(|e| format!("q{q} on lambdafusion (planned): {e}"))?;
-                let took = started.elapsed();
-                best_planned = Some(best_planned.map_or(took, |b: Duration| b.min(took)));
+                runs.push(started.elapsed());
                 if let Err(e) =
                     lambdafusion::verify::compare(&expected, &out.batches, tpch::is_ordered(q))
                 {
                     return Err(format!("q{q} with adaptive stages off differs: {e}"));
                 }
             }
+            best_planned = Some(median(&runs));
         }
         let out = last.expect("at least one iteration");
         let mismatch =
@@ -199,8 +224,11 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
         let intermediate = &out.status.stages[..out.status.stages.len().saturating_sub(1)];
         let row = BenchRow {
             query: q,
-            datafusion: best_df,
-            lambdafusion: best_lf,
+            datafusion: median(&df_runs),
+            lambdafusion: median(&lf_runs),
+            datafusion_runs: df_runs,
+            lambdafusion_runs: lf_runs,
+            job_runs,
             planned: best_planned,
             coalesced: out
                 .status
@@ -232,9 +260,10 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
             requests: out.status.requests,
         };
         eprintln!(
-            "q{q:<2} datafusion {:>7.1} ms  lambdafusion {:>7.1} ms{}",
+            "q{q:<2} datafusion {:>7.1} ms  lambdafusion {:>7.1} ms (job {:>7.1} ms){}",
             ms(row.datafusion),
             ms(row.lambdafusion),
+            ms(median(&row.job_runs)),
             if row.mismatch.is_some() {
                 "  RESULT MISMATCH"
             } else {
@@ -312,6 +341,43 @@ async fn start_engine(
     Ok(engine)
 }
 
+/// The median of `runs` (the lower of the middle two of an even count).
+pub fn median(runs: &[Duration]) -> Duration {
+    let mut sorted = runs.to_vec();
+    sorted.sort_unstable();
+    sorted
+        .get(sorted.len().saturating_sub(1) / 2)
+        .copied()
+        .unwrap_or_default()
+}
+
+fn fastest(runs: &[Duration]) -> Duration {
+    runs.iter().min().copied().unwrap_or_default()
+}
+
+/// Single-process DataFusion as the benchmark runs it: its default settings (one
+/// partition per core), and the same memory the engine's slots share, spilling past it
+/// to a temporary directory.
+fn baseline_context(options: &BenchOptions) -> SessionContext {
+    let memory = engine_memory(options);
+    let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new()
+        .with_memory_pool(std::sync::Arc::new(
+            datafusion::execution::memory_pool::FairSpillPool::new(memory),
+        ))
+        .build_arc()
+        .expect("a runtime");
+    SessionContext::new_with_config_rt(datafusion::prelude::SessionConfig::new(), runtime)
+}
+
+/// The memory both engines get: `--memory-limit-mb`, or the engine's default (half of
+/// this machine's).
+fn engine_memory(options: &BenchOptions) -> usize {
+    options
+        .memory_limit
+        .or_else(|| lambdafusion::embedded::machine_memory().map(|m| m / 2))
+        .unwrap_or(8 << 30)
+}
+
 /// The `q`-quantile (0..=1) of `values` (nearest rank); `None` when empty.
 pub fn quantile(values: &[u64], q: f64) -> Option<u64> {
     let mut sorted = values.to_vec();
@@ -331,8 +397,11 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
         .map(|r| {
             vec![
                 format!("q{}", r.query),
+                format!("{:.1}", ms(fastest(&r.datafusion_runs))),
                 format!("{:.1}", ms(r.datafusion)),
+                format!("{:.1}", ms(fastest(&r.lambdafusion_runs))),
                 format!("{:.1}", ms(r.lambdafusion)),
+                format!("{:.1}", ms(median(&r.job_runs))),
                 format!("{:.2}x", ms(r.lambdafusion) / ms(r.datafusion).max(0.001)),
                 r.planned.map_or("-".into(), |p| format!("{:.1}", ms(p))),
                 r.planned.map_or("-".into(), |p| {
@@ -373,10 +442,16 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
         .sum::<f64>()
         / rows.len().max(1) as f64)
         .exp();
+    let total = |f: &dyn Fn(&BenchRow) -> Duration| -> String {
+        format!("{:.1}", rows.iter().map(|r| ms(f(r))).sum::<f64>())
+    };
     table.push(vec![
         "total".into(),
+        total(&|r| fastest(&r.datafusion_runs)),
         format!("{total_df:.1}"),
+        total(&|r| fastest(&r.lambdafusion_runs)),
         format!("{total_lf:.1}"),
+        total(&|r| median(&r.job_runs)),
         format!(
             "{:.2}x (geo mean {geo:.2}x)",
             total_lf / total_df.max(0.001)
@@ -414,27 +489,33 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
         ),
     ]);
     let mut out = format!(
-        "TPC-H SF {} — single-process DataFusion vs lambdafusion embedded ({} function slots, {}, {} bytes/task, {} shuffle bytes/task, at most {} tasks/stage); best of {} run{}\n\n",
+        "TPC-H SF {} — single-process DataFusion vs lambdafusion embedded; each warmed once, \
+         then {} run{} each, alternating which goes first; times in ms, ratio of medians\n\
+         DataFusion: one process, {} partitions, batch size {}, memory pool {} (fair, spills)\n\
+         lambdafusion: {} function slots, memory {} ({} per task), {} bytes/task, {} shuffle \
+         bytes/task, at most {} tasks/stage, adaptive {}\n\n",
         options.sf,
+        options.iterations,
+        if options.iterations == 1 { "" } else { "s" },
+        datafusion::prelude::SessionConfig::new().target_partitions(),
+        datafusion::prelude::SessionConfig::new().batch_size(),
+        bytes(engine_memory(options) as u64),
         options.slots,
-        options.memory_limit.map_or("task memory: the engine's default".to_string(), |m| {
-            format!(
-                "{} of memory ({} per task)",
-                bytes(m as u64),
-                bytes((m / options.slots.max(1)) as u64)
-            )
-        }),
+        bytes(engine_memory(options) as u64),
+        bytes((engine_memory(options) / options.slots.max(1)) as u64),
         bytes(options.config.bytes_per_task),
         bytes(options.config.shuffle_bytes_per_task),
         options.config.max_tasks_per_stage,
-        options.iterations,
-        if options.iterations == 1 { "" } else { "s" },
+        if options.config.adaptive { "on" } else { "off" },
     );
     out.push_str(&text_table(
         &[
             "query",
-            "datafusion ms",
-            "lambdafusion ms",
+            "datafusion min",
+            "datafusion median",
+            "lambdafusion min",
+            "lambdafusion median",
+            "job median",
             "ratio",
             "planned ms",
             "planned ratio",

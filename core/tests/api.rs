@@ -740,3 +740,86 @@ async fn the_openapi_document_describes_every_route() {
         }
     }
 }
+
+/// A waiter wakes on the job's own change, not on a polling schedule: however long the
+/// job runs, waiting for it reads the job item about twice (it read it at 0, 5, 15, 35,
+/// 75, 155, 315 ms ... before, noticing the end up to 250 ms late).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_waiter_wakes_when_the_job_ends() {
+    use lambdafusion::state::intercept::{Action, Hook, Intercepted};
+    use lambdafusion::state::{JobState, JobStore};
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let (services, store) = lambdafusion::embedded::in_memory_services(
+        std::sync::Arc::new(lambdafusion::dispatch::LocalInvoker::new(1, 8).unwrap()),
+        lambdafusion::EngineConfig::default(),
+    )
+    .unwrap();
+    let reads = std::sync::Arc::new(AtomicUsize::new(0));
+    let counting = reads.clone();
+    let hook: Hook = std::sync::Arc::new(move |call| {
+        if call.op == "get_job" {
+            counting.fetch_add(1, Ordering::SeqCst);
+        }
+        Action::Proceed
+    });
+    let services = lambdafusion::Services {
+        store: std::sync::Arc::new(Intercepted::new(std::sync::Arc::new(store.clone()), hook)),
+        ..services
+    };
+    let job = lambdafusion::state::JobRecord {
+        job_id: "0123456789abcdef0123456789abcdef".into(),
+        sql: "SELECT 1".into(),
+        kind: lambdafusion::state::JobKind::Query,
+        state: JobState::Running,
+        stage_count: 0,
+        result_schema: lambdafusion::plan::encode_schema(
+            &datafusion::arrow::datatypes::Schema::empty(),
+        )
+        .unwrap(),
+        owner: "local".into(),
+        created_ms: lambdafusion::time::now_ms(),
+        deadline_ms: None,
+        finished_ms: None,
+        error: None,
+        requests: Default::default(),
+        expires_at: u64::MAX / 2,
+    };
+    store
+        .create_job(&lambdafusion::state::NewJob {
+            job,
+            stages: vec![],
+            plans: vec![],
+            tasks: vec![],
+        })
+        .await
+        .unwrap();
+    let waiter = {
+        let services = services.clone();
+        tokio::spawn(async move {
+            lambdafusion::api::wait_for_status(
+                &services,
+                "0123456789abcdef0123456789abcdef",
+                std::time::Duration::from_secs(10),
+            )
+            .await
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(600)).await;
+    store
+        .finish_job(
+            "0123456789abcdef0123456789abcdef",
+            JobState::Succeeded,
+            None,
+            lambdafusion::time::now_ms(),
+        )
+        .await
+        .unwrap();
+    let status = tokio::time::timeout(std::time::Duration::from_secs(2), waiter)
+        .await
+        .expect("the waiter woke")
+        .unwrap()
+        .unwrap();
+    assert_eq!(status.state, "succeeded");
+    let n = reads.load(Ordering::SeqCst);
+    assert!(n <= 3, "{n} reads of the job item while waiting 600 ms");
+}

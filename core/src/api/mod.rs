@@ -593,9 +593,10 @@ pub async fn wait_for_status(
 }
 
 /// The status of a job `caller` may see, waiting up to `wait` for it to end. While it
-/// waits it reads only the small job item (one read every 5 to 250 ms), and the whole
-/// job once, at the end. A job found running past its deadline is failed here (whoever
-/// looks first records it).
+/// waits it reads only the small job item: each time the store says a job changed
+/// (embedded: at once), or every [`JOB_POLL_INTERVAL`](crate::state::JOB_POLL_INTERVAL)
+/// on a store that cannot say (DynamoDB); the whole job once, at the end. A job found
+/// running past its deadline is failed here (whoever looks first records it).
 pub async fn wait_for_status_as(
     services: &Services,
     id: &str,
@@ -603,8 +604,9 @@ pub async fn wait_for_status_as(
     caller: &Caller,
 ) -> Result<JobStatus, Error> {
     let deadline = tokio::time::Instant::now() + wait;
-    let mut pause = Duration::from_millis(5);
     loop {
+        // Subscribed before the read: a change after it wakes the wait below.
+        let mut changes = services.store.job_changes();
         let job = services
             .store
             .get_job(id)
@@ -616,7 +618,8 @@ pub async fn wait_for_status_as(
             Scheduler::new(services.clone()).advance(id).await?;
             continue;
         }
-        if job.state.is_terminal() || tokio::time::Instant::now() >= deadline {
+        let now = tokio::time::Instant::now();
+        if job.state.is_terminal() || now >= deadline {
             let snapshot = services
                 .store
                 .load_job(id)
@@ -624,8 +627,23 @@ pub async fn wait_for_status_as(
                 .ok_or_else(|| Error::NotFound(format!("query {id}")))?;
             return Ok(job_status(&snapshot, services.config.fast_path));
         }
-        tokio::time::sleep(pause.min(deadline - tokio::time::Instant::now())).await;
-        pause = (pause * 2).min(Duration::from_millis(250));
+        // Also wake for the job's own deadline.
+        let until = job
+            .deadline_ms
+            .map(|d| {
+                now + Duration::from_millis(d.saturating_sub(crate::time::now_ms()))
+                    + Duration::from_millis(1)
+            })
+            .map_or(deadline, |d| d.min(deadline));
+        match changes.as_mut() {
+            Some(changes) => {
+                let _ = tokio::time::timeout_at(until, changes.changed()).await;
+            }
+            None => {
+                let pause = crate::state::JOB_POLL_INTERVAL.min(until - now);
+                tokio::time::sleep(pause).await;
+            }
+        }
     }
 }
 

@@ -154,6 +154,7 @@ impl Scheduler {
             });
         }
         crate::sql::check_text(sql, self.config())?;
+        let submitted_ms = now_ms();
         let job_id = uuid::Uuid::new_v4().simple().to_string();
         let span = tracing::info_span!("submit", job = %job_id);
         // Planning's requests (the catalog, table files, large plans) are counted and
@@ -180,7 +181,14 @@ impl Scheduler {
                 Planned::Query { graph, plans, kind } => {
                     counted
                         .start_query(
-                            &job_id, sql, graph, plans, options, time_limit, kind, &tally,
+                            &job_id,
+                            sql,
+                            graph,
+                            plans,
+                            options,
+                            (submitted_ms, time_limit),
+                            kind,
+                            &tally,
                         )
                         .await
                 }
@@ -315,20 +323,12 @@ impl Scheduler {
         graph: StageGraph,
         plans: Vec<Vec<u8>>,
         options: &SubmitOptions,
-        time_limit: std::time::Duration,
+        limits: (u64, std::time::Duration),
         kind: (JobKind, Option<SchemaRef>),
         tally: &Tally,
     ) -> Result<Submitted> {
         let mut new = self
-            .records(
-                job_id,
-                sql,
-                &graph,
-                plans,
-                &options.caller,
-                time_limit,
-                kind,
-            )
+            .records(job_id, sql, &graph, plans, &options.caller, limits, kind)
             .await?;
         new.job.requests = tally.counts();
         self.services
@@ -358,7 +358,7 @@ impl Scheduler {
         graph: &StageGraph,
         encoded: Vec<Vec<u8>>,
         caller: &Caller,
-        time_limit: std::time::Duration,
+        (created_ms, time_limit): (u64, std::time::Duration),
         (kind, result_schema): (JobKind, Option<SchemaRef>),
     ) -> Result<NewJob> {
         let expires_at = self.services.expires_at();
@@ -415,7 +415,6 @@ impl Scheduler {
                 expires_at,
             });
         }
-        let created_ms = now_ms();
         let job = JobRecord {
             job_id: job_id.to_string(),
             sql: sql.to_string(),

@@ -125,6 +125,8 @@ struct Inner {
     write_lock: Mutex<()>,
     stream_tx: mpsc::UnboundedSender<Vec<ChangeRecord>>,
     stream_rx: Mutex<Option<mpsc::UnboundedReceiver<Vec<ChangeRecord>>>>,
+    /// Counts writes of job items (a job starting or ending), for waiters.
+    job_changes: tokio::sync::watch::Sender<u64>,
 }
 
 impl std::fmt::Debug for EmbeddedStore {
@@ -172,6 +174,7 @@ impl EmbeddedStore {
                 write_lock: Mutex::new(()),
                 stream_tx,
                 stream_rx: Mutex::new(Some(stream_rx)),
+                job_changes: tokio::sync::watch::Sender::new(0),
             }),
         })
     }
@@ -284,6 +287,9 @@ impl EmbeddedStore {
                 f(&mut table)?
             };
             txn.commit().map_err(store_err)?;
+            if changes.iter().any(|c| matches!(c, ChangeRecord::Job(_))) {
+                inner.job_changes.send_modify(|n| *n += 1);
+            }
             if !changes.is_empty() {
                 // Nobody listening (tests that drive the scheduler by hand) is fine.
                 let _ = inner.stream_tx.send(changes);
@@ -297,6 +303,10 @@ impl EmbeddedStore {
 
 #[async_trait]
 impl JobStore for EmbeddedStore {
+    fn job_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        Some(self.inner.job_changes.subscribe())
+    }
+
     async fn create_job(&self, new: &NewJob) -> Result<()> {
         let new = new.clone();
         self.write(true, move |t| {

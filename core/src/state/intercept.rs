@@ -81,6 +81,10 @@ impl Intercepted {
 
 #[async_trait]
 impl JobStore for Intercepted {
+    fn job_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        self.inner.job_changes()
+    }
+
     async fn create_job(&self, new: &NewJob) -> Result<()> {
         self.around(
             "create_job",

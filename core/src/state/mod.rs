@@ -201,6 +201,9 @@ pub struct TaskResend {
     pub expires_at: u64,
 }
 
+/// How often a waiter reads a job item on a store without change notifications.
+pub const JOB_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// The job store. One in-process implementation ([`EmbeddedStore`]), one on DynamoDB
 /// (`lambdafusion-aws`); [`conformance`] holds both to the same rules.
 ///
@@ -208,6 +211,15 @@ pub struct TaskResend {
 /// an item that does not exist is `Ok(false)` — it did not happen — in both stores.
 #[async_trait]
 pub trait JobStore: Send + Sync + std::fmt::Debug {
+    /// A receiver that changes whenever a job item is written (a job starts or ends), for
+    /// waiters to wake on; `None` for a store without change notifications to its callers
+    /// (DynamoDB: its stream goes to the scheduler function), whose waiters read the job
+    /// item at [`JOB_POLL_INTERVAL`]. Subscribe before reading the job: a change after the
+    /// subscription is never missed.
+    fn job_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+        None
+    }
+
     /// Writes a new job with its stages, plans and any initial task items, and adds it
     /// to the active-job index when it is running. Fails with `Conflict` if it exists.
     async fn create_job(&self, new: &NewJob) -> Result<()>;
