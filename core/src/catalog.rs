@@ -108,9 +108,15 @@ pub async fn table_provider(
         )));
     };
     let schema = decode_schema(&record.schema).map_err(DataFusionError::from)?;
+    let table_partition_cols = if record.partition_columns.is_empty() {
+        cmd.table_partition_cols.clone()
+    } else {
+        record.partition_columns.clone()
+    };
     let cmd = CreateExternalTable {
         schema: Arc::new(DFSchema::try_from(schema.as_ref().clone())?),
         locations: record.locations.clone(),
+        table_partition_cols,
         ..*cmd
     };
     create_provider(state, &cmd).await
@@ -191,6 +197,13 @@ pub async fn create_table(
             "temporary tables are not supported".into(),
         ));
     }
+    if cmd.unbounded {
+        return Err(Error::InvalidInput(
+            "unbounded (streaming) tables are not supported: a query's tasks read a fixed \
+             set of files"
+                .into(),
+        ));
+    }
     let locations = cmd
         .locations
         .iter()
@@ -217,6 +230,18 @@ pub async fn create_table(
                 other => other,
             })?;
     let schema = provider.schema();
+    // Partition columns found in the directory names (not declared) are kept, so the
+    // table is built again with them as partitions, not as file columns.
+    let partition_columns: Vec<String> = provider
+        .downcast_ref::<datafusion::datasource::listing::ListingTable>()
+        .map(|t| {
+            t.options()
+                .table_partition_cols
+                .iter()
+                .map(|(name, _)| name.clone())
+                .collect()
+        })
+        .unwrap_or_default();
     if schema.fields().is_empty() {
         return Err(Error::InvalidInput(format!(
             "no columns found for table {name} at {}: is the location empty?",
@@ -229,6 +254,7 @@ pub async fn create_table(
         locations,
         format: cmd.file_type.to_uppercase(),
         schema: encode_schema(&schema)?,
+        partition_columns,
         created_ms: now_ms(),
     };
     if !store.put_table(&record, cmd.or_replace).await? {

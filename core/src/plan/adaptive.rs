@@ -311,6 +311,8 @@ fn size(
     let mut fused = Vec::new();
     let mut input_rows = 0u64;
     let mut hash_inputs = Vec::new();
+    // Hash inputs whose slices do not line up with this stage's partitions, and their bytes.
+    let (mut other_widths, mut other_width_bytes) = (Vec::new(), 0u64);
     let mut whole_bytes = 0u64; // read whole by every task (broadcast) or by the one task
     for input in &stage.inputs {
         // A fused input runs inside this stage's tasks: they read what it would have read.
@@ -326,15 +328,12 @@ fn size(
         input_rows += outputs.iter().map(|o| o.rows).sum::<u64>();
         match input.kind {
             EdgeKind::Hash => {
-                if let Some(bad) = outputs.iter().find(|o| o.ends.len() != partitions as usize) {
-                    return Err(Error::Internal(format!(
-                        "stage {} reads a hash shuffle of {partitions} partitions from stage \
-                         {}, but {} holds {} slices",
-                        stage.stage,
-                        input.stage,
-                        bad.object,
-                        bad.ends.len()
-                    )));
+                if outputs.iter().any(|o| o.ends.len() != partitions as usize) {
+                    // A union of hash-shuffled inputs: its partitions are its inputs'
+                    // partitions one after another, each reading its own input's slice.
+                    other_widths.push(input.stage);
+                    other_width_bytes += total_bytes(&outputs);
+                    continue;
                 }
                 hash_inputs.push((input.stage, input.splittable, outputs));
             }
@@ -342,6 +341,32 @@ fn size(
                 whole_bytes += outputs.iter().map(|o| o.all().end).sum::<u64>();
             }
         }
+    }
+    if !other_widths.is_empty() {
+        return Ok(StageDecision {
+            rule: AdaptiveRule::Planned,
+            partitions,
+            tasks: partitions,
+            starts: vec![],
+            input_tasks,
+            fused,
+            skew: vec![],
+            switched: None,
+            read_from: vec![],
+            input_rows,
+            input_bytes: other_width_bytes + whole_bytes * u64::from(partitions.max(1)),
+            note: format!(
+                "{partitions} task{} as planned: its partitions are those of the hash shuffles \
+                 of stage{} {} one after another (a union), not slices of one width",
+                if partitions == 1 { "" } else { "s" },
+                if other_widths.len() == 1 { "" } else { "s" },
+                other_widths
+                    .iter()
+                    .map(u32::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
     }
     let mut per_partition = vec![0u64; partitions as usize];
     for (_, _, outputs) in &hash_inputs {

@@ -12,6 +12,7 @@ pub mod functions;
 mod joins;
 pub mod marks;
 pub mod rules;
+pub mod single_task;
 mod stages;
 pub mod switch;
 

@@ -155,6 +155,7 @@ impl StageSplitter {
     /// Cuts `plan` into stages, with `config`'s `inline_scan_bytes`.
     pub fn split(plan: Arc<dyn ExecutionPlan>, config: &EngineConfig) -> Result<StageGraph> {
         super::refuse_writes(&plan)?;
+        let plan = super::single_task::run_whole(plan)?;
         let plan = super::distribute_joins(plan)?;
         let mut splitter = StageSplitter {
             inline_scan_bytes: config.inline_scan_bytes,
@@ -225,6 +226,7 @@ impl StageSplitter {
             Partitioning::Hash(..) => {
                 let partitioning = repartition.partitioning().clone();
                 let schema = input.schema();
+                let producer_eq = input.equivalence_properties().clone();
                 let (stage, producers) = self.add_stage(input, Some(partitioning.clone()))?;
                 let width = partitioning.partition_count();
                 let (stage, producers) =
@@ -238,7 +240,7 @@ impl StageSplitter {
                     producers,
                     ReadMode::Hash(partitioning),
                     schema,
-                    None,
+                    Some(producer_eq),
                 ));
                 // An order-preserving repartition merges sorted inputs; slices read one
                 // after another are not merged, so sort each partition again.

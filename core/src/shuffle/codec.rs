@@ -17,7 +17,12 @@ use prost::Message;
 
 use super::{ReadMode, ShuffleReaderExec, ShuffleWriterExec};
 use crate::plan::marks::{MarkCombineExec, TaskJoinExec};
+use crate::plan::single_task::{SingleTaskExec, WorkTableRef};
 use datafusion::common::JoinType;
+use datafusion::physical_plan::recursive_query::RecursiveQueryExec;
+use datafusion::physical_plan::sorts::partial_sort::PartialSortExec;
+use datafusion_proto::physical_plan::from_proto::parse_physical_sort_exprs;
+use datafusion_proto::physical_plan::to_proto::serialize_physical_sort_exprs;
 
 /// Encoded [`ShuffleWriterExec`].
 #[derive(Clone, PartialEq, prost::Message)]
@@ -48,6 +53,20 @@ pub struct ShuffleReaderNode {
     /// Hash partitioning (hash mode only).
     #[prost(message, optional, tag = "5")]
     pub partitioning: Option<protobuf::Partitioning>,
+    /// Columns of one value in every row ([`ShuffleReaderExec::constant_columns`]).
+    #[prost(message, repeated, tag = "6")]
+    pub constants: Vec<ConstantColumn>,
+}
+
+/// A column of one value in every row a reader reads.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct ConstantColumn {
+    /// The column's index.
+    #[prost(uint32, tag = "1")]
+    pub index: u32,
+    /// Its value, when known.
+    #[prost(message, optional, tag = "2")]
+    pub value: Option<datafusion_proto::protobuf::ScalarValue>,
 }
 
 /// Encoded [`TaskJoinExec`] (its one input is the join).
@@ -96,6 +115,63 @@ pub struct EmptyGroupingSetsNode {
     pub sets: u32,
 }
 
+/// A sub-plan run whole in one task ([`crate::plan::single_task`]).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct SingleTaskNode {
+    /// The sub-plan, encoded.
+    #[prost(bytes = "vec", tag = "1")]
+    pub plan: Vec<u8>,
+}
+
+/// A recursive query (inputs: its static term, its recursive term).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct RecursiveQueryNode {
+    /// Its name (the work table's).
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// `UNION` rather than `UNION ALL`.
+    #[prost(bool, tag = "2")]
+    pub is_distinct: bool,
+    /// Its output schema.
+    #[prost(message, optional, tag = "3")]
+    pub schema: Option<protobuf::Schema>,
+}
+
+/// A reader of a recursive query's work table.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct WorkTableNode {
+    /// The work table's name.
+    #[prost(string, tag = "1")]
+    pub name: String,
+    /// The work table's full schema.
+    #[prost(message, optional, tag = "2")]
+    pub schema: Option<protobuf::Schema>,
+    /// The columns the reader keeps.
+    #[prost(uint32, repeated, tag = "3")]
+    pub projection: Vec<u32>,
+    /// Whether `projection` applies.
+    #[prost(bool, tag = "4")]
+    pub projected: bool,
+}
+
+/// A partial sort (its one input: the partially sorted rows), which datafusion-proto does
+/// not encode.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct PartialSortNode {
+    /// The sort order.
+    #[prost(message, repeated, tag = "1")]
+    pub expr: Vec<protobuf::PhysicalSortExprNode>,
+    /// How many leading sort keys the input is already sorted by.
+    #[prost(uint64, tag = "2")]
+    pub common_prefix_length: u64,
+    /// Its row limit.
+    #[prost(uint64, optional, tag = "3")]
+    pub fetch: Option<u64>,
+    /// Whether it keeps its input's partitions.
+    #[prost(bool, tag = "4")]
+    pub preserve_partitioning: bool,
+}
+
 /// The one extension message: exactly one field is set.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct LambdaFusionNode {
@@ -117,6 +193,18 @@ pub struct LambdaFusionNode {
     /// An aggregate of empty grouping sets.
     #[prost(message, optional, tag = "6")]
     pub empty_grouping_sets: Option<EmptyGroupingSetsNode>,
+    /// A sub-plan run whole in one task.
+    #[prost(message, optional, tag = "7")]
+    pub single_task: Option<SingleTaskNode>,
+    /// A recursive query.
+    #[prost(message, optional, tag = "8")]
+    pub recursive_query: Option<RecursiveQueryNode>,
+    /// A work table reader.
+    #[prost(message, optional, tag = "9")]
+    pub work_table: Option<WorkTableNode>,
+    /// A partial sort.
+    #[prost(message, optional, tag = "10")]
+    pub partial_sort: Option<PartialSortNode>,
 }
 
 const MARK_JOIN_TYPES: [JoinType; 3] = [JoinType::LeftSemi, JoinType::LeftAnti, JoinType::LeftMark];
@@ -127,6 +215,22 @@ pub fn is_extension(plan: &Arc<dyn ExecutionPlan>) -> bool {
         || plan.downcast_ref::<ShuffleReaderExec>().is_some()
         || plan.downcast_ref::<TaskJoinExec>().is_some()
         || plan.downcast_ref::<MarkCombineExec>().is_some()
+        || plan.downcast_ref::<SingleTaskExec>().is_some()
+        || plan.downcast_ref::<RecursiveQueryExec>().is_some()
+        || plan.downcast_ref::<WorkTableRef>().is_some()
+        || plan.downcast_ref::<PartialSortExec>().is_some()
+}
+
+/// The inputs an extension node travels with: its children — but a recursive query's
+/// recursive term with its work table readers as [`WorkTableRef`]s.
+pub fn extension_inputs(plan: &Arc<dyn ExecutionPlan>) -> DfResult<Vec<Arc<dyn ExecutionPlan>>> {
+    if let Some(recursive) = plan.downcast_ref::<RecursiveQueryExec>() {
+        return Ok(vec![
+            recursive.static_term().clone(),
+            crate::plan::single_task::with_work_table_refs(recursive)?,
+        ]);
+    }
+    Ok(plan.children().into_iter().cloned().collect())
 }
 
 /// Extension codec for lambdafusion's execution nodes.
@@ -149,6 +253,68 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
         let decode_ctx = PhysicalPlanDecodeContext::new(ctx, self);
         if let Some(window) = &node.window {
             return crate::plan::encoding::decode_window(window, &decode_ctx, proto_converter);
+        }
+        if let Some(single) = &node.single_task {
+            let proto = protobuf::PhysicalPlanNode::decode(single.plan.as_slice())
+                .map_err(|e| codec_err(format!("single-task plan: {e}")))?;
+            let inner = proto_converter.proto_to_execution_plan(&proto, &decode_ctx)?;
+            return Ok(Arc::new(SingleTaskExec::new(inner)));
+        }
+        if let Some(r) = &node.recursive_query {
+            let [static_term, recursive_term] = inputs else {
+                return Err(codec_err(format!(
+                    "a recursive query needs two inputs, got {}",
+                    inputs.len()
+                )));
+            };
+            let schema = r
+                .schema
+                .as_ref()
+                .ok_or_else(|| codec_err("recursive query without schema"))?;
+            return Ok(Arc::new(RecursiveQueryExec::try_new(
+                r.name.clone(),
+                Arc::new(Schema::try_from(schema)?),
+                static_term.clone(),
+                recursive_term.clone(),
+                r.is_distinct,
+            )?));
+        }
+        if let Some(p) = &node.partial_sort {
+            let [input] = inputs else {
+                return Err(codec_err(format!(
+                    "a partial sort needs one input, got {}",
+                    inputs.len()
+                )));
+            };
+            let expr = parse_physical_sort_exprs(
+                &p.expr,
+                &decode_ctx,
+                input.schema().as_ref(),
+                proto_converter,
+            )?;
+            let expr = datafusion::physical_expr::LexOrdering::new(expr)
+                .ok_or_else(|| codec_err("a partial sort without sort keys"))?;
+            return Ok(Arc::new(
+                PartialSortExec::new(expr, input.clone(), p.common_prefix_length as usize)
+                    .with_fetch(p.fetch.map(|f| f as usize))
+                    .with_preserve_partitioning(p.preserve_partitioning),
+            ));
+        }
+        if let Some(w) = &node.work_table {
+            let schema = w
+                .schema
+                .as_ref()
+                .ok_or_else(|| codec_err("work table without schema"))?;
+            let projection = w
+                .projected
+                .then(|| w.projection.iter().map(|&i| i as usize).collect());
+            return Ok(Arc::new(
+                datafusion::physical_plan::work_table::WorkTableExec::new(
+                    w.name.clone(),
+                    Arc::new(Schema::try_from(schema)?),
+                    projection,
+                )?,
+            ));
         }
         if let Some(sets) = &node.empty_grouping_sets {
             return crate::plan::encoding::decode_empty_grouping_sets(
@@ -226,12 +392,27 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
                     2 => ReadMode::All,
                     other => return Err(codec_err(format!("unknown reader mode {other}"))),
                 };
+                let constants = r
+                    .constants
+                    .iter()
+                    .map(|c| {
+                        let value = c
+                            .value
+                            .as_ref()
+                            .map(datafusion::common::ScalarValue::try_from)
+                            .transpose()
+                            .map_err(|e| codec_err(format!("constant value: {e}")))?;
+                        Ok((c.index as usize, value))
+                    })
+                    .collect::<DfResult<Vec<_>>>()?;
+                let eq = (!constants.is_empty())
+                    .then(|| ShuffleReaderExec::constants_of(&schema, constants));
                 Ok(Arc::new(ShuffleReaderExec::new(
                     r.stage,
                     r.producers as usize,
                     mode,
                     schema,
-                    None,
+                    eq,
                 )))
             }
             _ => Err(codec_err(
@@ -246,7 +427,49 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
         buf: &mut Vec<u8>,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> DfResult<()> {
-        let message = if let Some(w) = node.downcast_ref::<ShuffleWriterExec>() {
+        let message = if let Some(single) = node.downcast_ref::<SingleTaskExec>() {
+            LambdaFusionNode {
+                single_task: Some(SingleTaskNode {
+                    plan: proto_converter
+                        .execution_plan_to_proto(single.inner(), self)?
+                        .encode_to_vec(),
+                }),
+                ..Default::default()
+            }
+        } else if let Some(r) = node.downcast_ref::<RecursiveQueryExec>() {
+            LambdaFusionNode {
+                recursive_query: Some(RecursiveQueryNode {
+                    name: r.name().to_string(),
+                    is_distinct: r.is_distinct(),
+                    schema: Some(protobuf::Schema::try_from(r.schema().as_ref())?),
+                }),
+                ..Default::default()
+            }
+        } else if let Some(p) = node.downcast_ref::<PartialSortExec>() {
+            LambdaFusionNode {
+                partial_sort: Some(PartialSortNode {
+                    expr: serialize_physical_sort_exprs(
+                        p.expr().iter().cloned(),
+                        self,
+                        proto_converter,
+                    )?,
+                    common_prefix_length: p.common_prefix_length() as u64,
+                    fetch: p.fetch().map(|f| f as u64),
+                    preserve_partitioning: p.preserve_partitioning(),
+                }),
+                ..Default::default()
+            }
+        } else if let Some(w) = node.downcast_ref::<WorkTableRef>() {
+            LambdaFusionNode {
+                work_table: Some(WorkTableNode {
+                    name: w.name.clone(),
+                    schema: Some(protobuf::Schema::try_from(w.table_schema.as_ref())?),
+                    projection: w.projection.iter().flatten().map(|&i| i as u32).collect(),
+                    projected: w.projection.is_some(),
+                }),
+                ..Default::default()
+            }
+        } else if let Some(w) = node.downcast_ref::<ShuffleWriterExec>() {
             LambdaFusionNode {
                 writer: Some(ShuffleWriterNode {
                     stage: w.stage(),
@@ -294,6 +517,20 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
                     mode,
                     schema: Some(protobuf::Schema::try_from(r.schema().as_ref())?),
                     partitioning,
+                    constants: r
+                        .constant_columns()
+                        .into_iter()
+                        .map(|(index, value)| {
+                            Ok(ConstantColumn {
+                                index: index as u32,
+                                value: value
+                                    .as_ref()
+                                    .map(datafusion_proto::protobuf::ScalarValue::try_from)
+                                    .transpose()
+                                    .map_err(|e| codec_err(format!("constant value: {e}")))?,
+                            })
+                        })
+                        .collect::<DfResult<Vec<_>>>()?,
                 }),
                 ..Default::default()
             }

@@ -78,7 +78,9 @@ pub const FETCHES: &str = "fetches";
 
 impl ShuffleReaderExec {
     /// A reader of stage `stage`, which runs `producers` tasks producing `schema`.
-    /// `eq_properties` carries the producer's orderings into gather mode.
+    /// `eq_properties` carries the producer's orderings into gather mode, and its
+    /// constants (columns of one value in every row, such as `c2` under `WHERE c2 = 1`)
+    /// into every mode: whatever the exchange does to the rows, they stay so.
     pub fn new(
         stage: u32,
         producers: usize,
@@ -93,6 +95,18 @@ impl ShuffleReaderExec {
         };
         let eq = match (&mode, eq_properties) {
             (ReadMode::Gather, Some(eq)) => eq,
+            (_, Some(producer)) => {
+                let mut eq = EquivalenceProperties::new(schema.clone());
+                let uniform = producer.constants().into_iter().filter(|c| {
+                    matches!(
+                        c.across_partitions,
+                        datafusion::physical_expr::AcrossPartitions::Uniform(_)
+                    )
+                });
+                // Constants that do not fit the schema are left out, not an error.
+                let _ = eq.add_constants(uniform);
+                eq
+            }
             _ => EquivalenceProperties::new(schema.clone()),
         };
         let properties = Arc::new(PlanProperties::new(
@@ -109,6 +123,48 @@ impl ShuffleReaderExec {
             properties,
             metrics: ExecutionPlanMetricsSet::new(),
         }
+    }
+
+    /// The columns this reader knows to hold one value in every row, and the value when
+    /// known (what [`ShuffleReaderExec::new`] kept of its producer's constants).
+    pub fn constant_columns(&self) -> Vec<(usize, Option<datafusion::common::ScalarValue>)> {
+        self.properties
+            .equivalence_properties()
+            .constants()
+            .into_iter()
+            .filter_map(|c| {
+                let column = c
+                    .expr
+                    .downcast_ref::<datafusion::physical_expr::expressions::Column>()?;
+                match c.across_partitions {
+                    datafusion::physical_expr::AcrossPartitions::Uniform(value) => {
+                        Some((column.index(), value))
+                    }
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
+    /// Equivalence properties of `schema` holding `constants` (see
+    /// [`ShuffleReaderExec::constant_columns`]), for decoding a reader.
+    pub fn constants_of(
+        schema: &SchemaRef,
+        constants: Vec<(usize, Option<datafusion::common::ScalarValue>)>,
+    ) -> EquivalenceProperties {
+        let mut eq = EquivalenceProperties::new(schema.clone());
+        let constants = constants.into_iter().filter_map(|(index, value)| {
+            let field = schema.fields().get(index)?;
+            let column: Arc<dyn PhysicalExpr> = Arc::new(
+                datafusion::physical_expr::expressions::Column::new(field.name(), index),
+            );
+            Some(datafusion::physical_expr::ConstExpr::new(
+                column,
+                datafusion::physical_expr::AcrossPartitions::Uniform(value),
+            ))
+        });
+        let _ = eq.add_constants(constants);
+        eq
     }
 
     /// The stage read.

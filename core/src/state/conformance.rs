@@ -796,6 +796,7 @@ pub async fn the_catalog_keeps_one_table_per_name(store: &dyn JobStore) {
         locations: vec![format!("s3://lake/{name}/")],
         format: "PARQUET".into(),
         schema: vec![9, 9],
+        partition_columns: Vec::new(),
         created_ms: 1,
     };
     let (a, b) = (format!("{base}_a"), format!("{base}_b"));

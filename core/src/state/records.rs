@@ -632,6 +632,10 @@ pub struct TableRecord {
     /// not infer it again.
     #[serde(with = "b64")]
     pub schema: Vec<u8>,
+    /// Hive-style partition columns (`<dir>/part=1/...`): declared, or found in the
+    /// directory names at creation; their values come from the paths, not the files.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub partition_columns: Vec<String>,
     /// Creation time (ms since epoch).
     pub created_ms: u64,
 }
