@@ -105,6 +105,32 @@ const SAME_AS_DATAFUSION: &[(&str, bool)] = &[
          WHERE depth < 4) SELECT k, count(*) AS n FROM r GROUP BY k ORDER BY k",
         true,
     ),
+    // A UNION ALL of hash-shuffled inputs (its stage failed: slices of other widths).
+    (
+        "(SELECT k FROM facts EXCEPT SELECT k FROM facts WHERE k > 50) UNION ALL \
+         (SELECT k FROM facts INTERSECT SELECT k FROM dims WHERE k < 10)",
+        false,
+    ),
+    // A window over a hash shuffle whose partition key is a constant ("Expects
+    // PARTITION BY expression to be ordered").
+    (
+        "SELECT k, count(*) AS n, max(r) AS m FROM (SELECT k, ROW_NUMBER() OVER \
+         (PARTITION BY k) AS r FROM facts WHERE k = 1) GROUP BY k",
+        false,
+    ),
+    // Float16 (values came back as Float32).
+    (
+        "SELECT arrow_cast(k, 'Float16') AS f, count(*) AS n FROM facts WHERE k < 5 \
+         GROUP BY arrow_cast(k, 'Float16')",
+        false,
+    ),
+    (
+        "SELECT count(*) AS n FROM facts WHERE arrow_cast(k, 'Float16') IN \
+         (arrow_cast(1.0, 'Float16'), arrow_cast(3.0, 'Float16'))",
+        false,
+    ),
+    // A series read for no column (count(*) failed).
+    ("SELECT count(*) AS n FROM range(1, 1000)", false),
     // A scalar subquery of one row, and of none.
     (
         "SELECT id, (SELECT label FROM dims WHERE k = 5) AS l FROM facts WHERE id < 5",
