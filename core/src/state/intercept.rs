@@ -4,6 +4,7 @@
 //! (the failure-model tests), including the ambiguous case of a write that is applied
 //! but whose answer is lost.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -19,6 +20,10 @@ pub struct Call<'a> {
     pub op: &'static str,
     /// The job it concerns, if any.
     pub job_id: Option<&'a str>,
+    /// Calls through this store begun and not yet answered when this one began: 0 for
+    /// a call made after every earlier one returned (one more sequential request), more
+    /// for one made alongside others (the same round trip).
+    pub in_flight: usize,
 }
 
 /// What the hook decides for a call.
@@ -43,6 +48,16 @@ pub type Hook = Arc<dyn Fn(Call<'_>) -> Action + Send + Sync>;
 pub struct Intercepted {
     inner: Arc<dyn JobStore>,
     hook: Hook,
+    in_flight: Arc<AtomicUsize>,
+}
+
+/// Counts a call as in flight until it is answered (or dropped unanswered).
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl std::fmt::Debug for Intercepted {
@@ -56,7 +71,11 @@ impl std::fmt::Debug for Intercepted {
 impl Intercepted {
     /// `inner`, with every call shown to `hook` first.
     pub fn new(inner: Arc<dyn JobStore>, hook: Hook) -> Self {
-        Self { inner, hook }
+        Self {
+            inner,
+            hook,
+            in_flight: Arc::new(AtomicUsize::new(0)),
+        }
     }
 
     async fn around<T, F>(&self, op: &'static str, job_id: Option<&str>, call: F) -> Result<T>
@@ -64,7 +83,13 @@ impl Intercepted {
         F: std::future::Future<Output = Result<T>> + Send,
         T: Send,
     {
-        match (self.hook)(Call { op, job_id }) {
+        let in_flight = self.in_flight.fetch_add(1, Ordering::SeqCst);
+        let _answered = InFlight(self.in_flight.clone());
+        match (self.hook)(Call {
+            op,
+            job_id,
+            in_flight,
+        }) {
             Action::Proceed => call.await,
             Action::Fail(e) => Err(e),
             Action::Delay(pause) => {
