@@ -370,7 +370,17 @@ pub fn job_status(snapshot: &JobSnapshot, fast_path: bool) -> JobStatus {
         }
         .to_string(),
         sql: job.sql.clone(),
-        error: job.error.clone(),
+        // A query that failed always says why: a failure recorded without a reason (a
+        // store that lost the message) names the failed task instead, or says so.
+        error: job.error.clone().or_else(|| {
+            (job.state == crate::state::JobState::Failed).then(|| {
+                snapshot
+                    .tasks
+                    .iter()
+                    .find_map(|t| t.error.clone())
+                    .unwrap_or_else(|| "the query failed without a recorded reason".into())
+            })
+        }),
         created_ms: job.created_ms,
         finished_ms: job.finished_ms,
         elapsed_ms: end.saturating_sub(job.created_ms),
@@ -391,4 +401,48 @@ pub fn request_cost(requests: &RequestCounts) -> f64 {
         + requests.store_reads as f64 * prices::DYNAMODB_READ
         + (requests.object_puts + requests.object_lists) as f64 * prices::S3_PUT
         + requests.object_gets as f64 * prices::S3_GET
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::{JobRecord, JobState};
+
+    fn failed(error: Option<&str>) -> JobSnapshot {
+        JobSnapshot {
+            job: JobRecord {
+                job_id: "j".into(),
+                sql: "SELECT 1".into(),
+                kind: JobKind::Query,
+                state: JobState::Failed,
+                stage_count: 1,
+                result_schema: Vec::new(),
+                owner: "local".into(),
+                created_ms: 1,
+                deadline_ms: None,
+                finished_ms: Some(2),
+                error: error.map(str::to_string),
+                requests: RequestCounts::default(),
+                expires_at: 0,
+            },
+            stages: Vec::new(),
+            tasks: Vec::new(),
+            counters: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn a_failed_query_always_says_why() {
+        assert_eq!(
+            job_status(&failed(Some("disk full")), false).error.as_deref(),
+            Some("disk full")
+        );
+        assert_eq!(
+            job_status(&failed(None), false).error.as_deref(),
+            Some("the query failed without a recorded reason")
+        );
+        let mut running = failed(None);
+        running.job.state = JobState::Running;
+        assert_eq!(job_status(&running, false).error, None);
+    }
 }
