@@ -298,28 +298,48 @@ pub fn encode_footer(ends: &[u64]) -> Vec<u8> {
     footer
 }
 
-/// Reads the index of a shuffle object from its footer (two ranged reads).
+/// Reads the index of a shuffle object from its footer (two ranged reads). A damaged
+/// object (its footer listing more slices than it holds, or ends out of order or past
+/// its data) is an error naming it.
 pub async fn read_index(store: &dyn ObjectStore, path: &Path) -> Result<Vec<u64>> {
-    let tail = get_suffix(store, path, 12).await?;
+    let (tail, _) = get_suffix(store, path, 12).await?;
     if tail.len() < 12 || &tail[4..] != MAGIC {
         return Err(Error::Internal(format!(
             "{path} is not a shuffle object (bad magic)"
         )));
     }
     let count = u32::from_le_bytes(tail[..4].try_into().expect("4 bytes")) as usize;
-    let footer = get_suffix(store, path, 12 + count as u64 * 8).await?;
-    Ok(footer[..count * 8]
+    let footer_len = 12 + count as u64 * 8;
+    let (footer, size) = get_suffix(store, path, footer_len).await?;
+    // A suffix longer than the object is the whole object: a footer claiming more
+    // slices than the object can hold is a damaged object.
+    if (footer.len() as u64) < footer_len || size < footer_len {
+        return Err(Error::Internal(format!(
+            "{path} is damaged: its footer lists {count} slices, more than its {size} bytes hold"
+        )));
+    }
+    let ends: Vec<u64> = footer[..count * 8]
         .chunks_exact(8)
         .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
-        .collect())
+        .collect();
+    let data = size - footer_len;
+    if !ends.windows(2).all(|w| w[0] <= w[1]) || ends.last().is_some_and(|&end| end > data) {
+        return Err(Error::Internal(format!(
+            "{path} is damaged: its slice ends are out of order or past its {data} bytes of data"
+        )));
+    }
+    Ok(ends)
 }
 
-async fn get_suffix(store: &dyn ObjectStore, path: &Path, n: u64) -> Result<Bytes> {
+/// The last `n` bytes of an object (all of it if shorter), and its size.
+async fn get_suffix(store: &dyn ObjectStore, path: &Path, n: u64) -> Result<(Bytes, u64)> {
     let options = GetOptions {
         range: Some(GetRange::Suffix(n)),
         ..Default::default()
     };
-    Ok(store.get_opts(path, options).await?.bytes().await?)
+    let result = store.get_opts(path, options).await?;
+    let size = result.meta.size;
+    Ok((result.bytes().await?, size))
 }
 
 /// Decodes one slice into batches: a complete IPC stream, or several back to back (a
@@ -467,6 +487,37 @@ mod tests {
         assert_eq!(rows, vec![3, 2, 4, 2]);
         assert!(decode_slice(Bytes::new()).unwrap().is_empty());
         assert!(decode_slice(Bytes::from_static(b"not ipc")).is_err());
+    }
+
+    /// A truncated or damaged object is an error that names it (a footer listing more
+    /// slices than the object holds used to panic the task).
+    #[tokio::test]
+    async fn a_damaged_object_is_an_error_naming_it() {
+        use object_store::ObjectStoreExt;
+        let store = object_store::memory::InMemory::new();
+        let path = Path::from("jobs/x/damaged");
+        let mut footer = encode_footer(&[10, 20]);
+        // Claims a million slices.
+        let at = footer.len() - 12;
+        footer[at..at + 4].copy_from_slice(&1_000_000u32.to_le_bytes());
+        store.put(&path, footer.clone().into()).await.unwrap();
+        let e = read_index(&store, &path).await.unwrap_err().to_string();
+        assert!(e.contains("jobs/x/damaged") && e.contains("damaged"), "{e}");
+        // Ends past the data it holds.
+        store.put(&path, encode_footer(&[10, 20]).into()).await.unwrap();
+        let e = read_index(&store, &path).await.unwrap_err().to_string();
+        assert!(e.contains("past"), "{e}");
+        // Ends out of order.
+        let mut object = vec![0u8; 30];
+        object.extend(encode_footer(&[20, 10]));
+        store.put(&path, object.into()).await.unwrap();
+        let e = read_index(&store, &path).await.unwrap_err().to_string();
+        assert!(e.contains("out of order"), "{e}");
+        // A sound one reads back.
+        let mut object = vec![0u8; 30];
+        object.extend(encode_footer(&[10, 30]));
+        store.put(&path, object.into()).await.unwrap();
+        assert_eq!(read_index(&store, &path).await.unwrap(), vec![10, 30]);
     }
 
     /// Spilling moves the encoded slices to local files without changing a byte of the
