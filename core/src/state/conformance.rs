@@ -155,31 +155,44 @@ async fn task(store: &dyn JobStore, job_id: &str, partition: u32) -> TaskRecord 
 
 /// Runs every case against `store`; returns the names of the cases run.
 pub async fn run_all(store: &dyn JobStore) -> Vec<&'static str> {
-    jobs_are_created_once(store).await;
-    claims_and_confirmations_have_one_winner(store).await;
-    commits_count_each_task_once(store).await;
-    dispatch_confirmations_leave_counts_alone(store).await;
-    racing_attempts_commit_exactly_one(store).await;
-    failures_and_retries_follow_the_attempt_chain(store).await;
-    throttled_and_unconfirmed_attempts_are_resent(store).await;
-    finishing_is_final(store).await;
-    the_active_index_pages_in_id_order(store).await;
-    the_catalog_keeps_one_table_per_name(store).await;
-    each_owner_sees_its_own_history_newest_first(store).await;
-    vec![
-        "jobs_are_created_once",
-        "claims_and_confirmations_have_one_winner",
-        "commits_count_each_task_once",
-        "dispatch_confirmations_leave_counts_alone",
-        "racing_attempts_commit_exactly_one",
-        "failures_and_retries_follow_the_attempt_chain",
-        "throttled_and_unconfirmed_attempts_are_resent",
-        "finishing_is_final",
-        "the_active_index_pages_in_id_order",
-        "the_catalog_keeps_one_table_per_name",
-        "each_owner_sees_its_own_history_newest_first",
-    ]
+    let mut ran = Vec::with_capacity(CASES.len());
+    for (name, case) in CASES {
+        case(store).await;
+        ran.push(*name);
+    }
+    ran
 }
+
+/// One case of the specification.
+pub type Case = for<'a> fn(&'a dyn JobStore) -> futures::future::BoxFuture<'a, ()>;
+
+/// Every case, by name, in the order [`run_all`] runs them. A `pub async fn` of this
+/// module missing here is caught by `core/tests/store_conformance.rs`.
+pub const CASES: &[(&str, Case)] = &[
+    ("jobs_are_created_once", |s| Box::pin(jobs_are_created_once(s))),
+    ("claims_and_confirmations_have_one_winner", |s| {
+        Box::pin(claims_and_confirmations_have_one_winner(s))
+    }),
+    ("commits_count_each_task_once", |s| Box::pin(commits_count_each_task_once(s))),
+    ("dispatch_confirmations_leave_counts_alone", |s| {
+        Box::pin(dispatch_confirmations_leave_counts_alone(s))
+    }),
+    ("racing_attempts_commit_exactly_one", |s| Box::pin(racing_attempts_commit_exactly_one(s))),
+    ("failures_and_retries_follow_the_attempt_chain", |s| {
+        Box::pin(failures_and_retries_follow_the_attempt_chain(s))
+    }),
+    ("throttled_and_unconfirmed_attempts_are_resent", |s| {
+        Box::pin(throttled_and_unconfirmed_attempts_are_resent(s))
+    }),
+    ("finishing_is_final", |s| Box::pin(finishing_is_final(s))),
+    ("the_active_index_pages_in_id_order", |s| Box::pin(the_active_index_pages_in_id_order(s))),
+    ("the_catalog_keeps_one_table_per_name", |s| {
+        Box::pin(the_catalog_keeps_one_table_per_name(s))
+    }),
+    ("each_owner_sees_its_own_history_newest_first", |s| {
+        Box::pin(each_owner_sees_its_own_history_newest_first(s))
+    }),
+];
 
 /// A job is written whole, once; loading it returns its stages (not its plans); plans are
 /// read apart; missing items read as `None`.
