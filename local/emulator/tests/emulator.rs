@@ -746,13 +746,7 @@ impl Drop for KillOnDrop {
 
 #[tokio::test]
 async fn stream_mapping_end_to_end_with_moto() {
-    let Some(moto) = find_moto_server() else {
-        eprintln!(
-            "SKIPPED stream_mapping_end_to_end_with_moto: no moto_server (set MOTO_SERVER or VENV, \
-             or run scripts/test.sh, which installs it into .venv)"
-        );
-        return;
-    };
+    let moto = find_moto_server().unwrap_or_else(|| no_moto("stream_mapping_end_to_end_with_moto"));
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -1925,14 +1919,16 @@ async fn scheduled_events_meet_the_lambda_event_faults() {
 }
 
 /// Starts moto_server on a free port; `None` (the caller skips) when it is not installed.
-async fn start_moto(test: &str) -> Option<(KillOnDrop, String, tempfile::NamedTempFile)> {
-    let Some(moto) = find_moto_server() else {
-        eprintln!(
-            "SKIPPED {test}: no moto_server (set MOTO_SERVER or VENV, or run scripts/test.sh, \
-             which installs it into .venv)"
-        );
-        return None;
-    };
+/// A test that needs moto_server and cannot find it fails (it must not pass untested).
+fn no_moto(test: &str) -> ! {
+    panic!(
+        "{test} needs moto_server: set MOTO_SERVER or VENV, or run scripts/test.sh, which \
+         installs it into .venv"
+    )
+}
+
+async fn start_moto(test: &str) -> (KillOnDrop, String, tempfile::NamedTempFile) {
+    let moto = find_moto_server().unwrap_or_else(|| no_moto(test));
     let port = std::net::TcpListener::bind("127.0.0.1:0")
         .unwrap()
         .local_addr()
@@ -1962,7 +1958,7 @@ async fn start_moto(test: &str) -> Option<(KillOnDrop, String, tempfile::NamedTe
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    Some((child, endpoint, log))
+    (child, endpoint, log)
 }
 
 /// The batches a stream-triggered function received: (start ms, end ms, pks).
@@ -1997,11 +1993,8 @@ fn stream_batches(stack: &Stack, function: &str) -> Vec<(u64, u64, Vec<String>)>
 
 #[tokio::test]
 async fn stream_parallelization_factor_and_bad_batch_responses_with_moto() {
-    let Some((_moto, endpoint, _log)) =
-        start_moto("stream_parallelization_factor_and_bad_batch_responses_with_moto").await
-    else {
-        return;
-    };
+    let (_moto, endpoint, _log) =
+        start_moto("stream_parallelization_factor_and_bad_batch_responses_with_moto").await;
     let ddb = dynamodb_client(&endpoint);
     use aws_sdk_dynamodb::types::AttributeValue;
     create_table(&ddb, "p").await;
@@ -2114,11 +2107,8 @@ async fn stream_parallelization_factor_and_bad_batch_responses_with_moto() {
 
 #[tokio::test]
 async fn stream_faults_split_delay_and_duplicate_with_moto() {
-    let Some((_moto, endpoint, _log)) =
-        start_moto("stream_faults_split_delay_and_duplicate_with_moto").await
-    else {
-        return;
-    };
+    let (_moto, endpoint, _log) =
+        start_moto("stream_faults_split_delay_and_duplicate_with_moto").await;
     let ddb = dynamodb_client(&endpoint);
     use aws_sdk_dynamodb::types::AttributeValue;
     create_table(&ddb, "f").await;

@@ -47,7 +47,7 @@ static MOTO: OnceLock<Option<String>> = OnceLock::new();
 
 /// The shared moto_server's endpoint, started on first use; `None` (after saying so)
 /// when moto_server is not installed.
-fn moto(test: &str) -> Option<String> {
+fn moto(test: &str) -> String {
     let endpoint = MOTO.get_or_init(|| {
         let python = find_moto_server()?.parent()?.join("python");
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../localstack/moto_server.py");
@@ -85,12 +85,13 @@ fn moto(test: &str) -> Option<String> {
         }
         Some(format!("http://127.0.0.1:{port}"))
     });
-    if endpoint.is_none() {
-        eprintln!(
-            "SKIPPED {test}: no moto_server (set MOTO_SERVER or VENV, or run scripts/test.sh)"
-        );
-    }
-    endpoint.clone()
+    // A test that needs moto_server and cannot find it fails (it must not pass untested).
+    endpoint.clone().unwrap_or_else(|| {
+        panic!(
+            "{test} needs moto_server: set MOTO_SERVER or VENV, or run scripts/test.sh, \
+             which installs it into .venv"
+        )
+    })
 }
 
 // ---- an emulator with only a front ----
@@ -279,10 +280,7 @@ fn slow_transactions() -> Value {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn concurrent_transactions_on_one_item_one_wins_the_other_is_cancelled() {
-    let Some(moto) = moto("concurrent_transactions_on_one_item_one_wins_the_other_is_cancelled")
-    else {
-        return;
-    };
+    let moto = moto("concurrent_transactions_on_one_item_one_wins_the_other_is_cancelled");
     create_table(&moto, "conflict").await;
     let front = Front::start(&moto, slow_transactions(), Value::Null).await;
     let ddb = front.ddb();
@@ -355,9 +353,7 @@ async fn concurrent_transactions_on_one_item_one_wins_the_other_is_cancelled() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_and_read_transactions_meeting_a_transaction_conflict() {
-    let Some(moto) = moto("writes_and_read_transactions_meeting_a_transaction_conflict") else {
-        return;
-    };
+    let moto = moto("writes_and_read_transactions_meeting_a_transaction_conflict");
     create_table(&moto, "held").await;
     let front = Front::start(&moto, slow_transactions(), Value::Null).await;
     let ddb = front.ddb();
@@ -494,9 +490,7 @@ fn big_put(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_to_a_hot_item_are_throttled_spread_writes_are_not() {
-    let Some(moto) = moto("writes_to_a_hot_item_are_throttled_spread_writes_are_not") else {
-        return;
-    };
+    let moto = moto("writes_to_a_hot_item_are_throttled_spread_writes_are_not");
     create_table(&moto, "hot").await;
     let front = Front::start(&moto, json!({"latency": "off"}), Value::Null).await;
     let ddb = front.ddb();
@@ -583,9 +577,7 @@ async fn writes_to_a_hot_item_are_throttled_spread_writes_are_not() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn latency_is_added_unless_off() {
-    let Some(moto) = moto("latency_is_added_unless_off") else {
-        return;
-    };
+    let moto = moto("latency_is_added_unless_off");
     create_table(&moto, "slow").await;
     let on = Front::start(
         &moto,
@@ -637,9 +629,7 @@ async fn latency_is_added_unless_off() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dynamodb_faults_are_injected_counted_and_decided_by_seed() {
-    let Some(moto) = moto("dynamodb_faults_are_injected_counted_and_decided_by_seed") else {
-        return;
-    };
+    let moto = moto("dynamodb_faults_are_injected_counted_and_decided_by_seed");
     create_table(&moto, "faulty").await;
     let quiet = json!({"latency": "off", "throughput": "off"});
 
@@ -731,9 +721,7 @@ async fn dynamodb_faults_are_injected_counted_and_decided_by_seed() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_internal_error_on_a_write_may_come_after_the_write() {
-    let Some(moto) = moto("an_internal_error_on_a_write_may_come_after_the_write") else {
-        return;
-    };
+    let moto = moto("an_internal_error_on_a_write_may_come_after_the_write");
     create_table(&moto, "ambiguous").await;
     let quiet = json!({"latency": "off", "throughput": "off"});
     let plan_json = json!({"seed": 5, "faults": {"dynamodb.internal_error": 1}});
@@ -850,9 +838,7 @@ fn pattern(len: usize) -> Vec<u8> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_objects_round_trip_through_the_front() {
-    let Some(moto) = moto("s3_objects_round_trip_through_the_front") else {
-        return;
-    };
+    let moto = moto("s3_objects_round_trip_through_the_front");
     let front = Front::start(&moto, json!({"latency": "off"}), Value::Null).await;
     let put = |path: &str, body: Vec<u8>| {
         let path = path.to_string();
@@ -941,9 +927,7 @@ async fn s3_objects_round_trip_through_the_front() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn s3_faults_are_injected_and_counted() {
-    let Some(moto) = moto("s3_faults_are_injected_and_counted") else {
-        return;
-    };
+    let moto = moto("s3_faults_are_injected_and_counted");
     let off = json!({"latency": "off"});
     let plain = Front::start(&moto, off.clone(), Value::Null).await;
     assert!(s3(&plain, reqwest::Method::PUT, "/s3faults")
