@@ -229,6 +229,21 @@ pub async fn create_table(
                 )),
                 other => other,
             })?;
+    if let Some(listing) = provider.downcast_ref::<datafusion::datasource::listing::ListingTable>()
+    {
+        let json = listing
+            .options()
+            .format
+            .downcast_ref::<datafusion::datasource::file_format::json::JsonFormat>();
+        if json.is_some_and(|j| !j.is_newline_delimited()) {
+            // A task rebuilds its scan from the encoded plan, which does not carry the
+            // JSON mode: it would read an array file as lines.
+            return Err(Error::InvalidInput(format!(
+                "table {name}: JSON array files ('format.newline_delimited' 'false') are not \
+                 supported; store the rows as newline-delimited JSON (one object per line)"
+            )));
+        }
+    }
     let schema = provider.schema();
     // Partition columns found in the directory names (not declared) are kept, so the
     // table is built again with them as partitions, not as file columns.

@@ -434,7 +434,9 @@ mod tests {
     #[test]
     fn a_failed_query_always_says_why() {
         assert_eq!(
-            job_status(&failed(Some("disk full")), false).error.as_deref(),
+            job_status(&failed(Some("disk full")), false)
+                .error
+                .as_deref(),
             Some("disk full")
         );
         assert_eq!(

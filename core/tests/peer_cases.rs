@@ -140,7 +140,132 @@ const SAME_AS_DATAFUSION: &[(&str, bool)] = &[
         "SELECT id, (SELECT label FROM dims WHERE k = -5) AS l FROM facts WHERE id < 5",
         false,
     ),
+    // Scalar subqueries outside filters and projections (400: "Physical plan does not
+    // support logical expression ScalarSubquery"): in ORDER BY, aggregate and window
+    // arguments, a join condition, GROUP BY, and one inside another.
+    (
+        "SELECT id FROM facts WHERE id < 50 ORDER BY id % (SELECT max(k) FROM facts), id",
+        true,
+    ),
+    (
+        "SELECT k, sum(v + (SELECT min(v) FROM facts)) AS s FROM facts GROUP BY k",
+        false,
+    ),
+    (
+        "SELECT id, sum(v * (SELECT count(*) FROM dims)) OVER (PARTITION BY k ORDER BY id) \
+         AS s FROM facts WHERE id < 100",
+        false,
+    ),
+    (
+        "SELECT f.id, d.label FROM facts f JOIN dims d \
+         ON d.k = f.k + (SELECT min(k) FROM dims) WHERE f.id < 100",
+        false,
+    ),
+    (
+        "SELECT count(*) AS n FROM facts GROUP BY k % (SELECT max(k) - 1 FROM facts \
+         WHERE v < (SELECT avg(v) FROM facts))",
+        false,
+    ),
+    // ...and inside the nodes the engine encodes with a plan of their own (a reversed or
+    // IGNORE NULLS window, an aggregate of empty grouping sets), which were decoded
+    // outside the subqueries' scope.
+    (
+        "SELECT id, lag(v + (SELECT min(v) FROM facts)) IGNORE NULLS OVER (ORDER BY id) AS l \
+         FROM facts WHERE id < 100",
+        false,
+    ),
+    (
+        "SELECT sum(v + (SELECT max(k) FROM dims)) AS s FROM facts GROUP BY GROUPING SETS (())",
+        false,
+    ),
 ];
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_files_are_read_compressed_and_json_arrays_refused() {
+    // copy.slt's gzip JSON failed in the tasks: the encoded scan lost its compression.
+    let dir = tempfile::tempdir().unwrap();
+    write_tables(dir.path()).await;
+    let ctx = datafusion::prelude::SessionContext::new();
+    let source = "SELECT id, k, s FROM facts WHERE id <= 5000";
+    ctx.register_parquet(
+        "facts",
+        dir.path().join("facts").to_str().unwrap(),
+        Default::default(),
+    )
+    .await
+    .unwrap();
+    let mut creates = Vec::new();
+    for (format, compression, extension) in [
+        ("JSON", "gzip", "json.gz"),
+        ("CSV", "gzip", "csv.gz"),
+        ("JSON", "bzip2", "json.bz2"),
+        ("CSV", "zstd", "csv.zst"),
+    ] {
+        let file = dir.path().join(format!("packed.{extension}"));
+        let header = if format == "CSV" {
+            ", 'format.has_header' 'true'"
+        } else {
+            ""
+        };
+        ctx.sql(&format!(
+            "COPY ({source}) TO '{}' STORED AS {format} \
+             OPTIONS ('format.compression' '{compression}'{header})",
+            file.display()
+        ))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+        let name = format!("packed_{}", extension.replace('.', "_"));
+        creates.push((
+            name.clone(),
+            format!(
+                "CREATE EXTERNAL TABLE {name} STORED AS {format} LOCATION '{}' \
+                 OPTIONS ('format.compression' '{compression}'{header})",
+                file.display()
+            ),
+        ));
+    }
+    let engine = engine(dir.path()).await;
+    let expected = ctx
+        .sql("SELECT count(*) AS n, sum(id) AS i, max(s) AS m FROM facts WHERE id <= 5000")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    for (name, create) in creates {
+        engine
+            .sql(&create)
+            .await
+            .unwrap_or_else(|e| panic!("{create}: {e}"));
+        let sql = format!("SELECT count(*) AS n, sum(id) AS i, max(s) AS m FROM {name}");
+        let actual = engine
+            .sql(&sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        if let Err(diff) = lambdafusion::verify::compare(&expected, &actual.batches, false) {
+            panic!("{sql}: {diff}");
+        }
+    }
+    // A JSON array file cannot travel to the tasks as such: refused, by name.
+    let array = dir.path().join("rows.json");
+    std::fs::write(&array, "[{\"a\": 1}, {\"a\": 2}]\n").unwrap();
+    let error = engine
+        .sql(&format!(
+            "CREATE EXTERNAL TABLE rows STORED AS JSON LOCATION '{}' \
+             OPTIONS ('format.newline_delimited' 'false')",
+            array.display()
+        ))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, lambdafusion::Error::InvalidInput(_))
+            && error.to_string().contains("newline_delimited"),
+        "{error}"
+    );
+}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn answers_found_wrong_by_the_suite_equal_datafusions() {
@@ -172,6 +297,10 @@ async fn a_scalar_subquery_of_several_rows_is_an_error_as_in_datafusion() {
     let sql = "SELECT id, (SELECT label FROM dims) AS l FROM facts WHERE id < 5";
     let error = engine.sql(sql).await.unwrap_err().to_string();
     assert!(error.contains("more than one row"), "{error}");
+    // And outside a projection, where the subquery is evaluated by each task.
+    let sql = "SELECT id FROM facts WHERE id < 5 ORDER BY id + (SELECT k FROM dims)";
+    let error = engine.sql(sql).await.unwrap_err().to_string();
+    assert!(error.contains("more than one row"), "{error}");
     let ctx = datafusion::prelude::SessionContext::new();
     let single = ctx
         .sql("SELECT (SELECT x FROM (VALUES (1), (2)) t(x))")
@@ -181,4 +310,22 @@ async fn a_scalar_subquery_of_several_rows_is_an_error_as_in_datafusion() {
         Err(_) => true,
     };
     assert!(refused, "DataFusion refuses it too");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn virtual_file_columns_are_refused_by_name() {
+    // file_row_index.slt failed in the tasks ("Column index 1 out of bounds"): the
+    // encoded scan does not carry its virtual columns.
+    let dir = tempfile::tempdir().unwrap();
+    write_tables(dir.path()).await;
+    let engine = engine(dir.path()).await;
+    let error = engine
+        .sql("SELECT file_row_index(), id FROM facts WHERE id < 10")
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, lambdafusion::Error::InvalidInput(_))
+            && error.to_string().contains("file_row_index()"),
+        "{error}"
+    );
 }

@@ -12,7 +12,10 @@
 //! ([`super::rules::WindowFilterToCase`]). And an aggregate grouped by empty grouping
 //! sets only (`GROUP BY GROUPING SETS (())`, one row even over no input) came back with
 //! no grouping at all — its partial stage then wrote no row: the converter carries the
-//! number of sets. `tests` below round-trips every operator the engine plans and runs
+//! number of sets. A scan of compressed CSV or JSON files came back uncompressed (the
+//! task read gzip bytes as text): the converter carries the compression. Those of our
+//! nodes that hold a plan are decoded in the converter's context, which inside a
+//! `ScalarSubqueryExec` carries the subqueries' results. `tests` below round-trips every operator the engine plans and runs
 //! both plans.
 
 use std::sync::Arc;
@@ -41,9 +44,15 @@ use prost::Message;
 
 use datafusion::physical_plan::aggregates::{AggregateExec, PhysicalGroupBy};
 
-use crate::shuffle::codec::{EmptyGroupingSetsNode, LambdaFusionNode, WindowNode};
+use crate::shuffle::codec::{
+    CompressedScanNode, EmptyGroupingSetsNode, LambdaFusionNode, WindowNode,
+};
 use crate::shuffle::LambdaFusionCodec;
 use crate::Result;
+use datafusion::common::parsers::CompressionTypeVariant;
+use datafusion::datasource::file_format::file_compression_type::FileCompressionType;
+use datafusion::datasource::physical_plan::{FileScanConfig, FileScanConfigBuilder};
+use datafusion::datasource::source::DataSourceExec;
 
 /// Encodes a stage plan to bytes.
 pub fn encode_plan(plan: Arc<dyn ExecutionPlan>) -> Result<Vec<u8>> {
@@ -331,6 +340,40 @@ pub(crate) fn decode_empty_grouping_sets(
     Ok(Arc::new(rebuilt))
 }
 
+/// The compression of `plan`'s files, when it scans compressed files.
+fn compressed_scan(plan: &Arc<dyn ExecutionPlan>) -> Option<FileCompressionType> {
+    let config = plan
+        .downcast_ref::<DataSourceExec>()?
+        .data_source()
+        .downcast_ref::<FileScanConfig>()?;
+    config
+        .file_compression_type
+        .is_compressed()
+        .then_some(config.file_compression_type)
+}
+
+/// Decodes a scan encoded with its compression carried aside.
+fn decode_compressed_scan(
+    node: &CompressedScanNode,
+    ctx: &PhysicalPlanDecodeContext<'_>,
+    converter: &dyn PhysicalProtoConverterExtension,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    let proto = protobuf::PhysicalPlanNode::decode(node.plan.as_slice())
+        .map_err(|e| DataFusionError::Internal(format!("scan node: {e}")))?;
+    let plan = converter.proto_to_execution_plan(&proto, ctx)?;
+    let config = plan
+        .downcast_ref::<DataSourceExec>()
+        .and_then(|d| d.data_source().downcast_ref::<FileScanConfig>())
+        .ok_or_else(|| {
+            DataFusionError::Internal(format!("a file scan decoded as {}", plan.name()))
+        })?;
+    let variant: CompressionTypeVariant = node.compression.parse()?;
+    let config = FileScanConfigBuilder::from(config.clone())
+        .with_file_compression_type(FileCompressionType::from(variant))
+        .build();
+    Ok(DataSourceExec::from_data_source(config))
+}
+
 impl PhysicalProtoConverterExtension for Converter {
     fn proto_to_execution_plan(
         &self,
@@ -339,6 +382,31 @@ impl PhysicalProtoConverterExtension for Converter {
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
         if let Some(plan) = generate_series_of_no_columns(proto, ctx, self)? {
             return Ok(plan);
+        }
+        // Our nodes that carry a plan of their own are decoded here, in `ctx`, rather
+        // than by the codec, which is given a fresh context: inside a
+        // `ScalarSubqueryExec`, `ctx` holds the subqueries' results that the
+        // expressions of that plan read.
+        if let Some(PhysicalPlanType::Extension(extension)) = &proto.physical_plan_type {
+            if let Ok(node) = LambdaFusionNode::decode(extension.node.as_slice()) {
+                if let Some(window) = &node.window {
+                    return decode_window(window, ctx, self);
+                }
+                if let Some(sets) = &node.empty_grouping_sets {
+                    return decode_empty_grouping_sets(sets, ctx, self);
+                }
+                if let Some(scan) = &node.compressed_scan {
+                    return decode_compressed_scan(scan, ctx, self);
+                }
+                if let Some(single) = &node.single_task {
+                    let proto = protobuf::PhysicalPlanNode::decode(single.plan.as_slice())
+                        .map_err(|e| DataFusionError::Internal(format!("single-task plan: {e}")))?;
+                    let inner = self.proto_to_execution_plan(&proto, ctx)?;
+                    return Ok(Arc::new(crate::plan::single_task::SingleTaskExec::new(
+                        inner,
+                    )));
+                }
+            }
         }
         proto.try_into_physical_plan_with_context(ctx, self)
     }
@@ -369,6 +437,20 @@ impl PhysicalProtoConverterExtension for Converter {
                     protobuf::PhysicalExtensionNode { node, inputs },
                 )),
             });
+        }
+        if let Some(compression) = compressed_scan(plan) {
+            let node = protobuf::PhysicalPlanNode::try_from_physical_plan_with_converter(
+                Arc::clone(plan),
+                codec,
+                self,
+            )?;
+            return Ok(extension(LambdaFusionNode {
+                compressed_scan: Some(CompressedScanNode {
+                    plan: node.encode_to_vec(),
+                    compression: compression.get_variant().to_string(),
+                }),
+                ..Default::default()
+            }));
         }
         if let Some(sets) = empty_grouping_sets(plan) {
             let node = protobuf::PhysicalPlanNode::try_from_physical_plan_with_converter(

@@ -46,10 +46,13 @@ use crate::{EngineConfig, Error, Result, Services};
 ///   join to report, which in a task running one partition would wait forever).
 /// - File-scan work stealing is off: a task runs one partition and never its siblings,
 ///   so a partition must read exactly the files planned for it.
-/// - Uncorrelated scalar subqueries are planned as joins (DataFusion's setting for
-///   distributed engines): their in-process result sharing cannot cross stages. As in
-///   DataFusion before version 52, a scalar subquery returning several rows is then not
-///   reported as an error.
+/// - Uncorrelated scalar subqueries in filters and projections are planned as joins
+///   (DataFusion's setting for distributed engines), which distribute like any join;
+///   [`rules::ScalarSubqueryCardinality`] keeps their "more than one row" error. Those
+///   elsewhere (`ORDER BY`, aggregate and window arguments, join conditions, `GROUP BY`),
+///   which no rule rewrites, are planned as DataFusion's `ScalarSubqueryExec`: see
+///   [`physical_plan`] and the splitter ([`stages`]), which makes each subquery a stage
+///   every consuming task reads whole.
 /// - A scan smaller than one task's worth of bytes is not split by byte ranges.
 pub fn session_config(config: &EngineConfig, target_partitions: usize) -> SessionConfig {
     let mut c = SessionConfig::new()
@@ -58,9 +61,8 @@ pub fn session_config(config: &EngineConfig, target_partitions: usize) -> Sessio
         .with_information_schema(true);
     let o = c.options_mut();
     o.optimizer.enable_round_robin_repartition = false;
-    // Uncorrelated scalar subqueries become joins: the executing form keeps the
-    // subquery's result in process memory next to the expression reading it, and a
-    // stage cut between the two cannot carry it.
+    // Uncorrelated scalar subqueries the optimizer can rewrite become joins (see
+    // `physical_plan` for the others).
     o.optimizer.enable_physical_uncorrelated_scalar_subquery = false;
     // Each task runs one partition alone: a partition must read its own files only.
     o.execution.enable_file_stream_work_stealing = false;
@@ -106,15 +108,34 @@ pub async fn physical_plan(
     logical: &LogicalPlan,
     config: &EngineConfig,
 ) -> Result<Arc<dyn ExecutionPlan>> {
+    // Optimized with scalar subqueries rewritten to joins where DataFusion can; those
+    // left (outside filters and projections) are then planned as `ScalarSubqueryExec`
+    // rather than refused.
+    let optimized = state.optimize(logical)?;
+    let plan_with = |n: usize| {
+        let mut planning = with_target_partitions(state, config, n);
+        planning
+            .config_mut()
+            .options_mut()
+            .optimizer
+            .enable_physical_uncorrelated_scalar_subquery = true;
+        planning
+    };
     let widest = config.max_tasks_per_stage;
-    let first = with_target_partitions(state, config, widest);
-    let plan = first.create_physical_plan(logical).await?;
+    let first = plan_with(widest);
+    let plan = first
+        .query_planner()
+        .create_physical_plan(&optimized, &first)
+        .await?;
     let partitions = config.tasks_for_bytes(scan_bytes(&plan));
     if partitions == widest {
         return Ok(plan);
     }
-    let sized = with_target_partitions(state, config, partitions);
-    Ok(sized.create_physical_plan(logical).await?)
+    let sized = plan_with(partitions);
+    Ok(sized
+        .query_planner()
+        .create_physical_plan(&optimized, &sized)
+        .await?)
 }
 
 fn with_target_partitions(state: &SessionState, config: &EngineConfig, n: usize) -> SessionState {
@@ -130,7 +151,8 @@ fn with_target_partitions(state: &SessionState, config: &EngineConfig, n: usize)
 /// statement check ([`crate::sql::verdict`]) keeps writes from being planned at all;
 /// this holds at the two places a plan could still carry one — cutting it into stages
 /// and decoding a stage plan in a task — so nothing a caller names becomes a file or an
-/// object key.
+/// object key. It also refuses what a task could not run as planned
+/// (`refuse_virtual_columns`).
 pub fn refuse_writes(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
     use datafusion::common::tree_node::TreeNode;
     use datafusion::datasource::sink::DataSinkExec;
@@ -150,7 +172,35 @@ pub fn refuse_writes(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
                 .into(),
         ));
     }
-    Ok(())
+    refuse_virtual_columns(plan)
+}
+
+/// Refuses a scan that reads virtual columns (`file_row_index()`): the encoding a task
+/// receives (datafusion-proto 55) does not carry them, so the task's scan would not
+/// produce the column its plan reads.
+fn refuse_virtual_columns(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
+    use datafusion::common::tree_node::TreeNode;
+    let mut found = None;
+    plan.apply(|node| {
+        if let Some(config) = node
+            .downcast_ref::<DataSourceExec>()
+            .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
+        {
+            let virtual_columns = config.file_source().table_schema().virtual_columns();
+            if let Some(field) = virtual_columns.first() {
+                found = Some(field.name().clone());
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    match found {
+        Some(column) => Err(Error::InvalidInput(format!(
+            "file_row_index() and other virtual file columns ({column}) are not supported: \
+             a task's scan cannot produce them"
+        ))),
+        None => Ok(()),
+    }
 }
 
 /// Bytes the file scans of `plan` read (whole files, or their assigned byte ranges).

@@ -11,6 +11,10 @@
 //!   is a tiny scan (at most `inline_scan_bytes`, no exchange below), which each
 //!   consuming task reads itself.
 //!
+//! - a `ScalarSubqueryExec` (an uncorrelated scalar subquery outside a filter or
+//!   projection) -> each subquery a stage read whole; every stage whose expressions use
+//!   the values computes them first ([`StageSplitter::lift_subqueries`]).
+//!
 //! Round-robin repartitions only spread work over the threads of one process; they
 //! are dropped (the session does not plan them in the first place). What remains
 //! above the last exchange is the final stage, whose tasks write the result.
@@ -20,11 +24,14 @@ use std::sync::Arc;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::JoinType;
 use datafusion::error::{DataFusionError, Result as DfResult};
+use datafusion::logical_expr::physical_planning_context::ScalarSubqueryResults;
+use datafusion::physical_expr::scalar_subquery::ScalarSubqueryExpr;
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::joins::{
     CrossJoinExec, HashJoinExec, NestedLoopJoinExec, PartitionMode,
 };
 use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::scalar_subquery::{ScalarSubqueryExec, ScalarSubqueryLink};
 use datafusion::physical_plan::sorts::sort::SortExec;
 use datafusion::physical_plan::sorts::sort_preserving_merge::SortPreservingMergeExec;
 use datafusion::physical_plan::{
@@ -149,6 +156,9 @@ pub struct StageSplitter {
     /// A hash shuffle planned for more reads than this (producers × partitions) gets a
     /// combining stage.
     max_shuffle_reads: u64,
+    /// Each lifted `ScalarSubqueryExec`'s results container, with its subqueries as
+    /// they are read in the stages that use them ([`Self::lift_subqueries`]).
+    subqueries: Vec<(ScalarSubqueryResults, Vec<ScalarSubqueryLink>)>,
 }
 
 impl StageSplitter {
@@ -162,12 +172,114 @@ impl StageSplitter {
             max_shuffle_reads: config.max_shuffle_reads,
             ..StageSplitter::default()
         };
+        let plan = splitter.lift_subqueries(plan)?;
         let root = plan.transform_up(|node| splitter.cut(node))?.data;
         splitter.add_stage(root, None)?;
         super::switch::annotate(&mut splitter.stages);
         Ok(StageGraph {
             stages: splitter.stages,
         })
+    }
+
+    /// Takes every `ScalarSubqueryExec` (uncorrelated scalar subqueries outside filters
+    /// and projections) out of `plan`, keeping its input. Its subqueries are cut first,
+    /// each into a stage of its own read whole ([`ReadMode::All`]) — or, reading no
+    /// stage and at most `inline_scan_bytes`, computed in place (`SELECT 42`). The
+    /// expressions that use their values may land in any stage above or below the
+    /// exchanges of the input: [`Self::add_stage`] gives each stage that holds one a
+    /// `ScalarSubqueryExec` of its own over the same subqueries, so every task computes
+    /// the values (a row at most each) before its work.
+    fn lift_subqueries(
+        &mut self,
+        plan: Arc<dyn ExecutionPlan>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        Ok(plan
+            .transform_down(|node| {
+                let Some(exec) = node.downcast_ref::<ScalarSubqueryExec>() else {
+                    return Ok(Transformed::no(node));
+                };
+                let mut links = Vec::new();
+                for link in exec.subqueries() {
+                    let plan = self.lift_subqueries(link.plan.clone())?;
+                    let plan = plan.transform_up(|n| self.cut(n))?.data;
+                    let plan = if !reads_a_stage(&plan)
+                        && super::scan_bytes(&plan) <= self.inline_scan_bytes
+                    {
+                        plan
+                    } else {
+                        self.whole(plan)?
+                    };
+                    links.push(ScalarSubqueryLink {
+                        plan,
+                        index: link.index,
+                    });
+                }
+                links.sort_by_key(|l| l.index.as_usize());
+                if links
+                    .iter()
+                    .enumerate()
+                    .any(|(i, l)| l.index.as_usize() != i)
+                {
+                    return Err(DataFusionError::Internal(
+                        "scalar subqueries are not numbered 0..n".into(),
+                    ));
+                }
+                self.subqueries.push((exec.results().clone(), links));
+                // Its input, itself lifted (a lifted node's input is not visited again).
+                let input = self.lift_subqueries(exec.input().clone())?;
+                Ok(Transformed::new(input, true, TreeNodeRecursion::Jump))
+            })?
+            .data)
+    }
+
+    /// `input` under a `ScalarSubqueryExec` of the lifted subqueries its expressions
+    /// use, if they use any ([`Self::lift_subqueries`]).
+    fn provide_subqueries(
+        &self,
+        input: Arc<dyn ExecutionPlan>,
+    ) -> DfResult<Arc<dyn ExecutionPlan>> {
+        if self.subqueries.is_empty() {
+            return Ok(input);
+        }
+        let mut used: Vec<ScalarSubqueryResults> = Vec::new();
+        input.apply(|node| {
+            node.apply_expressions(&mut |expr| {
+                expr.apply(|e| {
+                    if let Some(sq) = e.downcast_ref::<ScalarSubqueryExpr>() {
+                        if !used
+                            .iter()
+                            .any(|u| ScalarSubqueryResults::ptr_eq(u, sq.results()))
+                        {
+                            used.push(sq.results().clone());
+                        }
+                    }
+                    Ok(TreeNodeRecursion::Continue)
+                })
+            })?;
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        match used.as_slice() {
+            [] => Ok(input),
+            [results] => {
+                let (_, links) = self
+                    .subqueries
+                    .iter()
+                    .find(|(r, _)| ScalarSubqueryResults::ptr_eq(r, results))
+                    .ok_or_else(|| {
+                        DataFusionError::Internal(
+                            "a scalar subquery's value is used outside its query".into(),
+                        )
+                    })?;
+                Ok(Arc::new(ScalarSubqueryExec::new(
+                    input,
+                    links.clone(),
+                    results.clone(),
+                )))
+            }
+            _ => Err(DataFusionError::NotImplemented(
+                "scalar subqueries of two query levels in one stage".into(),
+            )),
+        }
     }
 
     fn cut(
@@ -392,6 +504,7 @@ impl StageSplitter {
         input: Arc<dyn ExecutionPlan>,
         partitioning: Option<Partitioning>,
     ) -> DfResult<(u32, usize)> {
+        let input = self.provide_subqueries(input)?;
         let id = self.stages.len() as u32;
         let writer =
             ShuffleWriterExec::try_new(id, input, partitioning).map_err(DataFusionError::from)?;

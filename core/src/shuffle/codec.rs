@@ -115,6 +115,18 @@ pub struct EmptyGroupingSetsNode {
     pub sets: u32,
 }
 
+/// A scan of compressed files (CSV, JSON), whose compression datafusion-proto does not
+/// carry ([`crate::plan::encoding`]).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct CompressedScanNode {
+    /// The scan node, encoded.
+    #[prost(bytes = "vec", tag = "1")]
+    pub plan: Vec<u8>,
+    /// Its compression (`GZIP`, `BZIP2`, `XZ`, `ZSTD`).
+    #[prost(string, tag = "2")]
+    pub compression: String,
+}
+
 /// A sub-plan run whole in one task ([`crate::plan::single_task`]).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct SingleTaskNode {
@@ -205,6 +217,9 @@ pub struct LambdaFusionNode {
     /// A partial sort.
     #[prost(message, optional, tag = "10")]
     pub partial_sort: Option<PartialSortNode>,
+    /// A scan of compressed files.
+    #[prost(message, optional, tag = "11")]
+    pub compressed_scan: Option<CompressedScanNode>,
 }
 
 const MARK_JOIN_TYPES: [JoinType; 3] = [JoinType::LeftSemi, JoinType::LeftAnti, JoinType::LeftMark];

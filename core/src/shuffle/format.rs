@@ -504,7 +504,10 @@ mod tests {
         let e = read_index(&store, &path).await.unwrap_err().to_string();
         assert!(e.contains("jobs/x/damaged") && e.contains("damaged"), "{e}");
         // Ends past the data it holds.
-        store.put(&path, encode_footer(&[10, 20]).into()).await.unwrap();
+        store
+            .put(&path, encode_footer(&[10, 20]).into())
+            .await
+            .unwrap();
         let e = read_index(&store, &path).await.unwrap_err().to_string();
         assert!(e.contains("past"), "{e}");
         // Ends out of order.

@@ -169,15 +169,21 @@ pub type Case = for<'a> fn(&'a dyn JobStore) -> futures::future::BoxFuture<'a, (
 /// Every case, by name, in the order [`run_all`] runs them. A `pub async fn` of this
 /// module missing here is caught by `core/tests/store_conformance.rs`.
 pub const CASES: &[(&str, Case)] = &[
-    ("jobs_are_created_once", |s| Box::pin(jobs_are_created_once(s))),
+    ("jobs_are_created_once", |s| {
+        Box::pin(jobs_are_created_once(s))
+    }),
     ("claims_and_confirmations_have_one_winner", |s| {
         Box::pin(claims_and_confirmations_have_one_winner(s))
     }),
-    ("commits_count_each_task_once", |s| Box::pin(commits_count_each_task_once(s))),
+    ("commits_count_each_task_once", |s| {
+        Box::pin(commits_count_each_task_once(s))
+    }),
     ("dispatch_confirmations_leave_counts_alone", |s| {
         Box::pin(dispatch_confirmations_leave_counts_alone(s))
     }),
-    ("racing_attempts_commit_exactly_one", |s| Box::pin(racing_attempts_commit_exactly_one(s))),
+    ("racing_attempts_commit_exactly_one", |s| {
+        Box::pin(racing_attempts_commit_exactly_one(s))
+    }),
     ("failures_and_retries_follow_the_attempt_chain", |s| {
         Box::pin(failures_and_retries_follow_the_attempt_chain(s))
     }),
@@ -185,7 +191,9 @@ pub const CASES: &[(&str, Case)] = &[
         Box::pin(throttled_and_unconfirmed_attempts_are_resent(s))
     }),
     ("finishing_is_final", |s| Box::pin(finishing_is_final(s))),
-    ("the_active_index_pages_in_id_order", |s| Box::pin(the_active_index_pages_in_id_order(s))),
+    ("the_active_index_pages_in_id_order", |s| {
+        Box::pin(the_active_index_pages_in_id_order(s))
+    }),
     ("the_catalog_keeps_one_table_per_name", |s| {
         Box::pin(the_catalog_keeps_one_table_per_name(s))
     }),
