@@ -1,22 +1,71 @@
 //! DataFusion's sqllogictest suite through lambdafusion (see `tests/src/slt.rs`).
 //!
 //! `curated_files_pass` runs a curated subset in CI (about two minutes) and fails on any
-//! wrong answer or error beyond those listed in `KNOWN` below. The whole suite, or any
+//! wrong answer or error beyond the refusals listed in `KNOWN` below. The whole suite, or any
 //! files, print their table with:
 //!
 //! ```sh
 //! cargo test --workspace --test slt -- --ignored --nocapture            # all 500-odd files
 //! SLT_FILES=window,joins cargo test --workspace --test slt -- --ignored --nocapture
+//! SLT_FILES=/path/to/mine.slt cargo test --workspace --test slt -- --ignored --nocapture
 //! ```
 
 use std::path::PathBuf;
 
 use lambdafusion_tests::slt::{self, FileReport, Options};
 
-/// The CI subset: files whose set-up is in the file itself (no data outside the crate).
-const CURATED: &[&str] = &["grouping.slt"];
+/// The CI subset (about two minutes on two cores, debug build): files whose set-up is
+/// in the file itself (no data outside the crate) and whose queries exercise what the
+/// distribution does — shuffles, joins of every kind, subqueries, recursive queries,
+/// unions, windows, grouping sets, unnesting, ordering and limits.
+const CURATED: &[&str] = &[
+    "group_by.slt",
+    "joins.slt",
+    "join_only.slt",
+    "sort_merge_join.slt",
+    "pwmj.slt",
+    "join_is_not_distinct_from.slt",
+    "lateral_join.slt",
+    "null_aware_anti_join.slt",
+    "subquery.slt",
+    "cte.slt",
+    "union.slt",
+    "union_by_name.slt",
+    "grouping.slt",
+    "window_limits.slt",
+    "window_topn.slt",
+    "qualify.slt",
+    "distinct_on.slt",
+    "array_agg.slt",
+    "unnest.slt",
+    "map.slt",
+    "case.slt",
+    "in_list.slt",
+    "order.slt",
+    "limit.slt",
+    "math.slt",
+    "datetime/dates.slt",
+    "datetime/interval.slt",
+    "datetime/timestamps.slt",
+    "expr.slt",
+];
+
+/// Records of the CI subset the engine refuses by design (a 4xx naming what it does not
+/// support), each with its error class: `file:line`.
+const KNOWN: &[(&str, &str)] = &[
+    // CREATE UNBOUNDED EXTERNAL TABLE: a query's tasks read a fixed set of files.
+    ("limit.slt:549", "unsupported"),
+];
+
+/// Fewest records the CI subset must pass: a harness that skipped everything would
+/// otherwise pass too.
+const CURATED_MIN_PASSED: usize = 3900;
 
 fn files(filter: Option<&str>) -> Vec<PathBuf> {
+    // A path to a file of one's own runs that file.
+    if let Some(own) = filter.map(std::path::Path::new).filter(|p| p.is_file()) {
+        return vec![own.to_path_buf()];
+    }
     let dir = slt::test_files_dir().expect("the .slt files");
     let mut files: Vec<PathBuf> = walk(&dir)
         .into_iter()
@@ -81,10 +130,31 @@ fn curated_files_pass() {
     let reports = runtime().block_on(run(&files));
     println!("{}", slt::table(&reports));
     let mut problems = Vec::new();
+    let mut seen = Vec::new();
     for r in &reports {
-        problems.extend(r.details.iter().cloned());
+        for d in &r.details {
+            match KNOWN
+                .iter()
+                .find(|(at, class)| d.starts_with(&format!("{at} ERROR[{class}]")))
+            {
+                Some(known) => seen.push(known),
+                None => problems.push(d.clone()),
+            }
+        }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
+    for known in KNOWN {
+        assert!(
+            seen.contains(&known),
+            "{} no longer fails as listed in KNOWN: remove it",
+            known.0
+        );
+    }
+    let passed: usize = reports.iter().map(|r| r.passed).sum();
+    assert!(
+        passed >= CURATED_MIN_PASSED,
+        "only {passed} records passed (at least {CURATED_MIN_PASSED} did before)"
+    );
 }
 
 #[test]
