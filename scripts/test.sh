@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The whole test suite — what CI runs (.ci/run) and what you run:
-#   1. installs the pinned Python tools (moto, checkov) into .venv,
+#   1. installs the pinned Python tools (moto, checkov, duckdb) into .venv,
 #   2. checks the Terraform (fmt, checkov; the contract test runs with the Rust tests),
 #   3. checks formatting and starts clippy (at nice 19) beside everything below,
 #   4. runs every Rust test: unit, embedded end to end, TPC-H against DataFusion, the end-to-end
@@ -23,7 +23,7 @@ if [ ! -x "$VENV/bin/python" ]; then
   python3 -m venv "$VENV"
 fi
 "$VENV/bin/pip" install --quiet --disable-pip-version-check -r local/requirements.txt
-"$VENV/bin/pip" freeze --quiet | grep -i -E '^(moto|checkov)==' | sed 's/^/    /'
+"$VENV/bin/pip" freeze --quiet | grep -i -E '^(moto|checkov|duckdb)==' | sed 's/^/    /'
 
 step "terraform checks"
 infra/terraform/check.sh
