@@ -744,6 +744,22 @@ pub fn stage_report(e: &QueryEstimate) -> String {
     )
 }
 
+/// `x` dollars to two significant digits (`$0.0023`, `$0.41`, `$12`): the model's
+/// inputs do not support more.
+pub fn dollars(x: f64) -> String {
+    if !x.is_finite() || x <= 0.0 {
+        return "$0".into();
+    }
+    let mut exponent = x.log10().floor() as i32;
+    let unit = 10f64.powi(exponent - 1);
+    let rounded = (x / unit).round() * unit;
+    // Rounding up may reach the next power of ten ($0.0999 -> $0.10).
+    if rounded >= 10f64.powi(exponent + 1) {
+        exponent += 1;
+    }
+    format!("${:.*}", (1 - exponent).max(0) as usize, rounded)
+}
+
 /// The model's tables: per query and scale factor the tasks, latency, cost and its ratio
 /// to Athena; the totals; the hand-off path; the constants with their sources.
 pub fn report(
@@ -757,7 +773,13 @@ pub fn report(
     out.push_str(&format!(
         "A MODEL, NOT A MEASUREMENT: the queries' tasks, bytes, requests and CPU time as \
          measured at SF {measured} on this machine, scaled to each scale factor and priced \
-         with the AWS constants below.\n\n"
+         with the AWS constants below. Dollars to two significant digits.\n\
+         Assumptions: bytes, requests and CPU time grow linearly with the scale factor \
+         from that one run; tasks follow the engine's sizing rules at each scale; a Lambda \
+         vCPU is as fast as one core here ({}x); S3 and DynamoDB answer within the \
+         latencies below, without throttling; nothing fails and is retried; no cold \
+         starts. Not modelled: skew, spills, memory pressure.\n\n",
+        c.cpu_factor
     ));
     let mut rows = Vec::new();
     let mut totals: Vec<(f64, f64, f64, f64)> = vec![(0.0, 0.0, 0.0, 0.0); scales.len()];
@@ -766,10 +788,10 @@ pub fn report(
         for (i, &sf) in scales.iter().enumerate() {
             let e = estimate(p, sf, c, config);
             row.push(format!(
-                "{} / {:.2} s / ${:.4} ({:.2}x)",
+                "{} / {:.2} s / {} ({:.2}x)",
                 e.tasks,
                 e.latency_ms / 1e3,
-                e.cost,
+                dollars(e.cost),
                 e.cost / e.athena_cost.max(1e-12)
             ));
             totals[i].0 += e.latency_ms;
@@ -782,11 +804,11 @@ pub fn report(
     let mut total = vec!["total".to_string()];
     for t in &totals {
         total.push(format!(
-            "{:.1} s / ${:.4} (${:.2}/TB; Athena ${:.4})",
+            "{:.1} s / {} ({}/TB; Athena {})",
             t.0 / 1e3,
-            t.1,
-            t.1 / (t.2 / 1e12).max(1e-12),
-            t.3
+            dollars(t.1),
+            dollars(t.1 / (t.2 / 1e12).max(1e-12)),
+            dollars(t.3)
         ));
     }
     rows.push(total);
@@ -841,6 +863,17 @@ pub fn process_cpu_ms() -> Option<f64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dollars_have_two_significant_digits() {
+        assert_eq!(dollars(0.0023456), "$0.0023");
+        assert_eq!(dollars(0.41234), "$0.41");
+        assert_eq!(dollars(1.2345), "$1.2");
+        assert_eq!(dollars(12.345), "$12");
+        assert_eq!(dollars(1234.5), "$1200");
+        assert_eq!(dollars(0.0999), "$0.10");
+        assert_eq!(dollars(0.0), "$0");
+    }
 
     fn constants() -> AwsConstants {
         AwsConstants {
