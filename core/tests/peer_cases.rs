@@ -118,6 +118,17 @@ const SAME_AS_DATAFUSION: &[(&str, bool)] = &[
          (PARTITION BY k) AS r FROM facts WHERE k = 1) GROUP BY k",
         false,
     ),
+    // A window over a hash shuffle of one sorted producer: the repartition kept the
+    // order, the plan relied on it, the reader did not ("All partition by columns should
+    // have an ordering").
+    (
+        "SELECT id, sum(v) OVER (ORDER BY k RANGE BETWEEN UNBOUNDED PRECEDING AND \
+         UNBOUNDED FOLLOWING) AS a, sum(v) OVER (ORDER BY k RANGE UNBOUNDED PRECEDING) AS b, \
+         sum(id) OVER (PARTITION BY k ORDER BY k RANGE BETWEEN UNBOUNDED PRECEDING AND \
+         UNBOUNDED FOLLOWING) AS c, sum(v) OVER (PARTITION BY k ORDER BY k RANGE UNBOUNDED \
+         PRECEDING) AS d FROM facts WHERE id < 3000",
+        false,
+    ),
     // Float16 (values came back as Float32).
     (
         "SELECT arrow_cast(k, 'Float16') AS f, count(*) AS n FROM facts WHERE k < 5 \
@@ -313,7 +324,7 @@ async fn a_scalar_subquery_of_several_rows_is_an_error_as_in_datafusion() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn virtual_file_columns_are_refused_by_name() {
+async fn what_cannot_reach_a_task_is_refused_by_name() {
     // file_row_index.slt failed in the tasks ("Column index 1 out of bounds"): the
     // encoded scan does not carry its virtual columns.
     let dir = tempfile::tempdir().unwrap();
@@ -326,6 +337,20 @@ async fn virtual_file_columns_are_refused_by_name() {
     assert!(
         matches!(error, lambdafusion::Error::InvalidInput(_))
             && error.to_string().contains("file_row_index()"),
+        "{error}"
+    );
+    // functions.slt: a dictionary of dictionaries failed its task after the work (Arrow
+    // IPC cannot encode one); it is refused before.
+    let error = engine
+        .sql(
+            "SELECT initcap(arrow_cast(arrow_cast(s, 'Dictionary(UInt32, Utf8)'), \
+             'Dictionary(Int32, Dictionary(UInt32, Utf8))')) AS d FROM facts WHERE id < 10",
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(error, lambdafusion::Error::InvalidInput(_))
+            && error.to_string().contains("dictionary of dictionaries"),
         "{error}"
     );
 }

@@ -354,10 +354,12 @@ impl StageSplitter {
                     schema,
                     Some(producer_eq),
                 ));
-                // An order-preserving repartition merges sorted inputs; slices read one
-                // after another are not merged, so sort each partition again.
+                // An order-preserving repartition merges sorted inputs, and one of a
+                // single input partition keeps its order (the plan above may rely on
+                // it without asking for a sort); slices read one after another are not
+                // merged, so sort each partition again.
                 match repartition.properties().output_ordering() {
-                    Some(ordering) if repartition.preserve_order() => {
+                    Some(ordering) if repartition.maintains_input_order()[0] => {
                         let sort = SortExec::new(ordering.clone(), reader)
                             .with_preserve_partitioning(true);
                         Ok(Transformed::yes(Arc::new(sort)))
@@ -504,6 +506,7 @@ impl StageSplitter {
         input: Arc<dyn ExecutionPlan>,
         partitioning: Option<Partitioning>,
     ) -> DfResult<(u32, usize)> {
+        refuse_nested_dictionaries(&input.schema())?;
         let input = self.provide_subqueries(input)?;
         let id = self.stages.len() as u32;
         let writer =
@@ -534,6 +537,40 @@ impl StageSplitter {
 }
 
 /// Whether `plan` reads another stage (holds a [`ShuffleReaderExec`]).
+/// Refuses a stage output holding a dictionary whose values are dictionaries: Arrow IPC,
+/// which every shuffle object and result is written in, cannot encode one ("Arrow IPC
+/// field metadata cannot encode direct dictionary-of-dictionary"), so the task would
+/// fail after doing its work.
+fn refuse_nested_dictionaries(schema: &datafusion::arrow::datatypes::Schema) -> DfResult<()> {
+    use datafusion::arrow::datatypes::DataType;
+    fn nested(t: &DataType) -> bool {
+        match t {
+            DataType::Dictionary(_, v) => {
+                matches!(v.as_ref(), DataType::Dictionary(..)) || nested(v)
+            }
+            DataType::List(f)
+            | DataType::LargeList(f)
+            | DataType::ListView(f)
+            | DataType::LargeListView(f)
+            | DataType::FixedSizeList(f, _)
+            | DataType::Map(f, _) => nested(f.data_type()),
+            DataType::Struct(fields) => fields.iter().any(|f| nested(f.data_type())),
+            DataType::Union(fields, _) => fields.iter().any(|(_, f)| nested(f.data_type())),
+            DataType::RunEndEncoded(_, v) => nested(v.data_type()),
+            _ => false,
+        }
+    }
+    match schema.fields().iter().find(|f| nested(f.data_type())) {
+        Some(field) => Err(DataFusionError::Plan(format!(
+            "column {} is a dictionary of dictionaries ({}), which cannot pass between \
+             tasks (Arrow IPC cannot encode it): cast it to its value type",
+            field.name(),
+            field.data_type()
+        ))),
+        None => Ok(()),
+    }
+}
+
 pub(super) fn reads_a_stage(plan: &Arc<dyn ExecutionPlan>) -> bool {
     let mut found = false;
     let _ = plan.apply(|node| {
