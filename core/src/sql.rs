@@ -444,6 +444,12 @@ fn refused(node: &LogicalPlan) -> Option<Error> {
              (CREATE EXTERNAL TABLE ... STORED AS PARQUET|CSV|JSON LOCATION '...')",
             other.name()
         ),
+        LogicalPlan::Statement(datafusion::logical_expr::Statement::SetVariable(_)) => {
+            "SET is not supported: every query runs with the engine's settings (time zone \
+             UTC, NULLs last ascending and first descending, floats parsed as floats); write \
+             AT TIME ZONE, NULLS FIRST/LAST or a CAST in the query instead"
+                .to_string()
+        }
         LogicalPlan::Statement(s) => format!("{} statements are not supported", s.name()),
         LogicalPlan::Explain(_) | LogicalPlan::Analyze(_) => {
             "EXPLAIN can only stand at the start of a statement".to_string()
