@@ -6,13 +6,16 @@
 //! all together, on one stack whose plan is swapped between phases. For every query:
 //!
 //! - the result equals single-process DataFusion's, or the query failed with a clear
-//!   error (never a wrong result);
+//!   error (never a wrong result) — and only as many fail as the class allows
+//!   (`allowed_failures`: none fault-free, none where every fault is survived without
+//!   using up a task's attempts, one in ten where executor crashes can use them all up);
 //! - nothing hangs past the query's deadline;
 //! - no objects are left behind when the job ends (only a succeeded job's result stays);
 //! - the fault counters show the phase's faults were injected.
 //!
 //! It prints one table: fault class, faults injected, queries, correct, failed with a clear
-//! error, wrong, hung, left-over objects, p50 / p95 latency against the fault-free phase.
+//! error, failures allowed, wrong, hung, left-over objects, p50 / p95 latency against the
+//! fault-free phase.
 //!
 //! After the last phase every object left under the deployment's `jobs/` prefix is
 //! accounted for — also those of jobs no client learned of (a scheduler that crashed
@@ -25,7 +28,7 @@
 //! phase for a duration, asserts that every planned fault kind was injected, and then
 //! measures load: queries/s and p95 with 1, 4 and 16
 //! clients. Run it with
-//! `cargo test -p lambdafusion-tests --test chaos -- --ignored --nocapture`.
+//! `cargo test --workspace --test chaos -- --ignored --nocapture`.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -549,16 +552,17 @@ fn table(reports: &[PhaseReport]) -> String {
         format!("{:.2}x", ratios[ratios.len() / 2])
     };
     let mut out = String::from(
-        "fault class  injected  queries  correct  failed(clear)  wrong  hung  left-over  p50 ms  p95 ms  fault-free p50/p95 ms  slowdown p50\n",
+        "fault class  injected  queries  correct  failed(clear)  allowed  wrong  hung  left-over  p50 ms  p95 ms  fault-free p50/p95 ms  slowdown p50\n",
     );
     for r in reports {
         out.push_str(&format!(
-            "{:<12} {:>8}  {:>7}  {:>7}  {:>13}  {:>5}  {:>4}  {:>9}  {:>6}  {:>6}  {:>21}  {:>12}\n",
+            "{:<12} {:>8}  {:>7}  {:>7}  {:>13}  {:>7}  {:>5}  {:>4}  {:>9}  {:>6}  {:>6}  {:>21}  {:>12}\n",
             r.class,
             r.injected,
             r.runs.len(),
             r.count(|o| matches!(o, Outcome::Correct)),
             r.count(|o| matches!(o, Outcome::Failed(_))),
+            allowed_failures(&r.class, r.runs.len()).0,
             r.count(|o| matches!(o, Outcome::Wrong(_))),
             r.count(|o| matches!(o, Outcome::Hung)),
             r.leftovers.len(),
@@ -588,6 +592,29 @@ fn table(reports: &[PhaseReport]) -> String {
         }
     }
     out
+}
+
+/// How many of a phase's `queries` may fail (with a clear error), and why. Every other
+/// query must be correct.
+fn allowed_failures(class: &str, queries: usize) -> (usize, &'static str) {
+    match class {
+        // An executor crash before its commit costs the task an attempt (the crash
+        // after the commit costs nothing: the commit is durable): about 0.09 of attempts
+        // fail, so a task fails all three with p ~ 0.09^3 = 7e-4, and a query of up to
+        // 40 tasks with p ~ 3%. One query in ten, at least one.
+        "executor" | "all" => (
+            queries.div_ceil(10),
+            "a task whose three attempts all crash fails its query (p ~ 0.09^3 per task)",
+        ),
+        // Every other fault is survived without using up attempts: throttles and
+        // store or S3 errors are retried where they happen, lost and duplicated events
+        // and records are found by the sweep or recognized, a crashed scheduler's step is
+        // re-driven. A task would have to be lost three times (p ~ 0.05^3 per task).
+        _ => (
+            0,
+            "no fault of this class fails a query short of losing a task three times",
+        ),
+    }
 }
 
 /// The soak's invariants for one phase.
@@ -624,6 +651,20 @@ fn check(report: &PhaseReport) {
             report.class
         );
     }
+    let failed = report.count(|o| matches!(o, Outcome::Failed(_)));
+    let (allowed, why) = allowed_failures(&report.class, report.runs.len());
+    assert!(
+        failed <= allowed,
+        "{}: {failed} of {} queries failed, at most {allowed} may ({why}): {:?}",
+        report.class,
+        report.runs.len(),
+        report
+            .runs
+            .iter()
+            .filter(|r| matches!(r.outcome, Outcome::Failed(_)))
+            .map(|r| (&r.query, &r.job, &r.outcome))
+            .collect::<Vec<_>>()
+    );
     assert!(
         report.count(|o| matches!(o, Outcome::Correct)) > 0,
         "{}: no query succeeded",
