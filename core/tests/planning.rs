@@ -90,6 +90,7 @@ async fn an_aggregation_becomes_a_hash_shuffle() {
             stage: 0,
             kind: EdgeKind::Hash,
             splittable: false,
+            width: Some(4),
         }]
     );
     // No ORDER BY: the result is the union of the final stage's four tasks.

@@ -328,7 +328,20 @@ fn size(
         input_rows += outputs.iter().map(|o| o.rows).sum::<u64>();
         match input.kind {
             EdgeKind::Hash => {
-                if outputs.iter().any(|o| o.ends.len() != partitions as usize) {
+                // The slices each producer wrote must be those its reader was planned for
+                // (the stage's partitions, when records do not say).
+                let width = input.width.unwrap_or(partitions);
+                if let Some(o) = outputs.iter().find(|o| o.ends.len() != width as usize) {
+                    return Err(Error::Internal(format!(
+                        "stage {} cannot be planned: it reads a hash shuffle of {width} \
+                         partitions from stage {}, whose object {} holds {} slices",
+                        stage.stage,
+                        input.stage,
+                        o.object,
+                        o.ends.len()
+                    )));
+                }
+                if width != partitions {
                     // A union of hash-shuffled inputs: its partitions are its inputs'
                     // partitions one after another, each reading its own input's slice.
                     other_widths.push(input.stage);
@@ -1132,6 +1145,7 @@ mod tests {
                 stage: 0,
                 kind,
                 splittable: false,
+                width: None,
             }],
             summary: String::new(),
             scan_bytes: Vec::new(),
@@ -1220,6 +1234,7 @@ mod tests {
                 stage: 1,
                 kind: EdgeKind::Gather,
                 splittable: false,
+                width: None,
             }],
             ..middle.clone()
         };
@@ -1259,6 +1274,7 @@ mod tests {
             stage: 3,
             kind: EdgeKind::Broadcast,
             splittable: false,
+            width: None,
         });
         waiting.stages.push(joined);
         waiting.stages.push(other);
@@ -1292,11 +1308,13 @@ mod tests {
                     stage: 0,
                     kind: EdgeKind::Hash,
                     splittable: false,
+                    width: None,
                 },
                 StageInput {
                     stage: 1,
                     kind: EdgeKind::Hash,
                     splittable: false,
+                    width: None,
                 },
             ],
             ..consumer(4, EdgeKind::Hash)

@@ -598,10 +598,15 @@ fn stage_inputs(plan: &Arc<dyn ExecutionPlan>, tasks: usize) -> DfResult<Vec<Sta
                 .iter()
                 .any(|i: &StageInput| i.stage == reader.stage())
             {
+                let width = match reader.mode() {
+                    ReadMode::Hash(p) => Some(p.partition_count() as u32),
+                    _ => None,
+                };
                 inputs.push(StageInput {
                     stage: reader.stage(),
                     kind,
                     splittable: kind == EdgeKind::Hash && split_safe(plan, reader.stage()),
+                    width,
                 });
             }
         }

@@ -58,6 +58,7 @@ fn stage(job_id: &str, id: u32, tasks: u32) -> StageRecord {
                 stage: id - 1,
                 kind: EdgeKind::Hash,
                 splittable: false,
+                width: None,
             }]
         },
         summary: format!("stage {id}"),

@@ -152,6 +152,12 @@ pub struct StageInput {
     /// producers' slices ([`crate::plan::adaptive`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub splittable: bool,
+    /// For a hash shuffle: the partitions its reader was planned for, which its
+    /// producers' slices must match. Under a `UNION ALL` of shuffles of other widths it
+    /// differs from the stage's partitions (the union's partitions are its inputs' one
+    /// after another). `None` in records written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub width: Option<u32>,
 }
 
 /// A stage item (`sk = STAGE#<n>`): small and written only at creation, claim and
