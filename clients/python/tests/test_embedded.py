@@ -169,12 +169,18 @@ class EmbeddedTest(unittest.TestCase):
         self.assertEqual(str(caught.exception), expected["error"]["message"])
 
     def test_unknown_query_id_is_not_found(self) -> None:
-        query = self.con.query("no-such-query")
-        for call in (query.status, query.cancel, query._fetch):
-            with self.assertRaises(NotFound) as caught:
-                call()
-            self.assertEqual(str(caught.exception), "query no-such-query not found")
-            self.assertEqual(caught.exception.status, 404)
+        unknown = "0123456789abcdef0123456789abcdef"
+        cases = (
+            (unknown, f"query {unknown} not found"),
+            ("no-such-query", "query not found: query ids are 32 hexadecimal digits"),
+        )
+        for query_id, message in cases:
+            query = self.con.query(query_id)
+            for call in (query.status, query.cancel, query._fetch):
+                with self.assertRaises(NotFound) as caught:
+                    call()
+                self.assertEqual(str(caught.exception), message)
+                self.assertEqual(caught.exception.status, 404)
 
     def test_cancel_a_long_running_query(self) -> None:
         query = self.con.submit(SLOW_SQL)

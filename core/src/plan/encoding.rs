@@ -82,10 +82,13 @@ struct WindowFlags {
     ignore_nulls: bool,
 }
 
+/// Builds a window node again over the same input with other functions.
+type RebuildWindow = Box<dyn Fn(Vec<Arc<dyn WindowExpr>>) -> DfResult<Arc<dyn ExecutionPlan>>>;
+
 /// A window node's functions and how to build it again with others.
 struct WindowNodeParts {
     exprs: Vec<Arc<dyn WindowExpr>>,
-    rebuild: Box<dyn Fn(Vec<Arc<dyn WindowExpr>>) -> DfResult<Arc<dyn ExecutionPlan>>>,
+    rebuild: RebuildWindow,
 }
 
 fn window_parts(plan: &Arc<dyn ExecutionPlan>) -> Option<WindowNodeParts> {
