@@ -1,4 +1,4 @@
-//! [`DynamoDbJobStore`]: the job store on one DynamoDB table, as DESIGN.md models it.
+//! [`DynamoDbJobStore`]: the job store on one DynamoDB table, as docs/design.md models it.
 //!
 //! | item | pk | sk |
 //! |---|---|---|

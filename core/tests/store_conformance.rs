@@ -1,6 +1,6 @@
 //! The job store's one specification (`lambdafusion::state::conformance`) run against
 //! the embedded store, in memory and on a file. The same suite runs against DynamoDB in
-//! `tests/tests/store_conformance.rs`.
+//! `tests/tests/store_on_the_stack.rs`.
 
 use lambdafusion::state::{conformance, EmbeddedStore};
 

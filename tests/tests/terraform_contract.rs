@@ -827,7 +827,7 @@ fn check_iam(module: &Module, contract: &Contract, errors: &mut Vec<String>) {
     }
 }
 
-/// The wiring the failure model relies on (DESIGN.md): checked by attribute.
+/// The wiring the failure model relies on (docs/design.md): checked by attribute.
 fn check_wiring(module: &Module, errors: &mut Vec<String>) {
     fn expect(errors: &mut Vec<String>, what: &str, actual: String, wanted: &str) {
         if actual != wanted {

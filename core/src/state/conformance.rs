@@ -10,7 +10,7 @@
 //! ran; a broken rule panics with a message naming the case and the rule. Every case
 //! uses its own job ids and table names, so one store (even a shared table) serves all.
 //! `core/tests/store_conformance.rs` runs it on the embedded store,
-//! `tests/tests/store_conformance.rs` on DynamoDB (moto, through the local stack's front).
+//! `tests/tests/store_on_the_stack.rs` on DynamoDB (moto, through the local stack's front).
 
 use futures::future::join_all;
 
