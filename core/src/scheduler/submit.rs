@@ -1,0 +1,356 @@
+//! Submission ([`Scheduler::submit`]): plan the SQL under its limits, answer statements
+//! at once, record a query's job, stages and plans, and dispatch its first stages.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::logical_expr::LogicalPlan;
+use object_store::ObjectStoreExt;
+use tracing::{info, Instrument};
+
+use crate::access::Caller;
+use crate::faults::{job_key, FaultKind};
+use crate::plan::{self, StageGraph, StageSplitter};
+use crate::requests::Tally;
+use crate::shuffle::stage_plan_path;
+use crate::sql::Verdict;
+use crate::state::{JobKind, JobRecord, JobState, NewJob, PlanRecord, StageRecord, StageState};
+use crate::time::now_ms;
+use crate::{Error, Result};
+
+use super::*;
+
+/// What planning made of a statement ([`Scheduler::submit`]).
+enum Planned {
+    /// A query's stages and their encoded plans, to record and start.
+    Query {
+        graph: StageGraph,
+        plans: Vec<Vec<u8>>,
+        kind: (JobKind, Option<SchemaRef>),
+    },
+    /// A statement the scheduler answered: its rows, to record as a finished job.
+    Rows(SchemaRef, Vec<datafusion::arrow::array::RecordBatch>),
+    /// Catalog DDL, to run against the store.
+    Catalog(Box<datafusion::execution::SessionState>, LogicalPlan),
+}
+
+/// The most a job record may take: a DynamoDB item holds at most 400 KB, names included.
+const JOB_ITEM_LIMIT: usize = 390 * 1024;
+
+/// What a job record takes besides its SQL and result schema (ids, states, times).
+const JOB_ITEM_OVERHEAD: usize = 2 * 1024;
+
+impl Scheduler {
+    /// Plans `sql` and starts it. Statements (DDL, `SHOW TABLES`, `EXPLAIN`, ...) are
+    /// answered here and finish before this returns; queries are cut into stages,
+    /// recorded and their first stages dispatched.
+    pub async fn submit(&self, sql: &str, options: &SubmitOptions) -> Result<Submitted> {
+        let sql = sql.trim();
+        if sql.is_empty() {
+            return Err(Error::InvalidInput("empty SQL statement".into()));
+        }
+        if sql.len() > self.config().max_sql_bytes {
+            return Err(Error::TooLarge(format!(
+                "the SQL text is {} bytes; at most {} are accepted (a job record must fit \
+                 in one store item)",
+                sql.len(),
+                self.config().max_sql_bytes
+            )));
+        }
+        let time_limit = self.time_limit(options.max_seconds)?;
+        if let Some(retry_after) = self.services.invoker.saturated() {
+            return Err(Error::Overloaded {
+                message: "too many tasks are waiting for a function slot; try again shortly".into(),
+                retry_after,
+            });
+        }
+        crate::sql::check_text(sql, self.config())?;
+        let submitted_ms = now_ms();
+        let job_id = uuid::Uuid::new_v4().simple().to_string();
+        let span = tracing::info_span!("submit", job = %job_id);
+        // Planning's requests (the catalog, table files, large plans) are counted and
+        // recorded on the job.
+        let tally = Tally::new();
+        let counted = Scheduler::new(self.services.counted(&tally, None)?);
+        // Planning runs on a thread of its own (a deep statement cannot exhaust this
+        // thread's stack) within a time budget; nothing is recorded until it is done.
+        let (budget, setting) = if time_limit < self.config().max_planning_time {
+            (time_limit, "the query's time limit, max_seconds")
+        } else {
+            (self.config().max_planning_time, "max_planning_seconds")
+        };
+        let planner = counted.clone();
+        let (text, planning_span) = (sql.to_string(), span.clone());
+        let deadline = tokio::time::Instant::now() + budget;
+        let planned = crate::sql::off_thread(budget, setting, move || {
+            async move { planner.plan(&text, deadline).await.map_err(Error::planning) }
+                .instrument(planning_span)
+        })
+        .await?;
+        async {
+            match planned {
+                Planned::Query { graph, plans, kind } => {
+                    counted
+                        .start_query(
+                            &job_id,
+                            sql,
+                            graph,
+                            plans,
+                            options,
+                            (submitted_ms, time_limit),
+                            kind,
+                            &tally,
+                        )
+                        .await
+                }
+                Planned::Rows(schema, batches) => {
+                    statements::record_result(
+                        &self.services,
+                        &job_id,
+                        sql,
+                        &options.caller,
+                        schema,
+                        &batches,
+                    )
+                    .await
+                }
+                Planned::Catalog(state, logical) => {
+                    statements::catalog(&self.services, &state, &job_id, sql, &logical, options)
+                        .await
+                }
+            }
+        }
+        .instrument(span)
+        .await
+    }
+
+    /// Parses, checks and plans `sql` (see [`crate::sql`]): a query as far as its
+    /// encoded stages, a statement the scheduler answers as its rows (explains and
+    /// catalog reads, bounded by `deadline`), catalog DDL as its plan. Runs on a planning
+    /// thread.
+    async fn plan(&self, sql: &str, deadline: tokio::time::Instant) -> Result<Planned> {
+        let mut state = self
+            .services
+            .session_state(self.config().max_tasks_per_stage);
+        // The statement's start time: what now(), current_date() and their kin fold to
+        // while planning (unset, they stay functions that cannot run in a task).
+        state.mark_start_execution();
+        crate::catalog::install(&state, &self.services).await?;
+        let dialect = state.config().options().sql_parser.dialect;
+        let statement = state
+            .sql_to_statement(sql, &dialect)
+            .map_err(|e| Error::InvalidInput(e.strip_backtrace().to_string()))?;
+        crate::sql::measure(&statement, self.config())?;
+        let logical = state
+            .statement_to_plan(statement)
+            .await
+            .map_err(|e| Error::InvalidInput(e.strip_backtrace().to_string()))?;
+        match crate::sql::verdict(&logical)? {
+            Verdict::Query(query) => self.plan_query(&state, query, (JobKind::Query, None)).await,
+            // EXPLAIN ANALYZE runs its query like any other, its tasks recording metrics.
+            Verdict::Analyze(query) => {
+                let schema = Arc::new(logical.schema().as_arrow().clone());
+                self.plan_query(&state, query, (JobKind::Analyze, Some(schema)))
+                    .await
+            }
+            Verdict::Explain(query) => {
+                let (schema, rows) = statements::explain(&self.services, &state, query).await?;
+                Ok(Planned::Rows(schema, rows))
+            }
+            Verdict::Metadata => {
+                let (schema, rows) =
+                    statements::metadata(&self.services, &state, &logical, deadline).await?;
+                Ok(Planned::Rows(schema, rows))
+            }
+            Verdict::Catalog => Ok(Planned::Catalog(Box::new(state), logical)),
+        }
+    }
+
+    /// Plans a query's stages and encodes their plans, within the per-query caps.
+    async fn plan_query(
+        &self,
+        state: &datafusion::execution::SessionState,
+        logical: &LogicalPlan,
+        kind: (JobKind, Option<SchemaRef>),
+    ) -> Result<Planned> {
+        let physical = plan::physical_plan(state, logical, self.config())
+            .await
+            .map_err(user_planning_error)?;
+        let graph = StageSplitter::split(physical, self.config()).map_err(user_planning_error)?;
+        self.check_caps(&graph)?;
+        let plans = graph
+            .stages
+            .iter()
+            .map(|s| plan::encode_plan(s.plan.clone()).map_err(user_planning_error))
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Planned::Query { graph, plans, kind })
+    }
+
+    /// Refuses a query with more stages or tasks than one query may have.
+    fn check_caps(&self, graph: &StageGraph) -> Result<()> {
+        let config = self.config();
+        let stages = graph.stages.len();
+        if stages > config.max_stages_per_query {
+            return Err(Error::InvalidInput(format!(
+                "the query needs {stages} stages; one query may have at most {} \
+                 (max_stages_per_query): fewer UNION branches or joins per statement",
+                config.max_stages_per_query
+            )));
+        }
+        let tasks: usize = graph.stages.iter().map(|s| s.tasks).sum();
+        if tasks > config.max_tasks_per_query {
+            return Err(Error::InvalidInput(format!(
+                "the query is planned as {tasks} tasks; one query may have at most {} \
+                 (max_tasks_per_query): read less data per statement",
+                config.max_tasks_per_query
+            )));
+        }
+        Ok(())
+    }
+
+    /// The time limit of a query: the request's (if any) within the deployment's.
+    fn time_limit(&self, asked: Option<f64>) -> Result<std::time::Duration> {
+        let max = self.config().max_query_time;
+        match asked {
+            None => Ok(max),
+            Some(s) if s.is_finite() && s > 0.0 && s <= max.as_secs_f64() => {
+                Ok(std::time::Duration::from_secs_f64(s))
+            }
+            Some(s) => Err(Error::InvalidInput(format!(
+                "max_seconds must be a number of seconds above 0 and at most {} (this \
+                 deployment's max_query_seconds), not {s}",
+                max.as_secs()
+            ))),
+        }
+    }
+
+    /// Records and starts a planned query; `kind` says whether it is a plain query or an
+    /// `EXPLAIN ANALYZE` (with the schema of its rendered result).
+    #[allow(clippy::too_many_arguments)]
+    async fn start_query(
+        &self,
+        job_id: &str,
+        sql: &str,
+        graph: StageGraph,
+        plans: Vec<Vec<u8>>,
+        options: &SubmitOptions,
+        limits: (u64, std::time::Duration),
+        kind: (JobKind, Option<SchemaRef>),
+        tally: &Tally,
+    ) -> Result<Submitted> {
+        let mut new = self
+            .records(job_id, sql, &graph, plans, &options.caller, limits, kind)
+            .await?;
+        new.job.requests = tally.counts();
+        self.services
+            .faults
+            .crash_point(FaultKind::SchedulerCrashMidSubmit, &job_key(sql))?;
+        self.services.store.create_job(&new).await?;
+        info!(job = %job_id, stages = new.stages.len(), "job submitted");
+        self.advance(job_id).await?;
+        let state = self
+            .services
+            .store
+            .get_job(job_id)
+            .await?
+            .map_or(JobState::Running, |j| j.state);
+        Ok(Submitted {
+            job_id: job_id.to_string(),
+            state,
+        })
+    }
+
+    /// The records of a new job; stage plans too large for an item go to object storage.
+    #[allow(clippy::too_many_arguments)]
+    async fn records(
+        &self,
+        job_id: &str,
+        sql: &str,
+        graph: &StageGraph,
+        encoded: Vec<Vec<u8>>,
+        caller: &Caller,
+        (created_ms, time_limit): (u64, std::time::Duration),
+        (kind, result_schema): (JobKind, Option<SchemaRef>),
+    ) -> Result<NewJob> {
+        let expires_at = self.services.expires_at();
+        // The job item holds the SQL and the result schema (base64): refuse what cannot
+        // fit in one store item before anything is written.
+        let schema = result_schema.unwrap_or_else(|| graph.final_stage().plan.schema());
+        let result_schema = plan::encode_schema(&schema)?;
+        let item_bytes = sql.len() + result_schema.len().div_ceil(3) * 4 + JOB_ITEM_OVERHEAD;
+        if item_bytes > JOB_ITEM_LIMIT {
+            return Err(Error::TooLarge(format!(
+                "the query's SQL text ({} bytes) and result schema ({} columns, {} bytes \
+                 encoded) do not fit in one job record (at most {} KiB): select fewer or \
+                 shorter-named columns",
+                sql.len(),
+                schema.fields().len(),
+                result_schema.len(),
+                JOB_ITEM_LIMIT / 1024
+            )));
+        }
+        let mut stages = Vec::with_capacity(graph.stages.len());
+        let mut plans = Vec::with_capacity(graph.stages.len());
+        for (s, bytes) in graph.stages.iter().zip(encoded) {
+            let (inline, object) = if bytes.len() <= self.config().inline_plan_limit {
+                (Some(bytes), None)
+            } else {
+                let path = stage_plan_path(&self.services.shuffle.prefix, job_id, s.id);
+                self.services
+                    .shuffle_store()?
+                    .put(&path, bytes.into())
+                    .await?;
+                (None, Some(path.to_string()))
+            };
+            plans.push(PlanRecord {
+                job_id: job_id.to_string(),
+                stage: s.id,
+                plan: inline,
+                object,
+                expires_at,
+            });
+            stages.push(StageRecord {
+                job_id: job_id.to_string(),
+                stage: s.id,
+                state: StageState::Pending,
+                tasks: s.tasks as u32,
+                output_partitions: s.output_partitions as u32,
+                inputs: s.inputs.clone(),
+                summary: s.summary.clone(),
+                scan_bytes: s.scan_bytes.clone(),
+                switch: s.switch,
+                combines: s.combines,
+                dispatched_ms: None,
+                confirmed_ms: None,
+                decision: None,
+                expires_at,
+            });
+        }
+        let job = JobRecord {
+            job_id: job_id.to_string(),
+            sql: sql.to_string(),
+            kind,
+            state: JobState::Running,
+            stage_count: stages.len() as u32,
+            result_schema,
+            owner: caller.principal().to_string(),
+            created_ms,
+            deadline_ms: Some(created_ms + time_limit.as_millis() as u64),
+            finished_ms: None,
+            error: None,
+            requests: Default::default(),
+            expires_at,
+        };
+        Ok(NewJob {
+            job,
+            stages,
+            plans,
+            tasks: vec![],
+        })
+    }
+}
+
+/// Planning failures that are the query's fault become 400s with DataFusion's message.
+fn user_planning_error(e: Error) -> Error {
+    e.planning()
+}
