@@ -28,258 +28,40 @@
 //! partition key (one job, the active index, the catalog) — no scans. Items carry
 //! `expires_at` for the table's TTL. Attribute names are the record fields (see
 //! `lambdafusion::state`).
+//!
+//! Beside this file: `item.rs` (records to items and back), `expr.rs` (expressions with
+//! bound names and values), `errors.rs` (error kinds and the retry of transient ones),
+//! `actions.rs` (the IAM actions of each operation, checked against the source).
+
+mod actions;
+mod errors;
+mod expr;
+mod item;
+
+pub use actions::actions_of;
+pub use errors::kind_of_code;
 
 use std::collections::HashMap;
-use std::future::Future;
-use std::time::Duration;
 
 use async_trait::async_trait;
-use aws_sdk_dynamodb::config::http::HttpResponse;
-use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
-    AttributeValue, Delete, Put, PutRequest, ReturnValue, TransactWriteItem, Update, WriteRequest,
+    AttributeValue, Delete, Put, PutRequest, ReturnValue, TransactWriteItem, WriteRequest,
 };
 use aws_sdk_dynamodb::Client;
 use lambdafusion::error::{StoreError, StoreErrorKind};
 use lambdafusion::state::*;
 use lambdafusion::{Error, Result};
 use serde::de::DeserializeOwned;
-use serde::Serialize;
-use tracing::{debug, warn};
+use tracing::warn;
 
 use crate::backoff::Backoff;
 use crate::metrics::{count, Request};
 
-type Item = HashMap<String, AttributeValue>;
-
-/// Tries of one request when it is throttled, conflicts or fails transiently (the SDK's
-/// own retries come on top, inside each try).
-const STORE_TRIES: u32 = 10;
-/// First pause of the retry backoff.
-const STORE_BACKOFF_BASE: Duration = Duration::from_millis(25);
-/// Longest pause of the retry backoff.
-const STORE_BACKOFF_CAP: Duration = Duration::from_secs(2);
-
-fn s(v: impl Into<String>) -> AttributeValue {
-    AttributeValue::S(v.into())
-}
-
-fn n(v: impl ToString) -> AttributeValue {
-    AttributeValue::N(v.to_string())
-}
-
-/// The kind of a DynamoDB error code (`__type` without its namespace).
-pub fn kind_of_code(code: &str) -> StoreErrorKind {
-    match code {
-        "ProvisionedThroughputExceededException"
-        | "ThrottlingException"
-        | "RequestLimitExceeded"
-        | "ThrottlingError" => StoreErrorKind::Throttled,
-        "TransactionConflictException"
-        | "TransactionInProgressException"
-        | "TransactionConflict" => StoreErrorKind::Conflict,
-        "InternalServerError" | "ServiceUnavailable" | "InternalFailure" => {
-            StoreErrorKind::Unavailable
-        }
-        "AccessDeniedException"
-        | "UnrecognizedClientException"
-        | "MissingAuthenticationTokenException"
-        | "InvalidSignatureException"
-        | "ExpiredTokenException"
-        | "IncompleteSignatureException" => StoreErrorKind::AccessDenied,
-        _ => StoreErrorKind::Invalid,
-    }
-}
-
-/// Classifies an SDK error into a store error that keeps it as its source.
-fn store_err<E>(op: &str, e: SdkError<E, HttpResponse>) -> Error
-where
-    E: std::error::Error + ProvideErrorMetadata + Send + Sync + 'static,
-{
-    let kind = match &e {
-        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
-            StoreErrorKind::Unavailable
-        }
-        SdkError::ServiceError(service) => {
-            let status = service.raw().status().as_u16();
-            match service.err().code() {
-                Some(code) => match kind_of_code(code) {
-                    StoreErrorKind::Invalid if status >= 500 => StoreErrorKind::Unavailable,
-                    kind => kind,
-                },
-                None if status >= 500 => StoreErrorKind::Unavailable,
-                None => StoreErrorKind::Invalid,
-            }
-        }
-        _ => StoreErrorKind::Invalid,
-    };
-    let message = format!("DynamoDB {op}: {}", DisplayErrorContext(&e));
-    Error::Store(StoreError::with_source(kind, message, e))
-}
-
-fn encode_err(what: &str, e: impl std::fmt::Display) -> Error {
-    Error::store(
-        StoreErrorKind::Invalid,
-        format!("cannot encode {what}: {e}"),
-    )
-}
-
-fn to_item<T: Serialize>(pk: &str, sk: &str, record: &T) -> Result<Item> {
-    let mut item: Item = serde_dynamo::to_item(record).map_err(|e| encode_err(sk, e))?;
-    item.insert("pk".into(), s(pk));
-    item.insert("sk".into(), s(sk));
-    Ok(item)
-}
-
-fn from_item<T: DeserializeOwned>(item: Item) -> Result<T> {
-    let sk = match item.get("sk") {
-        Some(AttributeValue::S(sk)) => sk.clone(),
-        _ => "?".into(),
-    };
-    serde_dynamo::from_item(item)
-        .map_err(|e| Error::store(StoreErrorKind::Corrupt, format!("corrupt {sk} item: {e}")))
-}
-
-fn key(pk: &str, sk: &str) -> Item {
-    HashMap::from([("pk".to_string(), s(pk)), ("sk".to_string(), s(sk))])
-}
-
-/// Builds update and condition expressions with every attribute name and value bound
-/// to a placeholder (so reserved words such as `state` or `partition` are never a problem).
-#[derive(Default, Clone)]
-struct Expr {
-    set: Vec<String>,
-    add: Vec<String>,
-    remove: Vec<String>,
-    names: HashMap<String, String>,
-    values: Item,
-}
-
-impl Expr {
-    fn name(&mut self, field: &str) -> String {
-        let placeholder = format!("#{field}");
-        self.names.insert(placeholder.clone(), field.to_string());
-        placeholder
-    }
-
-    fn value(&mut self, v: AttributeValue) -> String {
-        let placeholder = format!(":v{}", self.values.len());
-        self.values.insert(placeholder.clone(), v);
-        placeholder
-    }
-
-    fn set(mut self, field: &str, v: AttributeValue) -> Self {
-        let (f, v) = (self.name(field), self.value(v));
-        self.set.push(format!("{f} = {v}"));
-        self
-    }
-
-    fn set_if_absent(mut self, field: &str, v: AttributeValue) -> Self {
-        let (f, v) = (self.name(field), self.value(v));
-        self.set.push(format!("{f} = if_not_exists({f}, {v})"));
-        self
-    }
-
-    /// `field = if_not_exists(field, start) - step`: a counter that starts at `start`.
-    fn count_down(mut self, field: &str, start: AttributeValue, step: AttributeValue) -> Self {
-        let (f, start, step) = (self.name(field), self.value(start), self.value(step));
-        self.set
-            .push(format!("{f} = if_not_exists({f}, {start}) - {step}"));
-        self
-    }
-
-    fn add(mut self, field: &str, v: AttributeValue) -> Self {
-        let (f, v) = (self.name(field), self.value(v));
-        self.add.push(format!("{f} {v}"));
-        self
-    }
-
-    fn remove(mut self, field: &str) -> Self {
-        let f = self.name(field);
-        self.remove.push(f);
-        self
-    }
-
-    /// `field = value` for conditions.
-    fn eq(&mut self, field: &str, v: AttributeValue) -> String {
-        let (f, v) = (self.name(field), self.value(v));
-        format!("{f} = {v}")
-    }
-
-    /// `field <> value` for conditions.
-    fn ne(&mut self, field: &str, v: AttributeValue) -> String {
-        let (f, v) = (self.name(field), self.value(v));
-        format!("{f} <> {v}")
-    }
-
-    /// `field <op> value` for conditions.
-    fn cmp(&mut self, field: &str, op: &str, v: AttributeValue) -> String {
-        let (f, v) = (self.name(field), self.value(v));
-        format!("{f} {op} {v}")
-    }
-
-    /// `attribute_not_exists(field)` for conditions.
-    fn absent(&mut self, field: &str) -> String {
-        format!("attribute_not_exists({})", self.name(field))
-    }
-
-    fn update_expression(&self) -> String {
-        let mut parts = Vec::new();
-        if !self.set.is_empty() {
-            parts.push(format!("SET {}", self.set.join(", ")));
-        }
-        if !self.add.is_empty() {
-            parts.push(format!("ADD {}", self.add.join(", ")));
-        }
-        if !self.remove.is_empty() {
-            parts.push(format!("REMOVE {}", self.remove.join(", ")));
-        }
-        parts.join(" ")
-    }
-
-    fn into_update(self, table: &str, key: Item, condition: String) -> Result<Update> {
-        Update::builder()
-            .table_name(table)
-            .set_key(Some(key))
-            .update_expression(self.update_expression())
-            .condition_expression(condition)
-            .set_expression_attribute_names(Some(self.names))
-            .set_expression_attribute_values(Some(self.values))
-            .build()
-            .map_err(|e| Error::Internal(format!("DynamoDB update: {e}")))
-    }
-}
-
-fn state_value<T: Serialize>(state: T) -> AttributeValue {
-    serde_dynamo::to_attribute_value(state).unwrap_or_else(|_| s("?"))
-}
-
-/// Whether a conditional request failed its condition.
-fn condition_failed<E: ProvideErrorMetadata>(e: &SdkError<E, impl std::fmt::Debug>) -> bool {
-    e.as_service_error()
-        .and_then(|e| e.code())
-        .is_some_and(|c| c == "ConditionalCheckFailedException")
-}
-
-/// Retries `f` while it fails transiently (throttling, conflicts, 5xx, network), with
-/// jittered exponential backoff, at most [`STORE_TRIES`] times.
-async fn retrying<T, F, Fut>(op: &str, mut f: F) -> Result<T>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T>>,
-{
-    let mut backoff = Backoff::new(STORE_BACKOFF_BASE, STORE_BACKOFF_CAP);
-    loop {
-        match f().await {
-            Err(Error::Store(e)) if e.kind.is_transient() && backoff.attempt + 1 < STORE_TRIES => {
-                let pause = backoff.next_pause();
-                debug!(op, kind = ?e.kind, ?pause, error = %e, "retrying a DynamoDB request");
-                tokio::time::sleep(pause).await;
-            }
-            other => return other,
-        }
-    }
-}
+use errors::{
+    condition_failed, retrying, store_err, STORE_BACKOFF_BASE, STORE_BACKOFF_CAP, STORE_TRIES,
+};
+use expr::{task_identity, Expr};
+use item::{encode_err, from_item, key, n, s, state_value, to_item, Item};
 
 /// [`JobStore`] on DynamoDB. See the [module docs](self).
 #[derive(Debug, Clone)]
@@ -1212,34 +994,6 @@ impl JobStore for DynamoDbJobStore {
     }
 }
 
-/// The attributes every task item carries, set by whichever transition writes it first:
-/// its key fields and TTL, and the counters the transition does not change itself
-/// (`keep` names those it does: an update may not name one attribute twice).
-fn task_identity(
-    expr: Expr,
-    job_id: &str,
-    stage: u32,
-    partition: u32,
-    expires_at: u64,
-    keep: &[&str],
-) -> Expr {
-    let mut expr = expr
-        .set("job_id", s(job_id))
-        .set("stage", n(stage))
-        .set("partition", n(partition))
-        .set("expires_at", n(expires_at));
-    for (field, zero) in [
-        ("failures", n(0)),
-        ("retryable", AttributeValue::Bool(false)),
-        ("throttles", n(0)),
-    ] {
-        if !keep.contains(&field) {
-            expr = expr.set_if_absent(field, zero);
-        }
-    }
-    expr
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1357,142 +1111,4 @@ mod tests {
         assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), STORE_TRIES);
     }
 
-    #[test]
-    fn expressions_bind_every_name_and_value() {
-        let mut e = Expr::default()
-            .set("state", s("X"))
-            .count_down("remaining", n(32), n(1))
-            .add("done", AttributeValue::Ns(vec!["4".into()]))
-            .remove("error");
-        let cond = e.eq("state", s("Y"));
-        assert_eq!(
-            e.update_expression(),
-            "SET #state = :v0, #remaining = if_not_exists(#remaining, :v1) - :v2 \
-             ADD #done :v3 REMOVE #error"
-        );
-        assert_eq!(cond, "#state = :v4");
-        assert_eq!(e.values.len(), 5);
-        assert_eq!(e.names.len(), 4);
-        let identity = task_identity(Expr::default(), "j", 1, 2, 3, &["failures"]);
-        let text = identity.update_expression();
-        assert!(
-            !text.contains("#failures") && text.contains("#throttles"),
-            "{text}"
-        );
-    }
-}
-
-/// The DynamoDB actions each [`JobStore`] operation of [`DynamoDbJobStore`] performs —
-/// what the IAM policy of a function calling it must allow. (Transactions count as the
-/// actions of their parts.) `tests/tests/iam_contract.rs` records which operations each
-/// function performs and holds the result against [`crate::contract`].
-pub fn actions_of(operation: &str) -> &'static [&'static str] {
-    match operation {
-        "create_job" => &["dynamodb:BatchWriteItem", "dynamodb:PutItem"],
-        "get_job" | "get_stage" | "get_plan" | "get_task" | "get_table" | "sweep_cursor" => {
-            &["dynamodb:GetItem"]
-        }
-        "task_view" => &["dynamodb:BatchGetItem"],
-        "load_job" | "list_tasks" | "list_task_range" | "list_counters" | "active_jobs"
-        | "list_tables" => &["dynamodb:Query"],
-        "claim_stage" | "confirm_stage" | "start_attempt" | "confirm_attempt" | "defer_task"
-        | "resend_task" | "fail_attempt" | "confirm_dispatch" => &["dynamodb:UpdateItem"],
-        "commit_task" => &["dynamodb:UpdateItem", "dynamodb:GetItem"],
-        "finish_job" => &[
-            "dynamodb:UpdateItem",
-            "dynamodb:DeleteItem",
-            "dynamodb:GetItem",
-        ],
-        "remove_active" | "delete_table" => &["dynamodb:DeleteItem"],
-        "set_sweep_cursor" => &["dynamodb:PutItem", "dynamodb:DeleteItem"],
-        "put_table" => &["dynamodb:PutItem"],
-        other => panic!("unknown job store operation {other}"),
-    }
-}
-
-#[cfg(test)]
-mod contract_tests {
-    use std::collections::BTreeSet;
-
-    use super::actions_of;
-    use crate::contract::{EXECUTOR_TABLE_ACTIONS, SCHEDULER_TABLE_ACTIONS};
-
-    const OPERATIONS: &[&str] = &[
-        "create_job",
-        "get_job",
-        "load_job",
-        "get_stage",
-        "get_plan",
-        "task_view",
-        "get_task",
-        "list_tasks",
-        "list_task_range",
-        "list_counters",
-        "claim_stage",
-        "confirm_stage",
-        "confirm_dispatch",
-        "start_attempt",
-        "confirm_attempt",
-        "defer_task",
-        "resend_task",
-        "commit_task",
-        "fail_attempt",
-        "finish_job",
-        "active_jobs",
-        "remove_active",
-        "sweep_cursor",
-        "set_sweep_cursor",
-        "put_table",
-        "get_table",
-        "list_tables",
-        "delete_table",
-    ];
-
-    /// The SDK calls in this file, as IAM actions.
-    fn actions_in_source() -> BTreeSet<&'static str> {
-        let source = include_str!("store.rs");
-        let source = &source[..source.find("pub fn actions_of").expect("marker")];
-        [
-            (".get_item()", "dynamodb:GetItem"),
-            (".query()", "dynamodb:Query"),
-            (".update_item()", "dynamodb:UpdateItem"),
-            (".put_item()", "dynamodb:PutItem"),
-            (".delete_item()", "dynamodb:DeleteItem"),
-            (".batch_write_item()", "dynamodb:BatchWriteItem"),
-            (".batch_get_item()", "dynamodb:BatchGetItem"),
-            ("Put::builder()", "dynamodb:PutItem"),
-            ("Update::builder()", "dynamodb:UpdateItem"),
-            ("Delete::builder()", "dynamodb:DeleteItem"),
-        ]
-        .into_iter()
-        .filter(|(call, _)| source.contains(call))
-        .map(|(_, action)| action)
-        .collect()
-    }
-
-    #[test]
-    fn every_operation_is_mapped_and_every_call_is_in_the_contract() {
-        let mapped: BTreeSet<&str> = OPERATIONS
-            .iter()
-            .flat_map(|op| actions_of(op).iter().copied())
-            .collect();
-        assert_eq!(
-            mapped,
-            actions_in_source(),
-            "actions_of() and the SDK calls in store.rs disagree"
-        );
-        let granted: BTreeSet<&str> = SCHEDULER_TABLE_ACTIONS
-            .iter()
-            .chain(EXECUTOR_TABLE_ACTIONS)
-            .copied()
-            .collect();
-        assert_eq!(
-            mapped, granted,
-            "the contract grants exactly what the store calls"
-        );
-        assert!(
-            !include_str!("store.rs").contains(&format!(".{}()", "scan")),
-            "no scans on any path"
-        );
-    }
 }
