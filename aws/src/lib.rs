@@ -22,6 +22,7 @@ pub mod s3;
 pub mod signing;
 pub mod store;
 pub mod stream;
+pub mod test_hooks;
 
 use std::sync::Arc;
 
@@ -41,15 +42,13 @@ const MEMORY_FRACTION: f64 = 0.7;
 /// Builds the services of a function from its environment: DynamoDB store, Lambda
 /// invoker, S3 registry (the data buckets and the shuffle bucket, nothing else — no local
 /// file system), a memory pool per task sized from the function's memory
-/// (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`) spilling to `/tmp`, and the fault plan of
-/// `LAMBDAFUSION_FAULTS` (the local stack's failure tests, read again whenever its file
-/// changes; empty otherwise).
+/// (`AWS_LAMBDA_FUNCTION_MEMORY_SIZE`) spilling to `/tmp`, and — in builds for the local
+/// stack only — the fault plan of [`test_hooks`].
 pub async fn services(role: Role) -> Result<Services> {
     let settings = AwsSettings::from_env(role).map_err(|e| Error::InvalidInput(e.to_string()))?;
-    let plan = lambdafusion::faults::LivePlan::from_env()
-        .map_err(|e| Error::InvalidInput(format!("{}: {e}", contract::ENV_FAULTS)))?;
+    let faults = test_hooks::faults()?;
     let mut services = services_with(&settings).await?;
-    services.faults = lambdafusion::faults::Faults::exiting(plan);
+    services.faults = faults;
     Ok(services)
 }
 

@@ -4,14 +4,13 @@
 //! the executor itself; an error returned here means even that failed, and Lambda's
 //! on-failure destination tells the scheduler.
 //!
-//! Test hook: when `LAMBDAFUSION_TEST_CRASH_FILE` names an existing file holding
-//! `<stage>/<partition>/<attempt>`, the matching task deletes the file and exits the
-//! process mid-invocation, as a crashed function would (used by the end-to-end tests).
+//! Builds for the local AWS stack carry test hooks (`lambdafusion_aws::test_hooks`);
+//! deployable builds do not.
 
 use std::sync::Arc;
 
 use lambda_runtime::{service_fn, Error, LambdaEvent};
-use lambdafusion::dispatch::{TaskInvocation, TaskSpec};
+use lambdafusion::dispatch::TaskInvocation;
 use lambdafusion::executor::Executor;
 use lambdafusion_aws::metrics::Counts;
 use lambdafusion_aws::Role;
@@ -26,7 +25,7 @@ fn main() -> Result<(), Error> {
             let executor = executor.clone();
             async move {
                 let invocation = event.payload;
-                crash_if_asked(&invocation.task);
+                lambdafusion_aws::test_hooks::before_task(&invocation.task);
                 let before = Counts::now();
                 let report = executor.handle_invocation(&invocation).await?;
                 tracing::info!(task = %invocation.task, report = ?report,
@@ -36,18 +35,4 @@ fn main() -> Result<(), Error> {
         }))
         .await
     })
-}
-
-/// The test hook described in the module docs.
-fn crash_if_asked(task: &TaskSpec) {
-    let Ok(path) = std::env::var("LAMBDAFUSION_TEST_CRASH_FILE") else {
-        return;
-    };
-    let wanted = format!("{}/{}/{}", task.stage, task.partition, task.attempt);
-    if std::fs::read_to_string(&path).is_ok_and(|s| s.trim() == wanted)
-        && std::fs::remove_file(&path).is_ok()
-    {
-        eprintln!("LAMBDAFUSION_TEST_CRASH_FILE: crashing on {task}");
-        std::process::exit(70);
-    }
 }
