@@ -542,8 +542,10 @@ async fn demo(args: DemoArgs) -> Result<(), String> {
         args.sf,
     )?;
     let data = std::fs::canonicalize(&data).map_err(|e| e.to_string())?;
+    // The same state directory `serve`, `query` and `shell` use, so the eight tables are
+    // there for them after the demo.
     let engine = Embedded::start(EmbeddedOptions {
-        data_dir: Some(args.data_dir.join("engine")),
+        data_dir: Some(args.data_dir.clone()),
         config: EngineConfig::default()
             .with_bytes_per_task(args.bytes_per_task)
             .with_data_location(data.display().to_string()),

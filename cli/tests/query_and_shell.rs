@@ -204,3 +204,28 @@ fn the_shell_works_against_an_endpoint() {
         "the API's SQL error is shown: {stderr}"
     );
 }
+
+/// The README's tour: after `demo`, `query` on the same data directory sees its tables.
+#[test]
+fn the_demo_tables_are_there_for_query_afterwards() {
+    let dir = tempfile::tempdir().unwrap();
+    let demo = run(dir.path(), &["demo", "--sf", "0.01"], "");
+    assert!(demo.status.success(), "{}", text(&demo.stderr));
+    assert!(
+        text(&demo.stdout).contains("identical to single-process DataFusion"),
+        "{}",
+        text(&demo.stdout)
+    );
+    let out = run(
+        dir.path(),
+        &[
+            "query",
+            "--format",
+            "csv",
+            "SELECT count(*) AS n FROM nation",
+        ],
+        "",
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "n\n25\n");
+}
