@@ -4,7 +4,7 @@
 //! `infra/terraform` is held against these lists by `tests/tests/terraform_contract.rs`,
 //! and the lists are held against the code by `tests/tests/iam_contract.rs` (which job
 //! store operations each function performs, and which DynamoDB actions each needs) and
-//! by `contract_tests` in `store.rs` (every SDK call this crate makes maps to a listed action), so
+//! by `contract_tests` in `store/actions.rs` (every SDK call of the store maps to a listed action), so
 //! the IAM policy cannot drift from the code in either direction.
 
 /// DynamoDB table holding jobs, stages, tasks and the table catalog (required).

@@ -58,7 +58,7 @@ piece of moto 5.2.5 by code that does the same thing faster (or skips work whose
 cannot be seen), so they are installed only on that version, and MOTO_SPEEDUPS=0 turns
 them off. Measured by replaying in-process the 1,387 DynamoDB requests of six TPC-H
 queries run four at a time on the local stack: 10.7 s -> 2.5 s of CPU; and on single
-requests shaped like aws/src/store.rs's (before -> after, about): an UpdateItem that
+requests shaped like those of aws/src/store/ (before -> after, about): an UpdateItem that
 creates a task item 13 -> 4.7 ms, a counter's commit 7 -> 3 ms, a consistent GetItem of
 a task item 6 -> 1.1 ms, a Query page of 100 from a partition of 1,200 task items
 570 -> 38 ms, GetRecords of 100 task items' records 200 -> 11 ms.

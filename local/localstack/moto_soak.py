@@ -9,7 +9,7 @@ plain moto_server) and give it that server's pid, so it can read the server's RS
 
 It creates a throwaway table shaped like setup.py's `resources` (pk/sk strings,
 PAY_PER_REQUEST, stream NEW_IMAGE, TTL on `expires_at`) and drives the job store's
-access pattern (aws/src/store.rs) on it, job after job of ~`--tasks-per-job` tasks:
+access pattern (aws/src/store/) on it, job after job of ~`--tasks-per-job` tasks:
 
 * job creation: BatchWriteItem of the stage items (each with an inline `plan` of
   `--plan-bytes`) and of half the task items, then TransactWriteItems of two Puts

@@ -210,7 +210,7 @@ def random_operations(seed: int, count: int):
     """A deterministic list of (operation, kwargs) over a small key space.
 
     Besides plain puts, updates, deletes, transactions, batches, gets and queries, it
-    sends what aws/src/store.rs sends: counter commits (`SET #r = if_not_exists(#r, :s)
+    sends what the store (aws/src/store/) sends: counter commits (`SET #r = if_not_exists(#r, :s)
     - :one ... ADD #done :p` if `NOT contains(#done, :pn)`, ReturnValues UPDATED_NEW),
     task updates with nested outputs (maps, lists, binary, sets, BOOL, NULL; SET, REMOVE,
     if_not_exists; every ReturnValues), DeleteItem with ALL_OLD, BatchGetItem, and Query
