@@ -69,7 +69,9 @@ where
 }
 
 /// Whether a conditional request failed its condition.
-pub(super) fn condition_failed<E: ProvideErrorMetadata>(e: &SdkError<E, impl std::fmt::Debug>) -> bool {
+pub(super) fn condition_failed<E: ProvideErrorMetadata>(
+    e: &SdkError<E, impl std::fmt::Debug>,
+) -> bool {
     e.as_service_error()
         .and_then(|e| e.code())
         .is_some_and(|c| c == "ConditionalCheckFailedException")

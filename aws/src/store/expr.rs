@@ -47,7 +47,12 @@ impl Expr {
     }
 
     /// `field = if_not_exists(field, start) - step`: a counter that starts at `start`.
-    pub(super) fn count_down(mut self, field: &str, start: AttributeValue, step: AttributeValue) -> Self {
+    pub(super) fn count_down(
+        mut self,
+        field: &str,
+        start: AttributeValue,
+        step: AttributeValue,
+    ) -> Self {
         let (f, start, step) = (self.name(field), self.value(start), self.value(step));
         self.set
             .push(format!("{f} = if_not_exists({f}, {start}) - {step}"));

@@ -1110,5 +1110,4 @@ mod tests {
         assert!(result.is_err());
         assert_eq!(tries.load(std::sync::atomic::Ordering::SeqCst), STORE_TRIES);
     }
-
 }

@@ -63,12 +63,7 @@ impl Scheduler {
     }
 
     /// Fails the job with `error` and cleans up after it (once: whichever step wins).
-    async fn fail_job(
-        &self,
-        snapshot: &JobSnapshot,
-        error: String,
-        now: u64,
-    ) -> Result<()> {
+    async fn fail_job(&self, snapshot: &JobSnapshot, error: String, now: u64) -> Result<()> {
         let job_id = &snapshot.job.job_id;
         if self
             .services
@@ -104,11 +99,7 @@ impl Scheduler {
     /// Starts a new attempt of every retryable failed task and sends again every
     /// throttled or unconfirmed one whose time has come. A task failed for good is the
     /// job's failure: its message is returned, and nothing is sent.
-    async fn retry_tasks(
-        &self,
-        snapshot: &JobSnapshot,
-        now: u64,
-    ) -> Result<Option<String>> {
+    async fn retry_tasks(&self, snapshot: &JobSnapshot, now: u64) -> Result<Option<String>> {
         let store = &self.services.store;
         let config = self.config();
         let job_id = &snapshot.job.job_id;

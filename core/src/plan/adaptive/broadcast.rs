@@ -91,7 +91,10 @@ pub(super) const BROADCAST_SHARE_OF_SCAN: u64 = 4;
 
 /// The decision of a stage whose join was switched at its large side's claim: one task
 /// combining the large side's marks over the small side, read whole.
-pub(super) fn switched_join(stage: &StageRecord, snapshot: &JobSnapshot) -> Result<Option<StageDecision>> {
+pub(super) fn switched_join(
+    stage: &StageRecord,
+    snapshot: &JobSnapshot,
+) -> Result<Option<StageDecision>> {
     let switch = stage.inputs.iter().find_map(|i| {
         snapshot
             .stages

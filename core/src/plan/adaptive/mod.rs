@@ -55,7 +55,9 @@ use std::sync::Arc;
 
 use datafusion::physical_plan::ExecutionPlan;
 
-use crate::state::{AdaptiveRule, JobSnapshot, StageDecision, StageRecord, SwitchMode, TaskOutput, TaskState};
+use crate::state::{
+    AdaptiveRule, JobSnapshot, StageDecision, StageRecord, SwitchMode, TaskOutput, TaskState,
+};
 use crate::{EngineConfig, Error, Result};
 
 pub use coalesce::coalesce;
