@@ -11,6 +11,7 @@ use lambdafusion::state::AdaptiveRule;
 use lambdafusion::EngineConfig;
 
 use crate::display::{bytes, text_table};
+use crate::error::CliError;
 use crate::tpch;
 
 /// What to run.
@@ -104,7 +105,7 @@ fn parse_peak_rss(status: &str) -> Option<u64> {
 }
 
 /// Runs the benchmark; prints progress to stderr and returns the rows.
-pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
+pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, CliError> {
     let dir = tpch::data_dir(&options.data, options.sf);
     if !tpch::is_generated(&dir) {
         eprintln!(
@@ -119,10 +120,8 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
     // Table locations are checked against absolute paths.
     let dir = std::fs::canonicalize(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
     let baseline = baseline_context(options);
-    tpch::register_baseline(&baseline, &dir)
-        .await
-        .map_err(|e| e.to_string())?;
-    let scratch = tempfile::tempdir().map_err(|e| e.to_string())?;
+    tpch::register_baseline(&baseline, &dir).await?;
+    let scratch = tempfile::tempdir()?;
     let engine = start_engine(options, &dir, &scratch.path().join("adaptive"), true).await?;
     let planned_engine = match options.compare_planned {
         true => Some(start_engine(options, &dir, &scratch.path().join("planned"), false).await?),
@@ -141,7 +140,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
                 .collect()
                 .await
                 .map_err(|e| format!("q{q} on DataFusion: {e}"))?;
-            Ok::<_, String>((started.elapsed(), batches))
+            Ok::<_, CliError>((started.elapsed(), batches))
         };
         let run_engine = || async {
             let cpu_before = crate::model::process_cpu_ms();
@@ -153,7 +152,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
             let cpu = crate::model::process_cpu_ms()
                 .zip(cpu_before)
                 .map(|(after, before)| after - before);
-            Ok::<_, String>((took, out, submit, cpu))
+            Ok::<_, CliError>((took, out, submit, cpu))
         };
         // Warm both once (files in the page cache, plans in the executor's cache), then
         // measure, alternating which runs first.
@@ -179,8 +178,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
                             .services()
                             .store
                             .load_job(&out.status.id)
-                            .await
-                            .map_err(|e| e.to_string())?
+                            .await?
                             .ok_or_else(|| format!("q{q}: the job's records are gone"))?;
                         profile = Some(crate::model::profile(
                             &format!("q{q}"),
@@ -213,7 +211,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
                 if let Err(e) =
                     lambdafusion::verify::compare(&expected, &out.batches, tpch::is_ordered(q))
                 {
-                    return Err(format!("q{q} with adaptive stages off differs: {e}"));
+                    return Err(format!("q{q} with adaptive stages off differs: {e}").into());
                 }
             }
             best_planned = Some(median(&runs));
@@ -280,15 +278,12 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, String> {
 async fn run_query(
     engine: &Embedded,
     sql: &str,
-) -> Result<(lambdafusion::embedded::QueryOutput, Duration), String> {
+) -> Result<(lambdafusion::embedded::QueryOutput, Duration), CliError> {
     let started = Instant::now();
-    let id = engine.submit(sql).await.map_err(|e| e.to_string())?;
+    let id = engine.submit(sql).await?;
     let submit = started.elapsed();
     let status = loop {
-        let status = engine
-            .wait(&id, Duration::from_secs(3600))
-            .await
-            .map_err(|e| e.to_string())?;
+        let status = engine.wait(&id, Duration::from_secs(3600)).await?;
         if status.is_terminal() {
             break status;
         }
@@ -299,11 +294,10 @@ async fn run_query(
             status.id,
             status.state,
             status.error.unwrap_or_default()
-        ));
+        )
+        .into());
     }
-    let (schema, batches) = lambdafusion::results::collect(engine.services(), &id)
-        .await
-        .map_err(|e| e.to_string())?;
+    let (schema, batches) = lambdafusion::results::collect(engine.services(), &id).await?;
     Ok((
         lambdafusion::embedded::QueryOutput {
             status,
@@ -320,8 +314,8 @@ async fn start_engine(
     dir: &std::path::Path,
     scratch: &std::path::Path,
     adaptive: bool,
-) -> Result<std::sync::Arc<Embedded>, String> {
-    std::fs::create_dir_all(scratch).map_err(|e| e.to_string())?;
+) -> Result<std::sync::Arc<Embedded>, CliError> {
+    std::fs::create_dir_all(scratch)?;
     let engine = Embedded::start(EmbeddedOptions {
         data_dir: Some(scratch.to_path_buf()),
         config: options
@@ -333,10 +327,9 @@ async fn start_engine(
         memory_limit: options.memory_limit,
         ..EmbeddedOptions::default()
     })
-    .await
-    .map_err(|e| e.to_string())?;
+    .await?;
     for sql in tpch::create_statements(&dir.display().to_string()) {
-        engine.sql(&sql).await.map_err(|e| e.to_string())?;
+        engine.sql(&sql).await?;
     }
     Ok(engine)
 }

@@ -22,6 +22,7 @@ use lambdafusion::state::JobSnapshot;
 use lambdafusion::EngineConfig;
 
 use crate::display::text_table;
+use crate::error::CliError;
 
 /// The most tasks an embedded fan-out run has at work at once: each holds a few MB
 /// (its plan, its scan's reader and buffers), and 5,000 at once ran a 24 GiB machine out
@@ -102,14 +103,13 @@ pub fn measure(
 }
 
 /// Writes the fan-out table (one Parquet file of [`ROWS`] rows) into `dir/fanout/`.
-pub async fn write_table(dir: &Path) -> Result<(), String> {
+pub async fn write_table(dir: &Path) -> Result<(), CliError> {
     use datafusion::dataframe::DataFrameWriteOptions;
     let ctx = datafusion::prelude::SessionContext::new();
     ctx.sql(&format!(
         "SELECT value AS v FROM generate_series(1, {ROWS})"
     ))
-    .await
-    .map_err(|e| e.to_string())?
+    .await?
     .write_parquet(
         dir.join("fanout")
             .join("data.parquet")
@@ -118,8 +118,7 @@ pub async fn write_table(dir: &Path) -> Result<(), String> {
         DataFrameWriteOptions::new().with_single_file_output(true),
         None,
     )
-    .await
-    .map_err(|e| e.to_string())?;
+    .await?;
     Ok(())
 }
 
@@ -134,7 +133,7 @@ pub fn config(tasks: u32, fanout: u32) -> EngineConfig {
 }
 
 /// Checks a fan-out query's result: [`ROWS`] rows summing to 1 + 2 + ... + ROWS.
-pub fn check(batches: &[datafusion::arrow::array::RecordBatch]) -> Result<(), String> {
+pub fn check(batches: &[datafusion::arrow::array::RecordBatch]) -> Result<(), CliError> {
     use datafusion::arrow::array::{Array, AsArray};
     use datafusion::arrow::datatypes::Int64Type;
     let batch = batches
@@ -152,15 +151,16 @@ pub fn check(batches: &[datafusion::arrow::array::RecordBatch]) -> Result<(), St
     if n != ROWS || total != want {
         return Err(format!(
             "the fan-out query counted {n} rows summing to {total}; expected {ROWS} and {want}"
-        ));
+        )
+        .into());
     }
     Ok(())
 }
 
 /// Runs the fan-out query embedded, for every count in `tasks`, through the invocation
 /// tree (`fanout` per dispatcher) and sent directly; prints progress to stderr.
-pub async fn embedded(tasks: &[u32], fanout: u32) -> Result<Vec<FanoutRun>, String> {
-    let dir = tempfile::tempdir().map_err(|e| e.to_string())?;
+pub async fn embedded(tasks: &[u32], fanout: u32) -> Result<Vec<FanoutRun>, CliError> {
+    let dir = tempfile::tempdir()?;
     write_table(dir.path()).await?;
     let mut runs = Vec::new();
     for &n in tasks {
@@ -177,35 +177,31 @@ pub async fn embedded(tasks: &[u32], fanout: u32) -> Result<Vec<FanoutRun>, Stri
                 memory_limit: Some(4 << 30),
                 ..EmbeddedOptions::default()
             })
-            .await
-            .map_err(|e| e.to_string())?;
+            .await?;
             engine
                 .sql(&format!(
                     "CREATE EXTERNAL TABLE fanout STORED AS PARQUET LOCATION '{}/'",
                     dir.path().join("fanout").display()
                 ))
-                .await
-                .map_err(|e| e.to_string())?;
+                .await?;
             let started = Instant::now();
-            let out = engine.sql(QUERY).await.map_err(|e| e.to_string())?;
+            let out = engine.sql(QUERY).await?;
             let query_ms = started.elapsed().as_millis() as u64;
             check(&out.batches)?;
             let snapshot = engine
                 .services()
                 .store
                 .load_job(&out.status.id)
-                .await
-                .map_err(|e| e.to_string())?
+                .await?
                 .ok_or("the job's records are gone")?;
             let run = measure(&snapshot, "embedded", per_dispatcher, query_ms)
                 .ok_or("the job has no dispatched stage")?;
             // DataFusion cuts the file into byte ranges of equal size: one fewer than
             // asked for when the sizes do not divide.
             if run.tasks < n.saturating_sub(n / 100 + 1) {
-                return Err(format!(
-                    "the fan-out stage ran {} tasks, not about {n}",
-                    run.tasks
-                ));
+                return Err(
+                    format!("the fan-out stage ran {} tasks, not about {n}", run.tasks).into(),
+                );
             }
             eprintln!(
                 "{n:>6} tasks {:<6}: last invocation {} ms, last start {} ms after the claim",

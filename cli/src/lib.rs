@@ -6,6 +6,7 @@ pub mod bench;
 pub mod client;
 pub mod console;
 pub mod display;
+pub mod error;
 pub mod fanout;
 pub mod model;
 pub mod session;

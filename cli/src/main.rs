@@ -9,6 +9,7 @@ use std::time::{Duration, Instant};
 use clap::{Args, Parser, Subcommand};
 use lambdafusion::embedded::{Embedded, EmbeddedOptions};
 use lambdafusion::EngineConfig;
+use lambdafusion_cli::error::CliError;
 use lambdafusion_cli::session::{split_statements, write_rows, OutputFormat, Session};
 use lambdafusion_cli::{bench, client, display, shell, tpch};
 
@@ -90,7 +91,7 @@ struct EngineArgs {
 }
 
 impl EngineArgs {
-    fn options(&self) -> Result<EmbeddedOptions, String> {
+    fn options(&self) -> Result<EmbeddedOptions, CliError> {
         let defaults = EmbeddedOptions::default();
         let mut config = EngineConfig::default()
             .with_bytes_per_task(self.bytes_per_task)
@@ -117,8 +118,8 @@ impl EngineArgs {
 }
 
 /// `path` made absolute against the current directory (without requiring it to exist).
-fn absolute(path: &std::path::Path) -> Result<PathBuf, String> {
-    std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))
+fn absolute(path: &std::path::Path) -> Result<PathBuf, CliError> {
+    Ok(std::path::absolute(path).map_err(|e| format!("{}: {e}", path.display()))?)
 }
 
 #[derive(Args)]
@@ -221,7 +222,7 @@ struct TargetArgs {
 }
 
 impl TargetArgs {
-    async fn session(&self, max_seconds: Option<f64>) -> Result<Session, String> {
+    async fn session(&self, max_seconds: Option<f64>) -> Result<Session, CliError> {
         Ok(match &self.endpoint {
             Some(endpoint) => {
                 Session::Remote(client::Client::new(endpoint).with_token(self.token.clone()))
@@ -233,7 +234,7 @@ impl TargetArgs {
                         .config
                         .with_max_query_time(Duration::from_secs_f64(limit.max(0.001)));
                 }
-                Session::Embedded(Embedded::start(options).await.map_err(|e| e.to_string())?)
+                Session::Embedded(Embedded::start(options).await?)
             }
         })
     }
@@ -357,7 +358,7 @@ fn main() -> ExitCode {
     }
 }
 
-async fn run(cli: Cli) -> Result<(), String> {
+async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Demo(args) => demo(args).await,
         Command::Serve(args) => serve(args).await,
@@ -393,7 +394,7 @@ async fn run(cli: Cli) -> Result<(), String> {
                 queries
             };
             if let Some(q) = queries.iter().find(|q| !(1..=22).contains(*q)) {
-                return Err(format!("there is no TPC-H query {q} (1-22)"));
+                return Err(format!("there is no TPC-H query {q} (1-22)").into());
             }
             let options = bench::BenchOptions {
                 sf,
@@ -436,7 +437,7 @@ async fn run(cli: Cli) -> Result<(), String> {
                 },
         } => {
             if let Some(bad) = sf.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
-                return Err(format!("--sf {bad}: a scale factor is a positive number"));
+                return Err(format!("--sf {bad}: a scale factor is a positive number").into());
             }
             let profiles = lambdafusion_cli::model::load_profiles(&profiles)?;
             println!("{}", model_report(&profiles, &sf, &detail)?);
@@ -452,7 +453,8 @@ async fn run(cli: Cli) -> Result<(), String> {
                 return Err(format!(
                     "--tasks {n}: a stage has 1 to {} tasks",
                     lambdafusion::config::MAX_TASKS_PER_STAGE
-                ));
+                )
+                .into());
             }
             if fanout < 2 {
                 return Err("--fanout must be at least 2".into());
@@ -475,7 +477,7 @@ fn model_report(
     profiles: &[lambdafusion_cli::model::QueryProfile],
     scales: &[f64],
     detail: &[String],
-) -> Result<String, String> {
+) -> Result<String, CliError> {
     use lambdafusion_cli::model;
     let config = EngineConfig::default();
     let constants = model::AwsConstants::us_east_1();
@@ -509,7 +511,7 @@ fn model_report(
 }
 
 /// Generates TPC-H data with a progress bar; returns the data directory.
-fn generate(dir: &std::path::Path, sf: f64) -> Result<PathBuf, String> {
+fn generate(dir: &std::path::Path, sf: f64) -> Result<PathBuf, CliError> {
     if tpch::is_generated(dir) {
         eprintln!("TPC-H SF {sf} data already in {}", dir.display());
         return Ok(dir.to_path_buf());
@@ -536,12 +538,12 @@ fn generate(dir: &std::path::Path, sf: f64) -> Result<PathBuf, String> {
     Ok(dir.to_path_buf())
 }
 
-async fn demo(args: DemoArgs) -> Result<(), String> {
+async fn demo(args: DemoArgs) -> Result<(), CliError> {
     let data = generate(
         &tpch::data_dir(&args.data_dir.join("tpch"), args.sf),
         args.sf,
     )?;
-    let data = std::fs::canonicalize(&data).map_err(|e| e.to_string())?;
+    let data = std::fs::canonicalize(&data)?;
     // The same state directory `serve`, `query` and `shell` use, so the eight tables are
     // there for them after the demo.
     let engine = Embedded::start(EmbeddedOptions {
@@ -551,10 +553,9 @@ async fn demo(args: DemoArgs) -> Result<(), String> {
             .with_data_location(data.display().to_string()),
         ..EmbeddedOptions::default()
     })
-    .await
-    .map_err(|e| e.to_string())?;
+    .await?;
     for sql in tpch::create_statements(&data.display().to_string()) {
-        engine.sql(&sql).await.map_err(|e| e.to_string())?;
+        engine.sql(&sql).await?;
     }
     let q = args.query as usize;
     let sql = tpch::query(q);
@@ -570,24 +571,14 @@ async fn demo(args: DemoArgs) -> Result<(), String> {
     println!("{}", display::stage_summary(&status));
 
     let baseline = datafusion::prelude::SessionContext::new();
-    tpch::register_baseline(&baseline, &data)
-        .await
-        .map_err(|e| e.to_string())?;
-    let expected = baseline
-        .sql(sql)
-        .await
-        .map_err(|e| e.to_string())?
-        .collect()
-        .await
-        .map_err(|e| e.to_string())?;
+    tpch::register_baseline(&baseline, &data).await?;
+    let expected = baseline.sql(sql).await?.collect().await?;
     match lambdafusion::verify::compare(&expected, &batches, tpch::is_ordered(q)) {
         Ok(()) => {
             println!("result checked: identical to single-process DataFusion on the same files")
         }
         Err(diff) => {
-            return Err(format!(
-                "result differs from single-process DataFusion: {diff}"
-            ))
+            return Err(format!("result differs from single-process DataFusion: {diff}").into())
         }
     }
     println!(
@@ -597,12 +588,13 @@ async fn demo(args: DemoArgs) -> Result<(), String> {
     Ok(())
 }
 
-async fn console(args: ConsoleArgs) -> Result<(), String> {
+async fn console(args: ConsoleArgs) -> Result<(), CliError> {
     if !args.bind.ip().is_loopback() {
         return Err(format!(
             "the console acts with your credentials: it listens on loopback only, not {}",
             args.bind
-        ));
+        )
+        .into());
     }
     let client = client::Client::new(&args.endpoint).with_token(args.token.clone());
     let token = lambdafusion_cli::console::session_token();
@@ -619,14 +611,14 @@ async fn console(args: ConsoleArgs) -> Result<(), String> {
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;
         })
-        .await
-        .map_err(|e| e.to_string())
+        .await?;
+    Ok(())
 }
 
 /// The token `serve` was given: from --token-file, LAMBDAFUSION_TOKEN or --token (with a
 /// warning: others see command lines), at least [`lambdafusion::api::MIN_TOKEN_CHARS`]
 /// characters.
-fn serve_token(args: &ServeArgs) -> Result<Option<String>, String> {
+fn serve_token(args: &ServeArgs) -> Result<Option<String>, CliError> {
     let token = match &args.token_file {
         Some(path) => {
             let text = std::fs::read_to_string(path)
@@ -649,7 +641,7 @@ fn serve_token(args: &ServeArgs) -> Result<Option<String>, String> {
     Ok(Some(token))
 }
 
-async fn serve(args: ServeArgs) -> Result<(), String> {
+async fn serve(args: ServeArgs) -> Result<(), CliError> {
     let token = serve_token(&args)?;
     if !args.bind.ip().is_loopback() && token.is_none() {
         return Err(format!(
@@ -657,15 +649,16 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
              reach it could read the allowed directories and every query. Start with \
              LAMBDAFUSION_TOKEN=<secret> (or --token-file FILE), or bind to 127.0.0.1",
             args.bind
-        ));
+        )
+        .into());
     }
     let options = args.engine.options()?;
     let allowed = options.config.access.data_locations.join(", ");
-    let engine = Embedded::start(options).await.map_err(|e| e.to_string())?;
+    let engine = Embedded::start(options).await?;
     let listener = tokio::net::TcpListener::bind(args.bind)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", args.bind))?;
-    let bound = listener.local_addr().map_err(|e| e.to_string())?;
+    let bound = listener.local_addr()?;
     eprintln!(
         "lambdafusion serving on http://{bound} (data in {}; tables readable from {allowed}{}); try:\n  lambdafusion query --endpoint http://{bound} \"SELECT 1\"",
         args.engine.data_dir.display(),
@@ -688,11 +681,11 @@ async fn serve(args: ServeArgs) -> Result<(), String> {
     .with_graceful_shutdown(async {
         let _ = tokio::signal::ctrl_c().await;
     })
-    .await
-    .map_err(|e| e.to_string())
+    .await?;
+    Ok(())
 }
 
-async fn query(args: QueryArgs) -> Result<(), String> {
+async fn query(args: QueryArgs) -> Result<(), CliError> {
     let script = match (&args.sql, &args.file) {
         (Some(sql), _) => sql.clone(),
         (None, Some(path)) if path.as_os_str() == "-" => {
@@ -734,5 +727,6 @@ async fn query(args: QueryArgs) -> Result<(), String> {
         }
         eprintln!("{}", display::status_line(&outcome.status));
     }
-    out.flush().map_err(|e| e.to_string())
+    out.flush()?;
+    Ok(())
 }

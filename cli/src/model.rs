@@ -34,6 +34,7 @@ use lambdafusion::EngineConfig;
 use serde::{Deserialize, Serialize};
 
 use crate::display::text_table;
+use crate::error::CliError;
 
 /// What a saved profiles file says it is (`bench tpch --save-profiles`).
 const PROFILES_FORMAT: &str = "lambdafusion-model-profiles/1";
@@ -45,17 +46,17 @@ struct ProfilesFile {
 }
 
 /// Writes `profiles` to `path` as JSON, to be priced again by [`load_profiles`].
-pub fn save_profiles(path: &std::path::Path, profiles: &[QueryProfile]) -> Result<(), String> {
+pub fn save_profiles(path: &std::path::Path, profiles: &[QueryProfile]) -> Result<(), CliError> {
     let file = ProfilesFile {
         format: PROFILES_FORMAT.to_string(),
         profiles: profiles.to_vec(),
     };
-    let json = serde_json::to_vec_pretty(&file).map_err(|e| e.to_string())?;
-    std::fs::write(path, json).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    let json = serde_json::to_vec_pretty(&file)?;
+    Ok(std::fs::write(path, json).map_err(|e| format!("cannot write {}: {e}", path.display()))?)
 }
 
 /// Reads profiles written by [`save_profiles`].
-pub fn load_profiles(path: &std::path::Path) -> Result<Vec<QueryProfile>, String> {
+pub fn load_profiles(path: &std::path::Path) -> Result<Vec<QueryProfile>, CliError> {
     let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let file: ProfilesFile = serde_json::from_slice(&bytes).map_err(|e| {
         format!(
@@ -68,10 +69,11 @@ pub fn load_profiles(path: &std::path::Path) -> Result<Vec<QueryProfile>, String
             "{} holds profiles in format {:?}; this version reads {PROFILES_FORMAT:?}",
             path.display(),
             file.format
-        ));
+        )
+        .into());
     }
     if file.profiles.is_empty() {
-        return Err(format!("{} holds no profiles", path.display()));
+        return Err(format!("{} holds no profiles", path.display()).into());
     }
     Ok(file.profiles)
 }
@@ -1052,12 +1054,14 @@ mod tests {
         );
 
         std::fs::write(&path, "{\"format\": \"something/9\", \"profiles\": []}").unwrap();
-        let wrong = load_profiles(&path).unwrap_err();
+        let wrong = load_profiles(&path).unwrap_err().to_string();
         assert!(wrong.contains("something/9"), "{wrong}");
         std::fs::write(&path, "[1, 2]").unwrap();
-        let garbage = load_profiles(&path).unwrap_err();
+        let garbage = load_profiles(&path).unwrap_err().to_string();
         assert!(garbage.contains("not a profiles file"), "{garbage}");
-        let missing = load_profiles(&dir.path().join("none.json")).unwrap_err();
+        let missing = load_profiles(&dir.path().join("none.json"))
+            .unwrap_err()
+            .to_string();
         assert!(missing.contains("none.json"), "{missing}");
     }
 

@@ -12,6 +12,7 @@ use lambdafusion::api::Tables;
 use lambdafusion::embedded::Embedded;
 use lambdafusion::status::JobStatus;
 
+use crate::error::CliError;
 use crate::{client, display};
 
 /// Where statements run.
@@ -35,13 +36,13 @@ pub struct Outcome {
 impl Session {
     /// Runs one statement to its end, with a progress bar on a terminal. A statement
     /// that did not succeed is an error carrying its message.
-    pub async fn run(&self, sql: &str, max_seconds: Option<f64>) -> Result<Outcome, String> {
+    pub async fn run(&self, sql: &str, max_seconds: Option<f64>) -> Result<Outcome, CliError> {
         let bar = display::task_progress();
         let result = match self {
             Session::Remote(client) => client
                 .run_with(sql, max_seconds, &mut |s| display::update_progress(&bar, s))
                 .await
-                .map_err(|e| e.to_string()),
+                .map_err(CliError::from),
             Session::Embedded(engine) => run_embedded(engine, sql, &bar).await,
         };
         bar.finish_and_clear();
@@ -54,12 +55,10 @@ impl Session {
     }
 
     /// The catalog.
-    pub async fn tables(&self) -> Result<Tables, String> {
+    pub async fn tables(&self) -> Result<Tables, CliError> {
         match self {
-            Session::Remote(client) => client.tables().await.map_err(|e| e.to_string()),
-            Session::Embedded(engine) => lambdafusion::api::catalog(engine.services())
-                .await
-                .map_err(|e| e.to_string()),
+            Session::Remote(client) => Ok(client.tables().await?),
+            Session::Embedded(engine) => Ok(lambdafusion::api::catalog(engine.services()).await?),
         }
     }
 }
@@ -68,13 +67,10 @@ async fn run_embedded(
     engine: &Embedded,
     sql: &str,
     bar: &indicatif::ProgressBar,
-) -> Result<(JobStatus, SchemaRef, Vec<RecordBatch>), String> {
-    let id = engine.submit(sql).await.map_err(|e| e.to_string())?;
+) -> Result<(JobStatus, SchemaRef, Vec<RecordBatch>), CliError> {
+    let id = engine.submit(sql).await?;
     let status = loop {
-        let status = engine
-            .wait(&id, Duration::from_millis(200))
-            .await
-            .map_err(|e| e.to_string())?;
+        let status = engine.wait(&id, Duration::from_millis(200)).await?;
         display::update_progress(bar, &status);
         if status.is_terminal() {
             break status;
@@ -86,18 +82,17 @@ async fn run_embedded(
             status.id,
             status.state,
             status.error.unwrap_or_default()
-        ));
+        )
+        .into());
     }
-    let (schema, batches) = lambdafusion::results::collect(engine.services(), &id)
-        .await
-        .map_err(|e| e.to_string())?;
+    let (schema, batches) = lambdafusion::results::collect(engine.services(), &id).await?;
     Ok((status, schema, batches))
 }
 
 /// The statements of a script, in order. A script of one statement is sent as written
 /// (comments and all); several are parsed apart and each sent as the parser prints it.
-pub fn split_statements(script: &str) -> Result<Vec<String>, String> {
-    let statements = DFParser::parse_sql(script).map_err(|e| e.to_string())?;
+pub fn split_statements(script: &str) -> Result<Vec<String>, CliError> {
+    let statements = DFParser::parse_sql(script)?;
     match statements.len() {
         0 => Err("no SQL statement given (only comments or blanks)".into()),
         1 => Ok(vec![script.trim().trim_end_matches(';').trim().to_string()]),
@@ -124,41 +119,36 @@ pub fn write_rows(
     schema: &SchemaRef,
     batches: &[RecordBatch],
     out: &mut (dyn Write + Send),
-) -> Result<(), String> {
-    let err = |e: &dyn std::fmt::Display| e.to_string();
+) -> Result<(), CliError> {
     match format {
-        OutputFormat::Table => {
-            writeln!(out, "{}", display::rows_table(schema, batches)).map_err(|e| err(&e))
-        }
+        OutputFormat::Table => Ok(writeln!(out, "{}", display::rows_table(schema, batches))?),
         OutputFormat::Csv => {
             let mut writer = datafusion::arrow::csv::WriterBuilder::new()
                 .with_header(true)
                 .build(out);
             if batches.is_empty() {
-                writer
-                    .write(&RecordBatch::new_empty(schema.clone()))
-                    .map_err(|e| err(&e))?;
+                writer.write(&RecordBatch::new_empty(schema.clone()))?;
             }
             for b in batches {
-                writer.write(b).map_err(|e| err(&e))?;
+                writer.write(b)?;
             }
             Ok(())
         }
         OutputFormat::Json => {
             let mut writer = datafusion::arrow::json::LineDelimitedWriter::new(out);
             for b in batches {
-                writer.write(b).map_err(|e| err(&e))?;
+                writer.write(b)?;
             }
-            writer.finish().map_err(|e| err(&e))
+            Ok(writer.finish()?)
         }
         OutputFormat::Parquet => {
             let mut writer =
-                datafusion::parquet::arrow::ArrowWriter::try_new(out, schema.clone(), None)
-                    .map_err(|e| err(&e))?;
+                datafusion::parquet::arrow::ArrowWriter::try_new(out, schema.clone(), None)?;
             for b in batches {
-                writer.write(b).map_err(|e| err(&e))?;
+                writer.write(b)?;
             }
-            writer.close().map(|_| ()).map_err(|e| err(&e))
+            writer.close()?;
+            Ok(())
         }
     }
 }
@@ -188,7 +178,7 @@ mod tests {
 
     #[test]
     fn comments_alone_are_no_statement() {
-        let e = split_statements("-- nothing\n  ").unwrap_err();
+        let e = split_statements("-- nothing\n  ").unwrap_err().to_string();
         assert!(e.contains("no SQL statement"), "{e}");
         assert!(split_statements("SELEC 1").is_err());
     }

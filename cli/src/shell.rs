@@ -11,6 +11,7 @@ use rustyline::error::ReadlineError;
 use rustyline::DefaultEditor;
 
 use crate::display;
+use crate::error::CliError;
 use crate::session::{split_statements, write_rows, OutputFormat, Session};
 
 const PROMPT: &str = "lambdafusion> ";
@@ -74,8 +75,9 @@ pub fn history_file() -> Option<PathBuf> {
 }
 
 /// Runs the shell until `\q` or end of input.
-pub async fn run(session: &Session, max_seconds: Option<f64>) -> Result<(), String> {
-    let mut editor = DefaultEditor::new().map_err(|e| e.to_string())?;
+pub async fn run(session: &Session, max_seconds: Option<f64>) -> Result<(), CliError> {
+    let mut editor =
+        DefaultEditor::new().map_err(|e| format!("cannot start the line editor: {e}"))?;
     let history = history_file();
     if let Some(path) = &history {
         let _ = editor.load_history(path);
@@ -95,7 +97,7 @@ pub async fn run(session: &Session, max_seconds: Option<f64>) -> Result<(), Stri
                 continue;
             }
             Err(ReadlineError::Eof) => break,
-            Err(e) => return Err(e.to_string()),
+            Err(e) => return Err(e.to_string().into()),
         };
         if buffer.is_empty() {
             let trimmed = line.trim();
@@ -142,7 +144,7 @@ pub async fn run(session: &Session, max_seconds: Option<f64>) -> Result<(), Stri
     Ok(())
 }
 
-fn report(result: Result<(), String>) {
+fn report(result: Result<(), CliError>) {
     if let Err(e) = result {
         eprintln!("error: {e}");
     }
@@ -152,7 +154,7 @@ async fn run_script(
     session: &Session,
     script: &str,
     max_seconds: Option<f64>,
-) -> Result<(), String> {
+) -> Result<(), CliError> {
     for sql in split_statements(script)? {
         let started = Instant::now();
         let outcome = session.run(&sql, max_seconds).await?;
@@ -173,7 +175,7 @@ async fn run_script(
     Ok(())
 }
 
-async fn list_tables(session: &Session) -> Result<(), String> {
+async fn list_tables(session: &Session) -> Result<(), CliError> {
     let tables = session.tables().await?;
     let rows: Vec<Vec<String>> = tables
         .tables
@@ -194,7 +196,7 @@ async fn list_tables(session: &Session) -> Result<(), String> {
     Ok(())
 }
 
-async fn describe(session: &Session, name: &str) -> Result<(), String> {
+async fn describe(session: &Session, name: &str) -> Result<(), CliError> {
     let tables = session.tables().await?;
     let table = tables
         .tables

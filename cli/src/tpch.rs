@@ -18,6 +18,8 @@ use tpchgen_arrow::{
     SupplierArrow,
 };
 
+use crate::error::CliError;
+
 /// The eight TPC-H tables.
 pub const TABLES: [&str; 8] = [
     "customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier",
@@ -148,7 +150,7 @@ pub fn file_jobs(sf: f64) -> Vec<FileJob> {
 }
 
 /// Writes one file of `job` under `dir/<table>/part-<n>.parquet`; returns rows written.
-pub fn write_file(dir: &Path, sf: f64, job: &FileJob) -> Result<u64, String> {
+pub fn write_file(dir: &Path, sf: f64, job: &FileJob) -> Result<u64, CliError> {
     let table_dir = dir.join(job.table);
     std::fs::create_dir_all(&table_dir).map_err(|e| format!("{}: {e}", table_dir.display()))?;
     let path = table_dir.join(format!("part-{:03}.parquet", job.part));
@@ -164,24 +166,21 @@ pub fn write_file(dir: &Path, sf: f64, job: &FileJob) -> Result<u64, String> {
     let mut file = Some(file);
     let mut rows = 0u64;
     for batch in batches(job.table, sf, job.part as i32, job.parts as i32) {
-        let batch = batch.map_err(|e| e.to_string())?;
+        let batch = batch?;
         if writer.is_none() {
             let f = file.take().expect("file opened once");
-            writer = Some(
-                ArrowWriter::try_new(f, batch.schema(), Some(props.clone()))
-                    .map_err(|e| e.to_string())?,
-            );
+            writer = Some(ArrowWriter::try_new(
+                f,
+                batch.schema(),
+                Some(props.clone()),
+            )?);
         }
         rows += batch.num_rows() as u64;
-        writer
-            .as_mut()
-            .expect("writer")
-            .write(&batch)
-            .map_err(|e| e.to_string())?;
+        writer.as_mut().expect("writer").write(&batch)?;
     }
     match writer {
         Some(w) => {
-            w.close().map_err(|e| e.to_string())?;
+            w.close()?;
         }
         None => {
             // An empty part (tiny scale factors): an empty file with the table's schema.
@@ -191,10 +190,7 @@ pub fn write_file(dir: &Path, sf: f64, job: &FileJob) -> Result<u64, String> {
                 .map(|b| b.schema())
                 .ok_or_else(|| format!("no schema for {}", job.table))?;
             let f = file.take().expect("file opened once");
-            ArrowWriter::try_new(f, schema, Some(props))
-                .map_err(|e| e.to_string())?
-                .close()
-                .map_err(|e| e.to_string())?;
+            ArrowWriter::try_new(f, schema, Some(props))?.close()?;
         }
     }
     std::fs::rename(&tmp, &path).map_err(|e| format!("{}: {e}", path.display()))?;
@@ -209,12 +205,12 @@ pub fn generate(
     sf: f64,
     threads: usize,
     progress: &(dyn Fn(&FileJob, u64) + Sync),
-) -> Result<u64, String> {
+) -> Result<u64, CliError> {
     if is_generated(dir) {
         return Ok(0);
     }
     if sf.is_nan() || sf <= 0.0 {
-        return Err(format!("scale factor must be positive, got {sf}"));
+        return Err(format!("scale factor must be positive, got {sf}").into());
     }
     let jobs = file_jobs(sf);
     let next = std::sync::atomic::AtomicUsize::new(0);
