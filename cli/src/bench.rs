@@ -282,30 +282,10 @@ async fn run_query(
     let started = Instant::now();
     let id = engine.submit(sql).await?;
     let submit = started.elapsed();
-    let status = loop {
-        let status = engine.wait(&id, Duration::from_secs(3600)).await?;
-        if status.is_terminal() {
-            break status;
-        }
-    };
-    if status.state != "succeeded" {
-        return Err(format!(
-            "query {} {}: {}",
-            status.id,
-            status.state,
-            status.error.unwrap_or_default()
-        )
-        .into());
-    }
-    let (schema, batches) = lambdafusion::results::collect(engine.services(), &id).await?;
-    Ok((
-        lambdafusion::embedded::QueryOutput {
-            status,
-            schema,
-            batches,
-        },
-        submit,
-    ))
+    let output = engine
+        .finish(&id, Duration::from_secs(3600), |_| {})
+        .await?;
+    Ok((output, submit))
 }
 
 /// An embedded engine over the generated tables, adaptive stages on or off.

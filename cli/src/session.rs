@@ -69,24 +69,11 @@ async fn run_embedded(
     bar: &indicatif::ProgressBar,
 ) -> Result<(JobStatus, SchemaRef, Vec<RecordBatch>), CliError> {
     let id = engine.submit(sql).await?;
-    let status = loop {
-        let status = engine.wait(&id, Duration::from_millis(200)).await?;
-        display::update_progress(bar, &status);
-        if status.is_terminal() {
-            break status;
-        }
-    };
-    if status.state != "succeeded" {
-        return Err(format!(
-            "query {} {}: {}",
-            status.id,
-            status.state,
-            status.error.unwrap_or_default()
-        )
-        .into());
-    }
-    let (schema, batches) = lambdafusion::results::collect(engine.services(), &id).await?;
-    Ok((status, schema, batches))
+    let every = Duration::from_millis(200);
+    let output = engine
+        .finish(&id, every, |s| display::update_progress(bar, s))
+        .await?;
+    Ok((output.status, output.schema, output.batches))
 }
 
 /// The statements of a script, in order. A script of one statement is sent as written

@@ -260,27 +260,39 @@ impl Embedded {
         crate::api::wait_for_status(&self.services, job_id, timeout).await
     }
 
-    /// Runs `sql` to the end and returns its rows; a failed or cancelled query is an
-    /// error carrying the job's message.
+    /// Runs `sql` to the end and returns its rows; a failed or cancelled query is
+    /// [`Error::QueryFailed`] with the job's message.
     pub async fn sql(&self, sql: &str) -> Result<QueryOutput> {
         let job_id = self.submit(sql).await?;
+        self.finish(&job_id, Duration::from_secs(3600), |_| {})
+            .await
+    }
+
+    /// Waits for job `job_id` to end — handing `progress` its status at least every
+    /// `every` — and reads its rows; a job that failed or was cancelled is
+    /// [`Error::QueryFailed`] with its id, state and message.
+    pub async fn finish(
+        &self,
+        job_id: &str,
+        every: Duration,
+        mut progress: impl FnMut(&JobStatus),
+    ) -> Result<QueryOutput> {
         let status = loop {
-            let status = self.wait(&job_id, Duration::from_secs(3600)).await?;
+            let status = self.wait(job_id, every).await?;
+            progress(&status);
             if status.is_terminal() {
                 break status;
             }
         };
         if status.state != JobState::Succeeded.as_str() {
-            return Err(Error::DataFusion(
-                datafusion::error::DataFusionError::Execution(format!(
-                    "query {} {}: {}",
-                    status.id,
-                    status.state,
-                    status.error.clone().unwrap_or_default()
-                )),
-            ));
+            return Err(Error::QueryFailed(format!(
+                "query {} {}: {}",
+                status.id,
+                status.state,
+                status.error.clone().unwrap_or_default()
+            )));
         }
-        let (schema, batches) = crate::results::collect(&self.services, &job_id).await?;
+        let (schema, batches) = crate::results::collect(&self.services, job_id).await?;
         Ok(QueryOutput {
             status,
             schema,

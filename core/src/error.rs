@@ -59,6 +59,9 @@ pub enum Error {
     /// The job was cancelled while this work ran.
     #[error("job {0} was cancelled")]
     Cancelled(String),
+    /// A query waited for to its end failed or was cancelled: its id, state and message.
+    #[error("{0}")]
+    QueryFailed(String),
     /// Broken invariant inside lambdafusion: a bug, please report it.
     #[error("internal error: {0}")]
     Internal(String),

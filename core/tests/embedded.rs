@@ -800,3 +800,36 @@ async fn wide_shuffles_go_through_a_two_level_exchange() {
         "{passed:?}"
     );
 }
+
+/// A query that fails is an error carrying its id, state and message, whether run with
+/// `sql` or waited for with `finish` (which hands every status it sees to `progress`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_query_is_an_error_with_its_message() {
+    let dir = tempfile::tempdir().unwrap();
+    let engine = engine(EngineConfig::default(), dir.path()).await;
+    let sql = "SELECT CAST(1 AS INT) / CAST(0 AS INT) AS x";
+    let Err(lambdafusion::Error::QueryFailed(message)) = engine.sql(sql).await else {
+        panic!("a division by zero is a failed query");
+    };
+    assert!(message.contains(" failed: "), "{message}");
+    assert!(
+        message.to_lowercase().contains("divide by zero"),
+        "{message}"
+    );
+
+    let id = engine.submit("SELECT 41 + 1 AS answer").await.unwrap();
+    let mut seen = Vec::new();
+    let out = engine
+        .finish(&id, Duration::from_millis(50), |s| {
+            seen.push(s.state.clone())
+        })
+        .await
+        .unwrap();
+    assert_eq!(out.status.state, "succeeded");
+    assert_eq!(
+        seen.last().map(String::as_str),
+        Some("succeeded"),
+        "{seen:?}"
+    );
+    assert_eq!(out.batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+}
