@@ -104,285 +104,66 @@ impl Intercepted {
     }
 }
 
-#[async_trait]
-impl JobStore for Intercepted {
-    fn job_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
-        self.inner.job_changes()
-    }
+/// `impl JobStore for Intercepted`: each listed method shown to the hook under its own
+/// name, with the job it concerns, then passed on to the inner store unchanged.
+macro_rules! intercept {
+    ($(fn $op:ident($($arg:ident: $ty:ty),*) -> $ret:ty, job: $job:expr;)*) => {
+        #[async_trait]
+        impl JobStore for Intercepted {
+            fn job_changes(&self) -> Option<tokio::sync::watch::Receiver<u64>> {
+                self.inner.job_changes()
+            }
 
-    async fn create_job(&self, new: &NewJob) -> Result<()> {
-        self.around(
-            "create_job",
-            Some(&new.job.job_id),
-            self.inner.create_job(new),
-        )
-        .await
-    }
+            $(async fn $op(&self, $($arg: $ty),*) -> Result<$ret> {
+                self.around(stringify!($op), $job, self.inner.$op($($arg),*))
+                    .await
+            })*
+        }
+    };
+}
 
-    async fn get_job(&self, job_id: &str) -> Result<Option<JobRecord>> {
-        self.around("get_job", Some(job_id), self.inner.get_job(job_id))
-            .await
-    }
-
-    async fn load_job(&self, job_id: &str) -> Result<Option<JobSnapshot>> {
-        self.around("load_job", Some(job_id), self.inner.load_job(job_id))
-            .await
-    }
-
-    async fn get_stage(&self, job_id: &str, stage: u32) -> Result<Option<StageRecord>> {
-        self.around(
-            "get_stage",
-            Some(job_id),
-            self.inner.get_stage(job_id, stage),
-        )
-        .await
-    }
-
-    async fn get_plan(&self, job_id: &str, stage: u32) -> Result<Option<PlanRecord>> {
-        self.around("get_plan", Some(job_id), self.inner.get_plan(job_id, stage))
-            .await
-    }
-
-    async fn task_view(
-        &self,
-        job_id: &str,
-        stage: u32,
-        partition: u32,
-        with_plan: bool,
-    ) -> Result<TaskView> {
-        self.around(
-            "task_view",
-            Some(job_id),
-            self.inner.task_view(job_id, stage, partition, with_plan),
-        )
-        .await
-    }
-
-    async fn get_task(
-        &self,
-        job_id: &str,
-        stage: u32,
-        partition: u32,
-    ) -> Result<Option<TaskRecord>> {
-        self.around(
-            "get_task",
-            Some(job_id),
-            self.inner.get_task(job_id, stage, partition),
-        )
-        .await
-    }
-
-    async fn list_tasks(&self, job_id: &str, stage: u32) -> Result<Vec<TaskRecord>> {
-        self.around(
-            "list_tasks",
-            Some(job_id),
-            self.inner.list_tasks(job_id, stage),
-        )
-        .await
-    }
-
-    async fn list_task_range(
-        &self,
-        job_id: &str,
-        stage: u32,
-        from: u32,
-        to: u32,
-    ) -> Result<Vec<TaskRecord>> {
-        self.around(
-            "list_task_range",
-            Some(job_id),
-            self.inner.list_task_range(job_id, stage, from, to),
-        )
-        .await
-    }
-
-    async fn list_counters(&self, job_id: &str, stage: u32) -> Result<Vec<CommitCounter>> {
-        self.around(
-            "list_counters",
-            Some(job_id),
-            self.inner.list_counters(job_id, stage),
-        )
-        .await
-    }
-
-    async fn claim_stage(
-        &self,
-        job_id: &str,
-        stage: u32,
-        now_ms: u64,
-        decision: &StageDecision,
-    ) -> Result<bool> {
-        self.around(
-            "claim_stage",
-            Some(job_id),
-            self.inner.claim_stage(job_id, stage, now_ms, decision),
-        )
-        .await
-    }
-
-    async fn confirm_stage(&self, job_id: &str, stage: u32, now_ms: u64) -> Result<bool> {
-        self.around(
-            "confirm_stage",
-            Some(job_id),
-            self.inner.confirm_stage(job_id, stage, now_ms),
-        )
-        .await
-    }
-
-    async fn start_attempt(
-        &self,
+intercept! {
+    fn create_job(new: &NewJob) -> (), job: Some(&new.job.job_id);
+    fn get_job(job_id: &str) -> Option<JobRecord>, job: Some(job_id);
+    fn load_job(job_id: &str) -> Option<JobSnapshot>, job: Some(job_id);
+    fn get_stage(job_id: &str, stage: u32) -> Option<StageRecord>, job: Some(job_id);
+    fn get_plan(job_id: &str, stage: u32) -> Option<PlanRecord>, job: Some(job_id);
+    fn task_view(job_id: &str, stage: u32, partition: u32, with_plan: bool) -> TaskView,
+        job: Some(job_id);
+    fn get_task(job_id: &str, stage: u32, partition: u32) -> Option<TaskRecord>,
+        job: Some(job_id);
+    fn list_tasks(job_id: &str, stage: u32) -> Vec<TaskRecord>, job: Some(job_id);
+    fn list_task_range(job_id: &str, stage: u32, from: u32, to: u32) -> Vec<TaskRecord>,
+        job: Some(job_id);
+    fn list_counters(job_id: &str, stage: u32) -> Vec<CommitCounter>, job: Some(job_id);
+    fn claim_stage(job_id: &str, stage: u32, now_ms: u64, decision: &StageDecision) -> bool,
+        job: Some(job_id);
+    fn confirm_stage(job_id: &str, stage: u32, now_ms: u64) -> bool, job: Some(job_id);
+    fn start_attempt(
         job_id: &str,
         stage: u32,
         partition: u32,
         attempt: u32,
         now_ms: u64,
-        expires_at: u64,
-    ) -> Result<bool> {
-        self.around(
-            "start_attempt",
-            Some(job_id),
-            self.inner
-                .start_attempt(job_id, stage, partition, attempt, now_ms, expires_at),
-        )
-        .await
-    }
-
-    async fn confirm_attempt(
-        &self,
-        job_id: &str,
-        stage: u32,
-        partition: u32,
-        attempt: u32,
-        now_ms: u64,
-    ) -> Result<bool> {
-        self.around(
-            "confirm_attempt",
-            Some(job_id),
-            self.inner
-                .confirm_attempt(job_id, stage, partition, attempt, now_ms),
-        )
-        .await
-    }
-
-    async fn defer_task(&self, deferral: &TaskDeferral) -> Result<bool> {
-        self.around(
-            "defer_task",
-            Some(&deferral.job_id),
-            self.inner.defer_task(deferral),
-        )
-        .await
-    }
-
-    async fn confirm_dispatch(&self, confirmation: &DispatchConfirmation) -> Result<bool> {
-        self.around(
-            "confirm_dispatch",
-            Some(&confirmation.job_id),
-            self.inner.confirm_dispatch(confirmation),
-        )
-        .await
-    }
-
-    async fn resend_task(&self, resend: &TaskResend) -> Result<bool> {
-        self.around(
-            "resend_task",
-            Some(&resend.job_id),
-            self.inner.resend_task(resend),
-        )
-        .await
-    }
-
-    async fn commit_task(&self, commit: &TaskCommit) -> Result<CommitOutcome> {
-        self.around(
-            "commit_task",
-            Some(&commit.job_id),
-            self.inner.commit_task(commit),
-        )
-        .await
-    }
-
-    async fn fail_attempt(&self, failure: &TaskFailure) -> Result<bool> {
-        self.around(
-            "fail_attempt",
-            Some(&failure.job_id),
-            self.inner.fail_attempt(failure),
-        )
-        .await
-    }
-
-    async fn finish_job(
-        &self,
-        job_id: &str,
-        state: JobState,
-        error: Option<String>,
-        now_ms: u64,
-    ) -> Result<bool> {
-        self.around(
-            "finish_job",
-            Some(job_id),
-            self.inner.finish_job(job_id, state, error, now_ms),
-        )
-        .await
-    }
-
-    async fn active_jobs(&self, after: Option<&str>, limit: usize) -> Result<Vec<String>> {
-        self.around("active_jobs", None, self.inner.active_jobs(after, limit))
-            .await
-    }
-
-    async fn job_history(
-        &self,
-        owner: &str,
-        after: Option<&str>,
-        limit: usize,
-    ) -> Result<Vec<String>> {
-        self.around(
-            "job_history",
-            None,
-            self.inner.job_history(owner, after, limit),
-        )
-        .await
-    }
-
-    async fn remove_active(&self, job_id: &str) -> Result<()> {
-        self.around(
-            "remove_active",
-            Some(job_id),
-            self.inner.remove_active(job_id),
-        )
-        .await
-    }
-
-    async fn sweep_cursor(&self) -> Result<Option<String>> {
-        self.around("sweep_cursor", None, self.inner.sweep_cursor())
-            .await
-    }
-
-    async fn set_sweep_cursor(&self, cursor: Option<&str>) -> Result<()> {
-        self.around(
-            "set_sweep_cursor",
-            None,
-            self.inner.set_sweep_cursor(cursor),
-        )
-        .await
-    }
-
-    async fn put_table(&self, table: &TableRecord, replace: bool) -> Result<bool> {
-        self.around("put_table", None, self.inner.put_table(table, replace))
-            .await
-    }
-
-    async fn get_table(&self, name: &str) -> Result<Option<TableRecord>> {
-        self.around("get_table", None, self.inner.get_table(name))
-            .await
-    }
-
-    async fn list_tables(&self) -> Result<Vec<TableRecord>> {
-        self.around("list_tables", None, self.inner.list_tables())
-            .await
-    }
-
-    async fn delete_table(&self, name: &str) -> Result<bool> {
-        self.around("delete_table", None, self.inner.delete_table(name))
-            .await
-    }
+        expires_at: u64
+    ) -> bool, job: Some(job_id);
+    fn confirm_attempt(job_id: &str, stage: u32, partition: u32, attempt: u32, now_ms: u64)
+        -> bool, job: Some(job_id);
+    fn defer_task(deferral: &TaskDeferral) -> bool, job: Some(&deferral.job_id);
+    fn confirm_dispatch(confirmation: &DispatchConfirmation) -> bool,
+        job: Some(&confirmation.job_id);
+    fn resend_task(resend: &TaskResend) -> bool, job: Some(&resend.job_id);
+    fn commit_task(commit: &TaskCommit) -> CommitOutcome, job: Some(&commit.job_id);
+    fn fail_attempt(failure: &TaskFailure) -> bool, job: Some(&failure.job_id);
+    fn finish_job(job_id: &str, state: JobState, error: Option<String>, now_ms: u64) -> bool,
+        job: Some(job_id);
+    fn active_jobs(after: Option<&str>, limit: usize) -> Vec<String>, job: None;
+    fn job_history(owner: &str, after: Option<&str>, limit: usize) -> Vec<String>, job: None;
+    fn remove_active(job_id: &str) -> (), job: Some(job_id);
+    fn sweep_cursor() -> Option<String>, job: None;
+    fn set_sweep_cursor(cursor: Option<&str>) -> (), job: None;
+    fn put_table(table: &TableRecord, replace: bool) -> bool, job: None;
+    fn get_table(name: &str) -> Option<TableRecord>, job: None;
+    fn list_tables() -> Vec<TableRecord>, job: None;
+    fn delete_table(name: &str) -> bool, job: None;
 }
