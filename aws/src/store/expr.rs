@@ -149,6 +149,16 @@ pub(super) fn task_identity(
     expr
 }
 
+/// `condition`, or no task item at all when `may_have_no_item`: a task's first attempt
+/// is dispatched with its stage and has no item until something is recorded for it.
+pub(super) fn or_no_item(may_have_no_item: bool, condition: String) -> String {
+    if may_have_no_item {
+        format!("attribute_not_exists(pk) OR ({condition})")
+    } else {
+        condition
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -169,6 +179,11 @@ mod tests {
         assert_eq!(cond, "#state = :v4");
         assert_eq!(e.values.len(), 5);
         assert_eq!(e.names.len(), 4);
+        assert_eq!(
+            or_no_item(true, cond.clone()),
+            "attribute_not_exists(pk) OR (#state = :v4)"
+        );
+        assert_eq!(or_no_item(false, cond.clone()), cond);
         let identity = task_identity(Expr::default(), "j", 1, 2, 3, &["failures"]);
         let text = identity.update_expression();
         assert!(

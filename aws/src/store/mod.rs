@@ -60,7 +60,7 @@ use crate::metrics::{count, Request};
 use errors::{
     condition_failed, retrying, store_err, STORE_BACKOFF_BASE, STORE_BACKOFF_CAP, STORE_TRIES,
 };
-use expr::{task_identity, Expr};
+use expr::{or_no_item, task_identity, Expr};
 use item::{encode_err, from_item, key, n, s, state_value, to_item, Item};
 
 /// [`JobStore`] on DynamoDB. See the [module docs](self).
@@ -640,12 +640,8 @@ impl JobStore for DynamoDbJobStore {
             .remove("retry_at_ms");
         let failed = expr.eq("state", state_value(TaskState::Failed));
         let previous = expr.eq("attempt", n(attempt.saturating_sub(1)));
-        let condition = if attempt == 2 {
-            // Attempt 1 left no item unless it failed.
-            format!("attribute_not_exists(pk) OR ({failed} AND {previous})")
-        } else {
-            format!("{failed} AND {previous}")
-        };
+        // Attempt 1 left no item unless it failed.
+        let condition = or_no_item(attempt == 2, format!("{failed} AND {previous}"));
         self.update(
             "UpdateItem (start attempt)",
             key(&job_pk(job_id), &task_sk(stage, partition)),
@@ -694,11 +690,7 @@ impl JobStore for DynamoDbJobStore {
         let throttled = expr.eq("state", state_value(TaskState::Throttled));
         let this_attempt = expr.eq("attempt", n(d.attempt));
         let live = format!("({running} OR {throttled}) AND {this_attempt}");
-        let condition = if d.attempt == 1 {
-            format!("attribute_not_exists(pk) OR ({live})")
-        } else {
-            live
-        };
+        let condition = or_no_item(d.attempt == 1, live);
         self.update(
             "UpdateItem (defer task)",
             key(&job_pk(&d.job_id), &task_sk(d.stage, d.partition)),
@@ -734,11 +726,7 @@ impl JobStore for DynamoDbJobStore {
             "{this_attempt} AND (({throttled} AND ({no_retry_at} OR {due})) OR \
              ({running} AND {unconfirmed} AND ({no_dispatch} OR {stale})))"
         );
-        let condition = if r.attempt == 1 {
-            format!("attribute_not_exists(pk) OR ({resendable})")
-        } else {
-            resendable
-        };
+        let condition = or_no_item(r.attempt == 1, resendable);
         self.update(
             "UpdateItem (resend task)",
             key(&job_pk(&r.job_id), &task_sk(r.stage, r.partition)),
@@ -845,11 +833,7 @@ impl JobStore for DynamoDbJobStore {
         let throttled = expr.eq("state", state_value(TaskState::Throttled));
         let this_attempt = expr.eq("attempt", n(failure.attempt));
         let live = format!("({running} OR {throttled}) AND {this_attempt}");
-        let condition = if failure.attempt == 1 {
-            format!("attribute_not_exists(pk) OR ({live})")
-        } else {
-            live
-        };
+        let condition = or_no_item(failure.attempt == 1, live);
         self.update(
             "UpdateItem (fail attempt)",
             key(
