@@ -441,29 +441,28 @@ impl PhysicalProtoConverterExtension for Converter {
                 )),
             });
         }
-        if let Some(compression) = compressed_scan(plan) {
-            let node = protobuf::PhysicalPlanNode::try_from_physical_plan_with_converter(
+        // The node as datafusion-proto encodes it, wrapped with what that encoding drops.
+        let encoded = || {
+            protobuf::PhysicalPlanNode::try_from_physical_plan_with_converter(
                 Arc::clone(plan),
                 codec,
                 self,
-            )?;
+            )
+            .map(|node| node.encode_to_vec())
+        };
+        if let Some(compression) = compressed_scan(plan) {
             return Ok(extension(LambdaFusionNode {
                 compressed_scan: Some(CompressedScanNode {
-                    plan: node.encode_to_vec(),
+                    plan: encoded()?,
                     compression: compression.get_variant().to_string(),
                 }),
                 ..Default::default()
             }));
         }
         if let Some(sets) = empty_grouping_sets(plan) {
-            let node = protobuf::PhysicalPlanNode::try_from_physical_plan_with_converter(
-                Arc::clone(plan),
-                codec,
-                self,
-            )?;
             return Ok(extension(LambdaFusionNode {
                 empty_grouping_sets: Some(EmptyGroupingSetsNode {
-                    plan: node.encode_to_vec(),
+                    plan: encoded()?,
                     sets: sets as u32,
                 }),
                 ..Default::default()
