@@ -516,6 +516,15 @@ fn scratch_output(batches: Vec<RecordBatch>) -> DFOutput {
 }
 
 /// Why a record is not run, if it is not.
+/// The skip reason of a record run under the file's `SET`s, naming them.
+fn under_settings(state: &FileState) -> String {
+    let settings: Vec<String> = state.settings.iter().cloned().collect();
+    format!(
+        "runs under SET {} (settings are not taken per query)",
+        settings.join(", ")
+    )
+}
+
 fn skip_reason(sql: &str, state: &FileState) -> Option<String> {
     let statement = parse(sql);
     if let Some(DfStatement::Explain(_)) = &statement {
@@ -546,15 +555,7 @@ fn skip_reason(sql: &str, state: &FileState) -> Option<String> {
     }
     if statement.is_none() && !state.settings.is_empty() {
         // It parses only under the file's SET (another SQL dialect, say).
-        return Some(format!(
-            "runs under SET {} (settings are not taken per query)",
-            state
-                .settings
-                .iter()
-                .cloned()
-                .collect::<Vec<_>>()
-                .join(", ")
-        ));
+        return Some(under_settings(state));
     }
     if let Some(statement) = &statement {
         if let Route::Drop(name) = route(statement) {
@@ -564,15 +565,7 @@ fn skip_reason(sql: &str, state: &FileState) -> Option<String> {
         }
         if let Route::Engine = route(statement) {
             if !state.settings.is_empty() {
-                return Some(format!(
-                    "runs under SET {} (settings are not taken per query)",
-                    state
-                        .settings
-                        .iter()
-                        .cloned()
-                        .collect::<Vec<_>>()
-                        .join(", ")
-                ));
+                return Some(under_settings(state));
             }
         }
         if tables_read(statement)
