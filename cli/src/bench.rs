@@ -6,9 +6,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use datafusion::prelude::SessionContext;
-use lambdafusion::embedded::{Embedded, EmbeddedOptions};
 use lambdafusion::state::AdaptiveRule;
 use lambdafusion::EngineConfig;
+use lambdafusion_embedded::{Embedded, EmbeddedOptions};
 
 use crate::display::{bytes, text_table};
 use crate::error::CliError;
@@ -208,9 +208,11 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, CliError> {
                     .await
                     .map_err(|e| format!("q{q} on lambdafusion (planned): {e}"))?;
                 runs.push(started.elapsed());
-                if let Err(e) =
-                    lambdafusion::verify::compare(&expected, &out.batches, tpch::is_ordered(q))
-                {
+                if let Err(e) = lambdafusion_embedded::verify::compare(
+                    &expected,
+                    &out.batches,
+                    tpch::is_ordered(q),
+                ) {
                     return Err(format!("q{q} with adaptive stages off differs: {e}").into());
                 }
             }
@@ -218,7 +220,8 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, CliError> {
         }
         let out = last.expect("at least one iteration");
         let mismatch =
-            lambdafusion::verify::compare(&expected, &out.batches, tpch::is_ordered(q)).err();
+            lambdafusion_embedded::verify::compare(&expected, &out.batches, tpch::is_ordered(q))
+                .err();
         let intermediate = &out.status.stages[..out.status.stages.len().saturating_sub(1)];
         let row = BenchRow {
             query: q,
@@ -278,7 +281,7 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, CliError> {
 async fn run_query(
     engine: &Embedded,
     sql: &str,
-) -> Result<(lambdafusion::embedded::QueryOutput, Duration), CliError> {
+) -> Result<(lambdafusion_embedded::QueryOutput, Duration), CliError> {
     let started = Instant::now();
     let id = engine.submit(sql).await?;
     let submit = started.elapsed();
@@ -347,7 +350,7 @@ fn baseline_context(options: &BenchOptions) -> SessionContext {
 fn engine_memory(options: &BenchOptions) -> usize {
     options
         .memory_limit
-        .or_else(|| lambdafusion::embedded::machine_memory().map(|m| m / 2))
+        .or_else(|| lambdafusion_embedded::machine_memory().map(|m| m / 2))
         .unwrap_or(8 << 30)
 }
 

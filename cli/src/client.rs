@@ -234,7 +234,7 @@ impl Client {
     }
 
     /// The catalog: every table with its columns.
-    pub async fn tables(&self) -> Result<lambdafusion::api::Tables, ClientError> {
+    pub async fn tables(&self) -> Result<lambdafusion_api::Tables, ClientError> {
         let response = self.send(reqwest::Method::GET, "/v1/tables", None).await?;
         self.check(response)
             .await?

@@ -27,7 +27,7 @@ pub fn router(client: Client, token: String) -> Router {
         client,
         token: token.into_bytes(),
     });
-    lambdafusion::api::console::router()
+    lambdafusion_api::console::router()
         .fallback(forward)
         .with_state(proxy)
 }
@@ -50,7 +50,7 @@ async fn forward(State(proxy): State<Arc<Proxy>>, request: Request) -> Response 
             "no such endpoint; see /v1/openapi.json",
         );
     }
-    let authorized = lambdafusion::api::bearer_token_is(request.headers(), &proxy.token);
+    let authorized = lambdafusion_api::bearer_token_is(request.headers(), &proxy.token);
     if !authorized {
         return error(
             StatusCode::UNAUTHORIZED,

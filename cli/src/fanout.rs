@@ -16,10 +16,10 @@
 use std::path::Path;
 use std::time::Instant;
 
-use lambdafusion::embedded::{Embedded, EmbeddedOptions};
 use lambdafusion::scheduler::{is_tree, tree_dispatchers};
 use lambdafusion::state::JobSnapshot;
 use lambdafusion::EngineConfig;
+use lambdafusion_embedded::{Embedded, EmbeddedOptions};
 
 use crate::display::text_table;
 use crate::error::CliError;

@@ -7,11 +7,11 @@ use std::process::ExitCode;
 use std::time::{Duration, Instant};
 
 use clap::{Args, Parser, Subcommand};
-use lambdafusion::embedded::{Embedded, EmbeddedOptions};
 use lambdafusion::EngineConfig;
 use lambdafusion_cli::error::CliError;
 use lambdafusion_cli::session::{split_statements, write_rows, OutputFormat, Session};
 use lambdafusion_cli::{bench, client, display, shell, tpch};
+use lambdafusion_embedded::{Embedded, EmbeddedOptions};
 
 #[derive(Parser)]
 #[command(
@@ -573,7 +573,7 @@ async fn demo(args: DemoArgs) -> Result<(), CliError> {
     let baseline = datafusion::prelude::SessionContext::new();
     tpch::register_baseline(&baseline, &data).await?;
     let expected = baseline.sql(sql).await?.collect().await?;
-    match lambdafusion::verify::compare(&expected, &batches, tpch::is_ordered(q)) {
+    match lambdafusion_embedded::verify::compare(&expected, &batches, tpch::is_ordered(q)) {
         Ok(()) => {
             println!("result checked: identical to single-process DataFusion on the same files")
         }
@@ -616,7 +616,7 @@ async fn console(args: ConsoleArgs) -> Result<(), CliError> {
 }
 
 /// The token `serve` was given: from --token-file, LAMBDAFUSION_TOKEN or --token (with a
-/// warning: others see command lines), at least [`lambdafusion::api::MIN_TOKEN_CHARS`]
+/// warning: others see command lines), at least [`lambdafusion_api::MIN_TOKEN_CHARS`]
 /// characters.
 fn serve_token(args: &ServeArgs) -> Result<Option<String>, CliError> {
     let token = match &args.token_file {
@@ -637,7 +637,7 @@ fn serve_token(args: &ServeArgs) -> Result<Option<String>, CliError> {
              (ps); pass it in LAMBDAFUSION_TOKEN or with --token-file instead"
         );
     }
-    lambdafusion::api::check_token_strength(&token)?;
+    lambdafusion_api::check_token_strength(&token)?;
     Ok(Some(token))
 }
 
@@ -671,8 +671,14 @@ async fn serve(args: ServeArgs) -> Result<(), CliError> {
     // Without a token only this machine may call, by a loopback name: a web page that
     // points a name of its own at 127.0.0.1 cannot.
     let router = match token {
-        Some(token) => lambdafusion::api::with_bearer_token(engine.router(), token),
-        None => lambdafusion::api::loopback_only(engine.router(), bound.port()),
+        Some(token) => lambdafusion_api::with_bearer_token(
+            lambdafusion_api::router(engine.services().clone()),
+            token,
+        ),
+        None => lambdafusion_api::loopback_only(
+            lambdafusion_api::router(engine.services().clone()),
+            bound.port(),
+        ),
     };
     axum::serve(
         listener,

@@ -8,9 +8,9 @@ use std::time::Duration;
 use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::sql::parser::DFParser;
-use lambdafusion::api::Tables;
-use lambdafusion::embedded::Embedded;
 use lambdafusion::status::JobStatus;
+use lambdafusion_api::Tables;
+use lambdafusion_embedded::Embedded;
 
 use crate::error::CliError;
 use crate::{client, display};
@@ -58,7 +58,7 @@ impl Session {
     pub async fn tables(&self) -> Result<Tables, CliError> {
         match self {
             Session::Remote(client) => Ok(client.tables().await?),
-            Session::Embedded(engine) => Ok(lambdafusion::api::catalog(engine.services()).await?),
+            Session::Embedded(engine) => Ok(lambdafusion_api::catalog(engine.services()).await?),
         }
     }
 }

@@ -12,11 +12,9 @@
 
 pub mod access;
 pub mod analyze;
-pub mod api;
 pub mod catalog;
 pub mod config;
 pub mod dispatch;
-pub mod embedded;
 pub mod error;
 pub mod executor;
 pub mod faults;
@@ -30,7 +28,6 @@ pub mod sql;
 pub mod state;
 pub mod status;
 pub mod time;
-pub mod verify;
 
 pub use config::EngineConfig;
 pub use error::{Error, Result};

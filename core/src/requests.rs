@@ -56,7 +56,8 @@ pub enum Request {
 const KINDS: usize = 8;
 
 /// Requests of each kind.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct RequestCounts {
     /// Job-store reads (DynamoDB read requests).
     #[serde(default)]

@@ -161,7 +161,8 @@ pub async fn collect(
 
 /// One downloadable piece of a result: an Arrow IPC stream at `url`, bytes
 /// `start..end` (a ranged GET), holding `rows` rows. Pieces concatenate in order.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, utoipa::ToSchema)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ResultPiece {
     /// Presigned GET URL of the object holding the piece.
     pub url: String,
@@ -172,7 +173,8 @@ pub struct ResultPiece {
 }
 
 /// A result as presigned downloads, for results too large for one HTTP response.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq, utoipa::ToSchema)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ResultObjects {
     /// Query id.
     pub id: String,

@@ -1,11 +1,16 @@
 //! The status of a job as users see it: state, timings, per-stage progress and metrics,
 //! and an estimate of what it would cost on Lambda.
 
+use std::time::Duration;
+
 use serde::{Deserialize, Serialize};
 
+use crate::access::Caller;
 use crate::requests::{Request, RequestCounts};
+use crate::scheduler::Scheduler;
 use crate::state::{counters_of, JobKind, JobSnapshot, StageRecord, TaskState};
 use crate::time::now_ms;
+use crate::{Error, Services};
 
 /// Lambda price assumptions for the cost estimate (us-east-1, arm64, 2026 list prices).
 pub mod prices {
@@ -27,7 +32,8 @@ pub mod prices {
 pub const ASSUMED_EXECUTOR_MB: f64 = 3008.0;
 
 /// Per-stage progress and metrics.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct StageStatus {
     /// Stage id.
     pub stage: u32,
@@ -87,7 +93,8 @@ pub struct StageStatus {
 }
 
 /// A job's status. `GET /v1/queries/{id}` returns it as JSON.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, utoipa::ToSchema)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct JobStatus {
     /// Job id.
     pub id: String,
@@ -401,6 +408,69 @@ pub fn request_cost(requests: &RequestCounts) -> f64 {
         + requests.store_reads as f64 * prices::DYNAMODB_READ
         + (requests.object_puts + requests.object_lists) as f64 * prices::S3_PUT
         + requests.object_gets as f64 * prices::S3_GET
+}
+
+/// The job's status, waiting up to `wait` for it to end (as the embedded engine's caller).
+pub async fn wait_for_status(
+    services: &Services,
+    id: &str,
+    wait: Duration,
+) -> Result<JobStatus, Error> {
+    wait_for_status_as(services, id, wait, &Caller::local()).await
+}
+
+/// The status of a job `caller` may see, waiting up to `wait` for it to end. While it
+/// waits it reads only the small job item: each time the store says a job changed
+/// (embedded: at once), or every [`JOB_POLL_INTERVAL`](crate::state::JOB_POLL_INTERVAL)
+/// on a store that cannot say (DynamoDB); the whole job once, at the end. A job found
+/// running past its deadline is failed here (whoever looks first records it).
+pub async fn wait_for_status_as(
+    services: &Services,
+    id: &str,
+    wait: Duration,
+    caller: &Caller,
+) -> Result<JobStatus, Error> {
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        // Subscribed before the read: a change after it wakes the wait below.
+        let mut changes = services.store.job_changes();
+        let job = services
+            .store
+            .get_job(id)
+            .await?
+            .filter(|j| services.config.access.can_read(caller, &j.owner))
+            .ok_or_else(|| Error::NotFound(format!("query {id}")))?;
+        if job.is_overdue(now_ms()) {
+            // The scheduler step fails it and cleans up; then report what it left.
+            Scheduler::new(services.clone()).advance(id).await?;
+            continue;
+        }
+        let now = tokio::time::Instant::now();
+        if job.state.is_terminal() || now >= deadline {
+            let snapshot = services
+                .store
+                .load_job(id)
+                .await?
+                .ok_or_else(|| Error::NotFound(format!("query {id}")))?;
+            return Ok(job_status(&snapshot, services.config.fast_path));
+        }
+        // Also wake for the job's own deadline.
+        let until = job
+            .deadline_ms
+            .map(|d| {
+                now + Duration::from_millis(d.saturating_sub(now_ms())) + Duration::from_millis(1)
+            })
+            .map_or(deadline, |d| d.min(deadline));
+        match changes.as_mut() {
+            Some(changes) => {
+                let _ = tokio::time::timeout_at(until, changes.changed()).await;
+            }
+            None => {
+                let pause = crate::state::JOB_POLL_INTERVAL.min(until - now);
+                tokio::time::sleep(pause).await;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

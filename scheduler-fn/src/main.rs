@@ -23,7 +23,7 @@ fn main() -> Result<(), Error> {
     lambdafusion_aws::function::init_logging();
     lambdafusion::runtime()?.block_on(async {
         let services = lambdafusion_aws::services(Role::Scheduler).await?;
-        let router = lambdafusion::api::router(services.clone()).layer(axum::middleware::from_fn(
+        let router = lambdafusion_api::router(services.clone()).layer(axum::middleware::from_fn(
             |mut request: axum::extract::Request, next: axum::middleware::Next| async move {
                 let caller = lambdafusion_aws::events::caller_of(request.request_context_ref());
                 request.extensions_mut().insert(caller);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Development proxy for the web console (standard library only).
 
-Serves the console's three files straight from core/src/api/console/ (so the page can be
+Serves the console's three files straight from api/src/console/ (so the page can be
 edited without rebuilding the binary) and forwards every other request to a running
 `lambdafusion serve`:
 

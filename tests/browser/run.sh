@@ -3,7 +3,7 @@
 # `lambdafusion serve` (see test_console.py for what it checks). scripts/test.sh calls it.
 #
 #   tests/browser/run.sh                   # against the binary's own page (GET /)
-#   CONSOLE_DEV=1 tests/browser/run.sh     # the page from core/src/api/console/ on disk,
+#   CONSOLE_DEV=1 tests/browser/run.sh     # the page from api/src/console/ on disk,
 #                                          # through tests/browser/devserver.py (no rebuild)
 #   CONSOLE_DEV=1 CONSOLE_PREFIX=/prod ... # ... served under a path prefix, as behind an
 #                                          # API Gateway stage
@@ -117,8 +117,8 @@ TOKEN_URL="$URL"
 log "servers up in $((SECONDS - START)) s: $MAIN_URL and (with --token) $TOKEN_URL"
 
 # The page under test must be the one in the tree: what GET / and its assets serve must be
-# byte for byte core/src/api/console/ (a binary built before the last edit embeds an older one).
-"$VENV/bin/python" - "$MAIN_URL" "$ROOT/core/src/api/console" <<'PY' || die "the server does not serve the console of this tree (rebuild the binary; CONSOLE_DEV=1 serves the files from core/src/api/console/ instead)"
+# byte for byte api/src/console/ (a binary built before the last edit embeds an older one).
+"$VENV/bin/python" - "$MAIN_URL" "$ROOT/api/src/console" <<'PY' || die "the server does not serve the console of this tree (rebuild the binary; CONSOLE_DEV=1 serves the files from api/src/console/ instead)"
 import pathlib, sys, urllib.error, urllib.request
 base, src = sys.argv[1], pathlib.Path(sys.argv[2])
 for path, name, ctype in (("", "index.html", "text/html"), ("console.js", "console.js", "text/javascript"),

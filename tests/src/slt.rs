@@ -27,8 +27,8 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::{DFParser, Statement as DfStatement};
 use datafusion::sql::sqlparser::ast::{ObjectName, Statement as SqlStatement};
 use datafusion_sqllogictest::{convert_batches, convert_schema_to_types, DFColumnType, DFOutput};
-use lambdafusion::embedded::{Embedded, EmbeddedOptions};
 use lambdafusion::EngineConfig;
+use lambdafusion_embedded::{Embedded, EmbeddedOptions};
 use sqllogictest::{DBOutput, QueryExpect, Record, StatementExpect, TestErrorKind};
 
 /// Where the `.slt` files of `datafusion-sqllogictest` are (its `test_files`), found with

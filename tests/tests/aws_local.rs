@@ -53,7 +53,9 @@ async fn check_query(client: &Client, ctx: &SessionContext, q: usize) -> JobStat
     let sql = tpch::query(q);
     let (status, batches) = run(client, sql).await;
     let expected = ctx.sql(sql).await.unwrap().collect().await.unwrap();
-    if let Err(diff) = lambdafusion::verify::compare(&expected, &batches, tpch::is_ordered(q)) {
+    if let Err(diff) =
+        lambdafusion_embedded::verify::compare(&expected, &batches, tpch::is_ordered(q))
+    {
         panic!("q{q} differs from DataFusion: {diff}");
     }
     status
@@ -130,13 +132,13 @@ fn local_aws_stack_end_to_end() {
         assert_eq!(response.status(), 404);
         let (status, batches) = run(&client, "SHOW TABLES").await;
         assert_eq!(status.state, "succeeded");
-        assert!(lambdafusion::verify::rows(&batches).len() >= 8);
+        assert!(lambdafusion_embedded::verify::rows(&batches).len() >= 8);
 
         // A result larger than one response: 413 inline, downloaded from S3 by the client.
         let sql = "SELECT * FROM lineitem WHERE l_quantity > 10";
         let (status, batches) = run(&client, sql).await;
         let expected = ctx.sql(sql).await.unwrap().collect().await.unwrap();
-        lambdafusion::verify::compare(&expected, &batches, false).unwrap();
+        lambdafusion_embedded::verify::compare(&expected, &batches, false).unwrap();
         let response = http
             .get(format!(
                 "{}/v1/queries/{}/result?format=json",
@@ -200,7 +202,7 @@ fn local_aws_stack_end_to_end() {
         );
         let (_, batches) = client.result(&id).await.unwrap();
         let expected = ctx.sql(sql).await.unwrap().collect().await.unwrap();
-        lambdafusion::verify::compare(&expected, &batches, true).unwrap();
+        lambdafusion_embedded::verify::compare(&expected, &batches, true).unwrap();
 
         // An executor that crashes mid-task: Lambda's on-failure destination tells the
         // scheduler, which retries the task with a new attempt; the query succeeds.
@@ -364,7 +366,7 @@ fn iam_authorized_function_url_and_callers() {
         let bob = Client::new(&endpoint).with_signer(signer("other", "other"));
         let (status, batches) = run(&alice, "SELECT 40 + 2 AS answer").await;
         assert_eq!(status.state, "succeeded");
-        assert_eq!(lambdafusion::verify::rows(&batches).len(), 1);
+        assert_eq!(lambdafusion_embedded::verify::rows(&batches).len(), 1);
         match bob.status(&status.id, Duration::ZERO).await {
             Err(ClientError::Api { status: 404, .. }) => {}
             other => panic!("another caller's query must be a 404: {other:?}"),

@@ -325,7 +325,7 @@ impl Soak {
                 }
             }
             match result {
-                Ok(batches) => match lambdafusion::verify::compare(
+                Ok(batches) => match lambdafusion_embedded::verify::compare(
                     &self.expected[&query.name],
                     &batches,
                     query.ordered,

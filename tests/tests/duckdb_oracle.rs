@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use datafusion::parquet::arrow::ArrowWriter;
-use lambdafusion::embedded::{Embedded, EmbeddedOptions};
 use lambdafusion::EngineConfig;
 use lambdafusion_cli::tpch;
+use lambdafusion_embedded::{Embedded, EmbeddedOptions};
 
 /// Edge cases, each with whether its row order is part of its answer. Written in the
 /// SQL both engines read alike (no integer division, no dialect functions). A case
@@ -188,7 +188,7 @@ fn python() -> PathBuf {
     })
 }
 
-fn write_answer(path: &Path, out: &lambdafusion::embedded::QueryOutput) {
+fn write_answer(path: &Path, out: &lambdafusion_embedded::QueryOutput) {
     let file = std::fs::File::create(path).unwrap();
     let mut writer = ArrowWriter::try_new(file, out.schema.clone(), None).unwrap();
     for batch in &out.batches {

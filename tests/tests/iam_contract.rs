@@ -25,6 +25,7 @@ use lambdafusion::state::*;
 use lambdafusion::{EngineConfig, Result, Services};
 use lambdafusion_aws::contract::*;
 use lambdafusion_aws::store::actions_of;
+use lambdafusion_embedded::EmbeddedStore;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::ObjectStore;

@@ -1,7 +1,7 @@
 //! The DynamoDB job store against the local stack's DynamoDB — moto behind the front,
 //! which reproduces DynamoDB's transaction conflicts, per-item throttling and latency:
 //!
-//! - the one specification of the store (`lambdafusion::state::conformance`) gives the
+//! - the one specification of the store (`lambdafusion_tests::conformance`) gives the
 //!   same answers here as on the embedded store;
 //! - a stage of 1,000 tasks whose commits are all issued within one second completes with
 //!   every commit counted once and no task failed — while the old design (every commit a
@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use lambdafusion::state::*;
 use lambdafusion_aws::store::DynamoDbJobStore;
+use lambdafusion_tests::conformance;
 use lambdafusion_tests::stack::{fault_report, set_fault_plan, Stack};
 
 fn runtime() -> tokio::runtime::Runtime {

@@ -12,7 +12,7 @@
 //! - a first `terraform apply` that works: every resource Lambda validates against an
 //!   execution role at creation depends on the role *policy* that grants what is checked;
 //!   the HTTP API's routes reach every path and method of the router's OpenAPI document
-//!   (`lambdafusion::api::openapi`, so `/health` and the console at `/` too); the caller
+//!   (`lambdafusion_api::openapi`, so `/health` and the console at `/` too); the caller
 //!   policy output grants both `lambda:InvokeFunctionUrl` and `lambda:InvokeFunction`;
 //!   no lifecycle rule has an empty or missing filter; a zip too large for the request goes
 //!   through S3; the architecture is a variable whose default is the contract's.
@@ -1048,7 +1048,7 @@ fn check_ordering(module: &Module, errors: &mut Vec<String>) {
 /// document: the router and the document are built from the same list of routes.
 fn router_routes() -> BTreeSet<(String, String)> {
     let doc: serde_json::Value = serde_json::from_str(
-        &lambdafusion::api::openapi()
+        &lambdafusion_api::openapi()
             .to_json()
             .expect("the OpenAPI document serializes"),
     )

@@ -7,10 +7,10 @@
 use std::path::Path;
 use std::time::Duration;
 
-use lambdafusion::embedded::{Embedded, EmbeddedOptions};
 use lambdafusion::status::JobStatus;
 use lambdafusion::EngineConfig;
 use lambdafusion_cli::tpch;
+use lambdafusion_embedded::{Embedded, EmbeddedOptions};
 
 fn runtime() -> tokio::runtime::Runtime {
     // Debug builds of DataFusion need deep stacks for the larger plans.
@@ -63,7 +63,7 @@ async fn run_all(dir: &Path, sf: f64, config: EngineConfig) -> Vec<JobStatus> {
             }
         };
         if let Err(diff) =
-            lambdafusion::verify::compare(&expected, &out.batches, tpch::is_ordered(q))
+            lambdafusion_embedded::verify::compare(&expected, &out.batches, tpch::is_ordered(q))
         {
             failures.push(format!("q{q}: {diff}"));
         }

@@ -1,8 +1,7 @@
 //! Push dispatch: the [`Invoker`] seam ("run this task", "scheduler, wake up"), both
-//! asynchronous and fire-and-forget like a Lambda `Event` invocation, and the in-process
-//! [`LocalInvoker`] that runs them on tokio with a limited number of function slots.
-
-mod local;
+//! asynchronous and fire-and-forget like a Lambda `Event` invocation. Implemented
+//! in-process by `lambdafusion-embedded` (tokio tasks in a limited number of function
+//! slots) and on Lambda by `lambdafusion-aws`.
 
 use std::sync::Arc;
 
@@ -10,8 +9,6 @@ use async_trait::async_trait;
 use serde::{Deserialize, Serialize};
 
 use crate::state::{JobKind, JobRecord, PlanRecord, StageRecord, TaskOutput};
-
-pub use local::{ControlPlane, LocalInvoker, LocalTarget};
 
 use crate::Result;
 

@@ -8,17 +8,15 @@
 //! also emits its changes, in order, like a DynamoDB stream: the scheduler is woken by
 //! them (see [`ChangeRecord::wakes_scheduler`]).
 //!
-//! Both implementations follow one specification, written once as the
-//! [`conformance`] suite that the tests run against each.
+//! Both implementations — the in-process one in `lambdafusion-embedded`, DynamoDB in
+//! `lambdafusion-aws` — follow one specification, written once as the conformance suite
+//! (`tests/src/conformance.rs`) that the tests run against each.
 
-pub mod conformance;
-mod embedded;
 pub mod intercept;
 mod records;
 
 use async_trait::async_trait;
 
-pub use embedded::EmbeddedStore;
 pub use intercept::Intercepted;
 pub use records::*;
 
@@ -204,8 +202,8 @@ pub struct TaskResend {
 /// How often a waiter reads a job item on a store without change notifications.
 pub const JOB_POLL_INTERVAL: std::time::Duration = std::time::Duration::from_millis(50);
 
-/// The job store. One in-process implementation ([`EmbeddedStore`]), one on DynamoDB
-/// (`lambdafusion-aws`); [`conformance`] holds both to the same rules.
+/// The job store. One in-process implementation (`lambdafusion-embedded`), one on DynamoDB
+/// (`lambdafusion-aws`); the conformance suite holds both to the same rules.
 ///
 /// Transitions on missing items: a claim, confirmation, deferral, resumption or finish of
 /// an item that does not exist is `Ok(false)` — it did not happen — in both stores.

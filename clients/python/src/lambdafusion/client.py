@@ -1,6 +1,6 @@
 """Connections and queries: submit SQL, follow it, fetch its result as a ``pyarrow.Table``.
 
-The API (``docs/api.md``; ``core/src/api/mod.rs``) is asynchronous:
+The API (``docs/api.md``; ``api/src/lib.rs``) is asynchronous:
 
 1. ``POST /v1/queries {"sql", "max_seconds"}`` answers ``202 {"id", "state", ...}``;
 2. ``GET /v1/queries/{id}?wait=S`` answers the status once the query ends or after

@@ -1,5 +1,5 @@
 # HTTP entry: an API Gateway HTTP API (payload format 2.0) whose routes all go to the
-# scheduler, which serves the whole API router (core/src/api): the API under /v1/, liveness at
+# scheduler, which serves the whole API router (api/src): the API under /v1/, liveness at
 # /health and the web console at /, /console.js and /console.css. IAM (SigV4) authorization by
 # default, JWT as an option. A function URL, when enabled, reaches every path without routes.
 

@@ -3,6 +3,7 @@
 //! callers see only their own queries; catalog writers; the bearer token; a saturated
 //! engine's 503; the query deadline; a task's memory pool; an incomplete result.
 
+#[path = "../../embedded/tests/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;
@@ -13,12 +14,12 @@ use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
 use lambdafusion::access::Caller;
 use lambdafusion::dispatch::{InvocationState, TaskSpec};
-use lambdafusion::embedded::{Embedded, EmbeddedOptions};
 use lambdafusion::state::{
     JobKind, JobRecord, JobState, NewJob, StageRecord, StageState, TaskOutput, TaskRecord,
     TaskState,
 };
 use lambdafusion::EngineConfig;
+use lambdafusion_embedded::{Embedded, EmbeddedOptions};
 use object_store::ObjectStoreExt;
 use serde_json::Value;
 use tower::ServiceExt;
@@ -106,7 +107,7 @@ async fn locations_outside_the_allowed_directories_are_refused_and_never_stored(
     std::os::unix::fs::symlink("/etc/hostname", allowed.path().join("escape.csv")).unwrap();
     std::os::unix::fs::symlink("/etc", allowed.path().join("etc")).unwrap();
     let engine = engine(EngineConfig::default(), data.path(), allowed.path()).await;
-    let router = engine.router();
+    let router = lambdafusion_api::router(engine.services().clone());
     let refusals = [
         "/etc/hostname".to_string(),
         "file:///etc/hostname".to_string(),
@@ -207,7 +208,7 @@ async fn callers_see_only_their_own_queries_unless_admins() {
     config.access.admins = vec!["root".into()];
     config.access.catalog_writers = Some(vec!["alice".into()]);
     let engine = engine(config, data.path(), tables.path()).await;
-    let router = as_callers(engine.router());
+    let router = as_callers(lambdafusion_api::router(engine.services().clone()));
     for sql in common::create_statements(tables.path()) {
         let (status, body) = call(&router, post("bob", serde_json::json!({ "sql": sql }))).await;
         assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
@@ -287,7 +288,10 @@ async fn callers_see_only_their_own_queries_unless_admins() {
 async fn a_bearer_token_guards_every_request() {
     let data = tempfile::tempdir().unwrap();
     let engine = engine(EngineConfig::default(), data.path(), data.path()).await;
-    let router = lambdafusion::api::with_bearer_token(engine.router(), "s3cret".into());
+    let router = lambdafusion_api::with_bearer_token(
+        lambdafusion_api::router(engine.services().clone()),
+        "s3cret".into(),
+    );
     for auth in [
         None,
         Some("Bearer nope"),
@@ -340,12 +344,12 @@ impl lambdafusion::dispatch::Invoker for Saturated {
 /// `dispatch::local`'s tests, where one query never does).
 #[tokio::test]
 async fn a_saturated_engine_answers_503_with_retry_after() {
-    let (services, _store) = lambdafusion::embedded::in_memory_services(
+    let (services, _store) = lambdafusion_embedded::in_memory_services(
         std::sync::Arc::new(Saturated),
         EngineConfig::default(),
     )
     .unwrap();
-    let router = lambdafusion::api::router(services);
+    let router = lambdafusion_api::router(services);
     let (status, body) = call(
         &router,
         post("local", serde_json::json!({"sql": "SELECT 1"})),
@@ -369,7 +373,7 @@ async fn a_query_past_its_deadline_fails_and_its_tasks_stop() {
     for sql in common::create_statements(tables.path()) {
         engine.sql(&sql).await.unwrap();
     }
-    let router = engine.router();
+    let router = lambdafusion_api::router(engine.services().clone());
     // 30,000 x 30,000 rows: far longer than a second.
     let slow = "SELECT count(*) FROM facts a CROSS JOIN facts b WHERE a.v + b.v < 0";
     let started = std::time::Instant::now();
@@ -480,7 +484,7 @@ async fn each_task_runs_within_its_memory_pool() {
     }
     let out = engine.sql(sql).await.unwrap();
     let expected = common::reference(tables.path(), sql).await;
-    lambdafusion::verify::compare(&expected, &out.batches, true).unwrap();
+    lambdafusion_embedded::verify::compare(&expected, &out.batches, true).unwrap();
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

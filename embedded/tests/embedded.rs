@@ -8,8 +8,8 @@ use std::time::Duration;
 mod common;
 
 use common::{reference, write_tables};
-use lambdafusion::embedded::{Embedded, EmbeddedOptions};
 use lambdafusion::EngineConfig;
+use lambdafusion_embedded::{Embedded, EmbeddedOptions};
 
 async fn engine(config: EngineConfig, dir: &Path) -> Arc<Embedded> {
     let _ = tracing_subscriber::fmt()
@@ -82,7 +82,8 @@ async fn queries_match_datafusion_across_many_tasks() {
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
         let expected = reference(dir.path(), sql).await;
-        if let Err(diff) = lambdafusion::verify::compare(&expected, &out.batches, *ordered) {
+        if let Err(diff) = lambdafusion_embedded::verify::compare(&expected, &out.batches, *ordered)
+        {
             panic!("{sql}\n{diff}");
         }
         assert!(!out.status.stages.is_empty());
@@ -135,7 +136,8 @@ async fn adaptive_stages_coalesce_by_committed_shuffle_bytes() {
                     .await
                     .unwrap_or_else(|e| panic!("{sql}: {e}"));
                 let expected = reference(&dir, sql).await;
-                if let Err(diff) = lambdafusion::verify::compare(&expected, &out.batches, *ordered)
+                if let Err(diff) =
+                    lambdafusion_embedded::verify::compare(&expected, &out.batches, *ordered)
                 {
                     panic!("{sql}\n{diff}");
                 }
@@ -223,7 +225,7 @@ async fn small_input_runs_as_one_task() {
     let out = engine.sql(QUERIES[1].0).await.unwrap();
     assert_eq!(out.status.tasks, 1, "{:?}", out.status.stages);
     let expected = reference(dir.path(), QUERIES[1].0).await;
-    lambdafusion::verify::compare(&expected, &out.batches, true).unwrap();
+    lambdafusion_embedded::verify::compare(&expected, &out.batches, true).unwrap();
     let status = engine.wait(&out.status.id, Duration::ZERO).await.unwrap();
     assert_eq!(status.state, "succeeded");
 }
@@ -244,7 +246,7 @@ async fn stage_plans_too_large_for_an_item_go_to_object_storage() {
     register(&engine, dir.path()).await;
     let out = engine.sql(QUERIES[2].0).await.unwrap();
     let expected = reference(dir.path(), QUERIES[2].0).await;
-    lambdafusion::verify::compare(&expected, &out.batches, true).unwrap();
+    lambdafusion_embedded::verify::compare(&expected, &out.batches, true).unwrap();
     let store = &engine.services().store;
     for stage in 0..out.status.stages.len() as u32 {
         let plan = store
@@ -275,9 +277,9 @@ async fn explain_analyze_shows_each_stage_with_metrics_and_decisions() {
     let sql = "SELECT k, count(*) AS n FROM facts WHERE id > 100 GROUP BY k ORDER BY k";
     let out = engine.sql(&format!("EXPLAIN ANALYZE {sql}")).await.unwrap();
     assert_eq!(out.status.kind, "analyze");
-    let rows = lambdafusion::verify::rows(&out.batches);
+    let rows = lambdafusion_embedded::verify::rows(&out.batches);
     let text = |i: usize, c: usize| match &rows[i][c] {
-        lambdafusion::verify::Cell::Text(t) => t.clone(),
+        lambdafusion_embedded::verify::Cell::Text(t) => t.clone(),
         other => panic!("{other:?}"),
     };
     assert_eq!(rows.len(), 1 + out.status.stages.len(), "{rows:?}");
@@ -336,7 +338,8 @@ async fn explain_analyze_shows_each_stage_with_metrics_and_decisions() {
     // The plain query is unaffected and records no metrics.
     let plain = engine.sql(sql).await.unwrap();
     assert_eq!(plain.status.kind, "query");
-    lambdafusion::verify::compare(&reference(dir.path(), sql).await, &plain.batches, true).unwrap();
+    lambdafusion_embedded::verify::compare(&reference(dir.path(), sql).await, &plain.batches, true)
+        .unwrap();
 }
 
 /// Registers each table of `tables` (written by [`write_table`] under `dir`) with
@@ -441,7 +444,7 @@ async fn a_skewed_partition_is_split_across_tasks() {
                FROM skewed s JOIN big b ON s.k = b.id GROUP BY g ORDER BY g";
     let out = engine.sql(sql).await.unwrap_or_else(|e| panic!("{e}"));
     let expected = ctx.sql(sql).await.unwrap().collect().await.unwrap();
-    lambdafusion::verify::compare(&expected, &out.batches, true).unwrap();
+    lambdafusion_embedded::verify::compare(&expected, &out.batches, true).unwrap();
     let split = out
         .status
         .stages
@@ -481,7 +484,8 @@ async fn an_over_partitioned_scan_is_coalesced_at_its_claim() {
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
         let expected = reference(dir.path(), sql).await;
-        if let Err(diff) = lambdafusion::verify::compare(&expected, &out.batches, *ordered) {
+        if let Err(diff) = lambdafusion_embedded::verify::compare(&expected, &out.batches, *ordered)
+        {
             panic!("{sql}\n{diff}");
         }
         let wide_leaves = out
@@ -586,7 +590,7 @@ async fn a_partitioned_anti_join_switches_to_broadcast_when_its_side_is_small() 
             assert!(plan.contains("if it turns out small"), "{plan}");
             let out = engine.sql(sql).await.unwrap_or_else(|e| panic!("{e}"));
             let expected = ctx.sql(sql).await.unwrap().collect().await.unwrap();
-            lambdafusion::verify::compare(&expected, &out.batches, true).unwrap();
+            lambdafusion_embedded::verify::compare(&expected, &out.batches, true).unwrap();
             let stages = &out.status.stages;
             let join = stages
                 .iter()
@@ -681,7 +685,7 @@ async fn a_hand_off_is_four_sequential_requests() {
     let sql = QUERIES[2].0;
     let out = engine.sql(sql).await.unwrap();
     let expected = reference(dir.path(), sql).await;
-    lambdafusion::verify::compare(&expected, &out.batches, true).unwrap();
+    lambdafusion_embedded::verify::compare(&expected, &out.batches, true).unwrap();
     let handed: Vec<_> = out
         .status
         .stages
@@ -732,7 +736,7 @@ async fn wide_shuffles_go_through_a_two_level_exchange() {
     let sql = "SELECT s, count(*) AS n, sum(id) AS total FROM wide GROUP BY s";
     let expected = ctx.sql(sql).await.unwrap().collect().await.unwrap();
     let out = combined.sql(sql).await.unwrap();
-    lambdafusion::verify::compare(&expected, &out.batches, false).unwrap();
+    lambdafusion_embedded::verify::compare(&expected, &out.batches, false).unwrap();
     let decisions: Vec<_> = out
         .status
         .stages
@@ -761,7 +765,7 @@ async fn wide_shuffles_go_through_a_two_level_exchange() {
         "{decisions:#?}"
     );
     let plain = direct.sql(sql).await.unwrap();
-    lambdafusion::verify::compare(&expected, &plain.batches, false).unwrap();
+    lambdafusion_embedded::verify::compare(&expected, &plain.batches, false).unwrap();
     assert!(
         !plain
             .status
@@ -783,7 +787,8 @@ async fn wide_shuffles_go_through_a_two_level_exchange() {
     // is within the 16 reads allowed, nothing to combine.
     let sql = "SELECT k % 5 AS g, count(*) AS n FROM facts GROUP BY g";
     let out = combined.sql(sql).await.unwrap();
-    lambdafusion::verify::compare(&reference(dir.path(), sql).await, &out.batches, false).unwrap();
+    lambdafusion_embedded::verify::compare(&reference(dir.path(), sql).await, &out.batches, false)
+        .unwrap();
     let passed = out
         .status
         .stages

@@ -10,12 +10,12 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use lambdafusion::dispatch::{DispatchRange, Invoker, TaskInvocation};
-use lambdafusion::embedded::in_memory_services;
 use lambdafusion::executor::Executor;
 use lambdafusion::scheduler::{Scheduler, SubmitOptions};
 use lambdafusion::state::intercept::{Action, Hook, Intercepted};
 use lambdafusion::state::JobStore;
 use lambdafusion::EngineConfig;
+use lambdafusion_embedded::in_memory_services;
 
 /// One request, as the boundary saw it.
 #[derive(Debug, Clone, PartialEq, Eq)]

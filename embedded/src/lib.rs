@@ -1,7 +1,12 @@
 //! The embedded engine: the very scheduler and executor code of the serverless path,
 //! wired to in-process backends — [`EmbeddedStore`] (with its change stream playing the
 //! DynamoDB stream), [`LocalInvoker`] (tokio tasks in a fixed number of function slots)
-//! and the local file system (or memory) standing in for S3.
+//! and the local file system (or memory) standing in for S3. `lambdafusion serve` puts
+//! the HTTP API (`lambdafusion-api`) in front of it; the tests drive it directly.
+
+pub mod dispatch;
+pub mod store;
+pub mod verify;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Weak};
@@ -19,16 +24,19 @@ use object_store::memory::InMemory;
 use object_store::path::Path;
 use tracing::{info, warn};
 
-use crate::access::ConfinedFileSystem;
-use crate::dispatch::{DispatchRange, LocalInvoker, LocalTarget, TaskInvocation, TaskSpec};
-use crate::error::StoreErrorKind;
-use crate::executor::Executor;
-use crate::scheduler::{Scheduler, SubmitOptions};
-use crate::services::ShuffleLocation;
-use crate::state::{EmbeddedStore, JobState, JobStore};
-use crate::status::JobStatus;
-use crate::time::now_ms;
-use crate::{EngineConfig, Error, Result, Services};
+use lambdafusion::access::ConfinedFileSystem;
+use lambdafusion::dispatch::{DispatchRange, TaskInvocation, TaskSpec};
+use lambdafusion::error::StoreErrorKind;
+use lambdafusion::executor::Executor;
+use lambdafusion::scheduler::{Scheduler, SubmitOptions};
+use lambdafusion::services::ShuffleLocation;
+use lambdafusion::state::{JobState, JobStore};
+use lambdafusion::status::JobStatus;
+use lambdafusion::time::now_ms;
+use lambdafusion::{EngineConfig, Error, Result, Services};
+
+pub use dispatch::{ControlPlane, LocalInvoker, LocalTarget};
+pub use store::EmbeddedStore;
 
 /// Options of the embedded engine.
 #[derive(Debug, Clone)]
@@ -236,11 +244,6 @@ impl Embedded {
         expire(&self.services, &self.store).await
     }
 
-    /// The HTTP API over this engine.
-    pub fn router(&self) -> axum::Router {
-        crate::api::router(self.services.clone())
-    }
-
     /// A fresh scheduler over this engine's services.
     pub fn scheduler(&self) -> Scheduler {
         Scheduler::new(self.services.clone())
@@ -257,7 +260,7 @@ impl Embedded {
 
     /// Waits up to `timeout` for a job to end and returns its status.
     pub async fn wait(&self, job_id: &str, timeout: Duration) -> Result<JobStatus> {
-        crate::api::wait_for_status(&self.services, job_id, timeout).await
+        lambdafusion::status::wait_for_status(&self.services, job_id, timeout).await
     }
 
     /// Runs `sql` to the end and returns its rows; a failed or cancelled query is
@@ -292,7 +295,7 @@ impl Embedded {
                 status.error.clone().unwrap_or_default()
             )));
         }
-        let (schema, batches) = crate::results::collect(&self.services, job_id).await?;
+        let (schema, batches) = lambdafusion::results::collect(&self.services, job_id).await?;
         Ok(QueryOutput {
             status,
             schema,
@@ -324,7 +327,7 @@ fn in_memory_parts(
 /// that drive the scheduler and executor by hand. Nothing consumes the store's stream
 /// unless the caller takes it ([`EmbeddedStore::take_stream`]).
 pub fn in_memory_services(
-    invoker: Arc<dyn crate::dispatch::Invoker>,
+    invoker: Arc<dyn lambdafusion::dispatch::Invoker>,
     config: EngineConfig,
 ) -> Result<(Services, EmbeddedStore)> {
     let (store, shuffle, runtime) = in_memory_parts(&config)?;
@@ -344,7 +347,7 @@ pub fn in_memory_services(
 /// scheduler, in order, like a DynamoDB stream shard to a Lambda function.
 async fn drive_stream(
     services: Services,
-    mut stream: tokio::sync::mpsc::UnboundedReceiver<Vec<crate::state::ChangeRecord>>,
+    mut stream: tokio::sync::mpsc::UnboundedReceiver<Vec<lambdafusion::state::ChangeRecord>>,
 ) {
     while let Some(mut batch) = stream.recv().await {
         // Like Lambda's batching window: take whatever else is already queued.
@@ -381,7 +384,8 @@ pub async fn expire(services: &Services, store: &EmbeddedStore) -> Result<usize>
     let expired = store.expire_jobs(now_ms() / 1000).await?;
     let objects = services.shuffle_store()?;
     let jobs: std::collections::HashSet<String> = expired.iter().cloned().collect();
-    crate::shuffle::delete_jobs_objects(objects.as_ref(), &services.shuffle.prefix, &jobs).await;
+    lambdafusion::shuffle::delete_jobs_objects(objects.as_ref(), &services.shuffle.prefix, &jobs)
+        .await;
     if !expired.is_empty() {
         info!(jobs = expired.len(), "expired old jobs");
     }

@@ -27,7 +27,7 @@ async fn check_agg(h: &Harness, job: &str) {
         .await
         .unwrap();
     let expected = common::reference(h.dir.path(), AGG).await;
-    lambdafusion::verify::compare(&expected, &batches, false).unwrap();
+    lambdafusion_embedded::verify::compare(&expected, &batches, false).unwrap();
 }
 
 fn many_tasks() -> EngineConfig {

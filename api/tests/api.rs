@@ -1,6 +1,7 @@
 //! The HTTP API: the happy path in every result format, and every kind of bad input
 //! answered with a clear 4xx (never a 500, never a panic).
 
+#[path = "../../embedded/tests/common/mod.rs"]
 mod common;
 
 use std::sync::Arc;
@@ -8,8 +9,8 @@ use std::sync::Arc;
 use axum::body::Body;
 use axum::http::{Request, StatusCode};
 use http_body_util::BodyExt;
-use lambdafusion::embedded::{Embedded, EmbeddedOptions};
 use lambdafusion::EngineConfig;
+use lambdafusion_embedded::{Embedded, EmbeddedOptions};
 use serde_json::Value;
 use tower::ServiceExt;
 
@@ -37,7 +38,10 @@ async fn engine() -> (Arc<Embedded>, tempfile::TempDir) {
 }
 
 async fn call(engine: &Embedded, request: Request<Body>) -> (StatusCode, Vec<u8>) {
-    let response = engine.router().oneshot(request).await.unwrap();
+    let response = lambdafusion_api::router(engine.services().clone())
+        .oneshot(request)
+        .await
+        .unwrap();
     let status = response.status();
     let body = response
         .into_body()
@@ -128,7 +132,7 @@ async fn a_query_through_the_api_in_every_format() {
             .unwrap();
     let batches: Vec<_> = reader.collect::<Result<_, _>>().unwrap();
     let expected = common::reference(dir.path(), sql).await;
-    lambdafusion::verify::compare(&expected, &batches, true).unwrap();
+    lambdafusion_embedded::verify::compare(&expected, &batches, true).unwrap();
 
     let (code, body) = call(
         &engine,
@@ -705,7 +709,10 @@ async fn the_openapi_document_describes_every_route() {
 
     // Behind `serve --token`, every API operation answers 401 without the token, as the
     // document says (the console's page and assets stay open: they hold no data).
-    let guarded = lambdafusion::api::with_bearer_token(engine.router(), "s3cret".into());
+    let guarded = lambdafusion_api::with_bearer_token(
+        lambdafusion_api::router(engine.services().clone()),
+        "s3cret".into(),
+    );
     for (path, item) in doc["paths"].as_object().unwrap() {
         for method in ["get", "post", "delete"] {
             let Some(operation) = item.get(method) else {
@@ -749,8 +756,8 @@ async fn a_waiter_wakes_when_the_job_ends() {
     use lambdafusion::state::intercept::{Action, Hook, Intercepted};
     use lambdafusion::state::{JobState, JobStore};
     use std::sync::atomic::{AtomicUsize, Ordering};
-    let (services, store) = lambdafusion::embedded::in_memory_services(
-        std::sync::Arc::new(lambdafusion::dispatch::LocalInvoker::new(1, 8).unwrap()),
+    let (services, store) = lambdafusion_embedded::in_memory_services(
+        std::sync::Arc::new(lambdafusion_embedded::LocalInvoker::new(1, 8).unwrap()),
         lambdafusion::EngineConfig::default(),
     )
     .unwrap();
@@ -796,7 +803,7 @@ async fn a_waiter_wakes_when_the_job_ends() {
     let waiter = {
         let services = services.clone();
         tokio::spawn(async move {
-            lambdafusion::api::wait_for_status(
+            lambdafusion::status::wait_for_status(
                 &services,
                 "0123456789abcdef0123456789abcdef",
                 std::time::Duration::from_secs(10),

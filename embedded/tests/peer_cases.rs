@@ -9,8 +9,8 @@ use std::sync::Arc;
 mod common;
 
 use common::{reference, write_tables};
-use lambdafusion::embedded::{Embedded, EmbeddedOptions};
 use lambdafusion::EngineConfig;
+use lambdafusion_embedded::{Embedded, EmbeddedOptions};
 
 /// Tasks as small as they go: every stage that can have several tasks has them.
 async fn engine(dir: &Path) -> Arc<Embedded> {
@@ -256,7 +256,8 @@ async fn compressed_files_are_read_compressed_and_json_arrays_refused() {
             .sql(&sql)
             .await
             .unwrap_or_else(|e| panic!("{sql}: {e}"));
-        if let Err(diff) = lambdafusion::verify::compare(&expected, &actual.batches, false) {
+        if let Err(diff) = lambdafusion_embedded::verify::compare(&expected, &actual.batches, false)
+        {
             panic!("{sql}: {diff}");
         }
     }
@@ -293,7 +294,9 @@ async fn answers_found_wrong_by_the_suite_equal_datafusions() {
             !expected.iter().all(|b| b.num_rows() == 0),
             "a case with rows: {sql}"
         );
-        if let Err(diff) = lambdafusion::verify::compare(&expected, &actual.batches, *ordered) {
+        if let Err(diff) =
+            lambdafusion_embedded::verify::compare(&expected, &actual.batches, *ordered)
+        {
             panic!("{sql}: {diff}");
         }
     }

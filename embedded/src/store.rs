@@ -10,9 +10,9 @@ use serde::de::DeserializeOwned;
 use serde::Serialize;
 use tokio::sync::mpsc;
 
-use super::*;
-use crate::error::StoreErrorKind;
-use crate::{Error, Result};
+use lambdafusion::error::StoreErrorKind;
+use lambdafusion::state::*;
+use lambdafusion::{Error, Result};
 
 const ITEMS: TableDefinition<&str, &[u8]> = TableDefinition::new("items");
 /// Separates partition key and sort key in a redb key; below every character keys use.
@@ -30,10 +30,10 @@ fn prefix_range(pk: &str, sk_prefix: &str) -> (String, String) {
     (start, end)
 }
 
-fn store_err(e: impl Into<crate::error::Source> + std::fmt::Display) -> Error {
+fn store_err(e: impl Into<lambdafusion::error::Source> + std::fmt::Display) -> Error {
     let message = format!("embedded store: {e}");
-    Error::Store(crate::error::StoreError::with_source(
-        crate::error::StoreErrorKind::Unavailable,
+    Error::Store(lambdafusion::error::StoreError::with_source(
+        lambdafusion::error::StoreErrorKind::Unavailable,
         message,
         e,
     ))

@@ -14,7 +14,7 @@ use datafusion::parquet::arrow::ArrowWriter;
 use datafusion::physical_plan::SendableRecordBatchStream;
 use futures::{StreamExt, TryStreamExt};
 
-use crate::{Error, Result};
+use lambdafusion::{Error, Result};
 
 /// A result encoding.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,6 +1,6 @@
 //! The one specification of the job store's transition rules, as executable checks.
 //!
-//! The rules are implemented twice — Rust predicates in [`super::EmbeddedStore`],
+//! The rules are implemented twice — Rust predicates in `lambdafusion_embedded::EmbeddedStore`,
 //! condition expressions in the DynamoDB store of `lambdafusion-aws` — and this suite holds
 //! both to the same answers: claims, confirmations, commits and their counters, duplicate
 //! and racing commits, failed, retried, throttled and re-sent attempts, job completion,
@@ -9,13 +9,13 @@
 //! [`run_all`] runs every case against one store and returns the names of the cases it
 //! ran; a broken rule panics with a message naming the case and the rule. Every case
 //! uses its own job ids and table names, so one store (even a shared table) serves all.
-//! `core/tests/store_conformance.rs` runs it on the embedded store,
+//! `tests/tests/store_conformance.rs` runs it on the embedded store,
 //! `tests/tests/store_on_the_stack.rs` on DynamoDB (moto, through the local stack's front).
 
 use futures::future::join_all;
 
-use super::*;
-use crate::Error;
+use lambdafusion::state::*;
+use lambdafusion::Error;
 
 fn new_id(case: &str) -> String {
     format!(
@@ -168,7 +168,7 @@ pub async fn run_all(store: &dyn JobStore) -> Vec<&'static str> {
 pub type Case = for<'a> fn(&'a dyn JobStore) -> futures::future::BoxFuture<'a, ()>;
 
 /// Every case, by name, in the order [`run_all`] runs them. A `pub async fn` of this
-/// module missing here is caught by `core/tests/store_conformance.rs`.
+/// module missing here is caught by `tests/tests/store_conformance.rs`.
 pub const CASES: &[(&str, Case)] = &[
     ("jobs_are_created_once", |s| {
         Box::pin(jobs_are_created_once(s))

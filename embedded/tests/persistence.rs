@@ -5,9 +5,10 @@ mod common;
 
 use std::time::Duration;
 
-use lambdafusion::embedded::{Embedded, EmbeddedOptions};
-use lambdafusion::state::{EmbeddedStore, JobKind, JobRecord, JobState, JobStore, NewJob};
+use lambdafusion::state::{JobKind, JobRecord, JobState, JobStore, NewJob};
 use lambdafusion::EngineConfig;
+use lambdafusion_embedded::EmbeddedStore;
+use lambdafusion_embedded::{Embedded, EmbeddedOptions};
 
 fn options(dir: &std::path::Path, data: &std::path::Path) -> EmbeddedOptions {
     EmbeddedOptions {
@@ -94,23 +95,23 @@ async fn catalog_and_results_survive_a_restart() {
 
     let engine = start(state.path(), data.path()).await;
     let out = engine.sql("SHOW TABLES").await.unwrap();
-    let listed = lambdafusion::verify::rows(&out.batches);
+    let listed = lambdafusion_embedded::verify::rows(&out.batches);
     for t in ["facts", "dims"] {
         assert!(
             listed.iter().any(|r| r
                 .iter()
-                .any(|c| *c == lambdafusion::verify::Cell::Text(t.into()))),
+                .any(|c| *c == lambdafusion_embedded::verify::Cell::Text(t.into()))),
             "{t} missing: {listed:?}"
         );
     }
     // Queries plan against the stored schema and run.
     let again = engine.sql(sql).await.unwrap();
-    lambdafusion::verify::compare(&first.batches, &again.batches, false).unwrap();
+    lambdafusion_embedded::verify::compare(&first.batches, &again.batches, false).unwrap();
     // The earlier result is still readable.
     let (_, batches) = lambdafusion::results::collect(engine.services(), &job)
         .await
         .unwrap();
-    lambdafusion::verify::compare(&first.batches, &batches, false).unwrap();
+    lambdafusion_embedded::verify::compare(&first.batches, &batches, false).unwrap();
     // The interrupted job was failed, and left the active index.
     let orphan = engine
         .services()

@@ -1,8 +1,9 @@
-//! The job store's one specification (`lambdafusion::state::conformance`) run against
+//! The job store's one specification (`lambdafusion_tests::conformance`) run against
 //! the embedded store, in memory and on a file. The same suite runs against DynamoDB in
 //! `tests/tests/store_on_the_stack.rs`.
 
-use lambdafusion::state::{conformance, EmbeddedStore};
+use lambdafusion_embedded::EmbeddedStore;
+use lambdafusion_tests::conformance;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_embedded_store_follows_the_specification() {
@@ -10,7 +11,7 @@ async fn the_embedded_store_follows_the_specification() {
     let cases = conformance::run_all(&store).await;
     // Every public case of the specification is registered (and so ran): the module's
     // `pub async fn`s but `run_all` itself.
-    let source = include_str!("../src/state/conformance.rs");
+    let source = include_str!("../src/conformance.rs");
     let mut written: Vec<&str> = source
         .lines()
         .filter_map(|l| l.strip_prefix("pub async fn "))

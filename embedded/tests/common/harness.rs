@@ -8,13 +8,14 @@ use std::sync::{Arc, Mutex};
 
 use async_trait::async_trait;
 use lambdafusion::dispatch::{DispatchRange, InvocationState, Invoker, TaskInvocation, TaskSpec};
-use lambdafusion::embedded::in_memory_services;
 use lambdafusion::executor::Executor;
 use lambdafusion::faults::Faults;
 use lambdafusion::scheduler::{Scheduler, SubmitOptions};
 use lambdafusion::state::intercept::Hook;
-use lambdafusion::state::{ChangeRecord, EmbeddedStore, Intercepted, JobState, JobStore};
+use lambdafusion::state::{ChangeRecord, Intercepted, JobState, JobStore};
 use lambdafusion::{EngineConfig, Error, Services};
+use lambdafusion_embedded::in_memory_services;
+use lambdafusion_embedded::EmbeddedStore;
 use tokio::sync::mpsc::UnboundedReceiver;
 
 /// A join over both test tables: several stages, a broadcast and a hash shuffle.
@@ -206,6 +207,6 @@ impl Harness {
             .await
             .unwrap();
         let expected = super::reference(self.dir.path(), JOIN).await;
-        lambdafusion::verify::compare(&expected, &batches, false).unwrap();
+        lambdafusion_embedded::verify::compare(&expected, &batches, false).unwrap();
     }
 }

@@ -21,9 +21,9 @@ use futures::FutureExt;
 use tokio::runtime::Handle;
 use tokio::task::JoinHandle;
 
-use super::{DispatchRange, InvocationState, Invoker, TaskInvocation, TaskSpec};
-use crate::time::now_ms;
-use crate::{Error, Result};
+use lambdafusion::dispatch::{DispatchRange, InvocationState, Invoker, TaskInvocation, TaskSpec};
+use lambdafusion::time::now_ms;
+use lambdafusion::{Error, Result};
 
 /// What the local invoker invokes: the embedded "functions".
 pub trait LocalTarget: Send + Sync {

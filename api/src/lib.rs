@@ -46,10 +46,10 @@ pub use guard::{
     bearer_token_is, check_token_strength, loopback_only, with_bearer_token, MIN_TOKEN_CHARS,
 };
 
-use crate::access::Caller;
-use crate::scheduler::{Scheduler, SubmitOptions};
-use crate::status::{job_status, JobStatus};
-use crate::{Error, Services};
+use lambdafusion::access::Caller;
+use lambdafusion::scheduler::{Scheduler, SubmitOptions};
+use lambdafusion::status::{job_status, wait_for_status_as, JobStatus};
+use lambdafusion::{Error, Services};
 
 /// Longest `?wait=` accepted, in seconds (API Gateway cuts requests at 30 s).
 pub const MAX_WAIT_SECS: u64 = 20;
@@ -469,7 +469,7 @@ fn history_key(token: &str) -> Option<String> {
     let key = String::from_utf8(URL_SAFE_NO_PAD.decode(token).ok()?).ok()?;
     let well_formed = key.len() > 14
         && key.as_bytes()[..13].iter().all(u8::is_ascii_digit)
-        && crate::state::job_of_history_sk(&key).is_some();
+        && lambdafusion::state::job_of_history_sk(&key).is_some();
     well_formed.then_some(key)
 }
 
@@ -516,7 +516,7 @@ async fn list(
     // left out.
     let ids: Vec<String> = keys
         .iter()
-        .filter_map(|sk| crate::state::job_of_history_sk(sk).map(str::to_string))
+        .filter_map(|sk| lambdafusion::state::job_of_history_sk(sk).map(str::to_string))
         .collect();
     let loaded: Vec<_> = futures::stream::iter(ids)
         .map(|id| {
@@ -581,70 +581,6 @@ async fn status(
     Ok(Json(
         wait_for_status_as(&services, &id, wait, &caller).await?,
     ))
-}
-
-/// The job's status, waiting up to `wait` for it to end (as the embedded engine's caller).
-pub async fn wait_for_status(
-    services: &Services,
-    id: &str,
-    wait: Duration,
-) -> Result<JobStatus, Error> {
-    wait_for_status_as(services, id, wait, &Caller::local()).await
-}
-
-/// The status of a job `caller` may see, waiting up to `wait` for it to end. While it
-/// waits it reads only the small job item: each time the store says a job changed
-/// (embedded: at once), or every [`JOB_POLL_INTERVAL`](crate::state::JOB_POLL_INTERVAL)
-/// on a store that cannot say (DynamoDB); the whole job once, at the end. A job found
-/// running past its deadline is failed here (whoever looks first records it).
-pub async fn wait_for_status_as(
-    services: &Services,
-    id: &str,
-    wait: Duration,
-    caller: &Caller,
-) -> Result<JobStatus, Error> {
-    let deadline = tokio::time::Instant::now() + wait;
-    loop {
-        // Subscribed before the read: a change after it wakes the wait below.
-        let mut changes = services.store.job_changes();
-        let job = services
-            .store
-            .get_job(id)
-            .await?
-            .filter(|j| services.config.access.can_read(caller, &j.owner))
-            .ok_or_else(|| Error::NotFound(format!("query {id}")))?;
-        if job.is_overdue(crate::time::now_ms()) {
-            // The scheduler step fails it and cleans up; then report what it left.
-            Scheduler::new(services.clone()).advance(id).await?;
-            continue;
-        }
-        let now = tokio::time::Instant::now();
-        if job.state.is_terminal() || now >= deadline {
-            let snapshot = services
-                .store
-                .load_job(id)
-                .await?
-                .ok_or_else(|| Error::NotFound(format!("query {id}")))?;
-            return Ok(job_status(&snapshot, services.config.fast_path));
-        }
-        // Also wake for the job's own deadline.
-        let until = job
-            .deadline_ms
-            .map(|d| {
-                now + Duration::from_millis(d.saturating_sub(crate::time::now_ms()))
-                    + Duration::from_millis(1)
-            })
-            .map_or(deadline, |d| d.min(deadline));
-        match changes.as_mut() {
-            Some(changes) => {
-                let _ = tokio::time::timeout_at(until, changes.changed()).await;
-            }
-            None => {
-                let pause = crate::state::JOB_POLL_INTERVAL.min(until - now);
-                tokio::time::sleep(pause).await;
-            }
-        }
-    }
 }
 
 /// What `DELETE /v1/queries/{id}` answers.
@@ -722,7 +658,7 @@ async fn result(
     let Query(params) = params?;
     let format = ResultFormat::parse(params.format.as_deref().unwrap_or("json"))?;
     let id = query_id(id)?;
-    let (schema, stream) = crate::results::open(&services, &id, &caller_of(caller)).await?;
+    let (schema, stream) = lambdafusion::results::open(&services, &id, &caller_of(caller)).await?;
     let body = encode::encode(format, schema, stream).await?;
     let body = match services.config.max_response_bytes {
         None => body,
@@ -759,7 +695,7 @@ pub struct ObjectsParams {
 /// A large result as presigned downloads (Arrow IPC pieces, in order).
 #[utoipa::path(get, path = "/v1/queries/{id}/result/objects", tag = "queries",
     params(("id" = String, Path, description = "Query id"), ObjectsParams),
-    responses((status = 200, body = crate::results::ResultObjects),
+    responses((status = 200, body = lambdafusion::results::ResultObjects),
               (status = 400, description = "This server cannot presign (embedded: read /result)", body = ErrorBody),
               (status = 404, description = "No such query of this caller's", body = ErrorBody),
               (status = 409, description = "The query has not succeeded", body = ErrorBody)))]
@@ -768,12 +704,12 @@ async fn result_objects(
     caller: Option<Extension<Caller>>,
     id: Result<Path<String>, PathRejection>,
     params: Result<Query<ObjectsParams>, QueryRejection>,
-) -> Result<Json<crate::results::ResultObjects>, ApiError> {
+) -> Result<Json<lambdafusion::results::ResultObjects>, ApiError> {
     let Query(params) = params?;
     let id = query_id(id)?;
     let expires = services.config.access.presign_lifetime(params.expires);
     Ok(Json(
-        crate::results::objects(&services, &id, &caller_of(caller), expires).await?,
+        lambdafusion::results::objects(&services, &id, &caller_of(caller), expires).await?,
     ))
 }
 
@@ -819,7 +755,7 @@ pub async fn catalog(services: &Services) -> Result<Tables, Error> {
     let tables = tables
         .into_iter()
         .map(|t| {
-            let columns = crate::plan::decode_schema(&t.schema)
+            let columns = lambdafusion::plan::decode_schema(&t.schema)
                 .map(|s| {
                     s.fields()
                         .iter()
