@@ -67,6 +67,21 @@ impl AwsSettings {
         let present = |k: &'static str| get(k).is_some();
         let get = |k: &'static str| get(k).filter(|v| !v.trim().is_empty());
         let required = |k: &'static str| get(k).ok_or(ConfigError::Missing(k));
+        // Every engine setting with an environment variable, as config.rs declares it.
+        let mut engine = EngineConfig::default();
+        for setting in lambdafusion::config::SETTINGS {
+            let Some(var) = setting.env else { continue };
+            if let Some(value) = get(var) {
+                engine
+                    .set(setting.name, &value)
+                    .map_err(|reason| ConfigError::Invalid { var, value, reason })?;
+            }
+        }
+        // Lambda answers at most 6 MB: past 4 MiB (base64 grows binary formats by a third)
+        // a result is downloaded through presigned URLs instead.
+        if engine.max_response_bytes.is_none() {
+            engine.max_response_bytes = Some(4 * 1024 * 1024);
+        }
         let number = |k: &'static str| -> Result<Option<u64>, ConfigError> {
             get(k)
                 .map(|v| {
@@ -78,78 +93,6 @@ impl AwsSettings {
                 })
                 .transpose()
         };
-        let mut engine = EngineConfig::default();
-        if let Some(v) = number(ENV_BYTES_PER_TASK)? {
-            engine = engine.with_bytes_per_task(v);
-        }
-        if let Some(v) = number(ENV_MAX_TASKS_PER_STAGE)? {
-            if v == 0 || v > lambdafusion::config::MAX_TASKS_PER_STAGE as u64 {
-                return Err(ConfigError::Invalid {
-                    var: ENV_MAX_TASKS_PER_STAGE,
-                    value: v.to_string(),
-                    reason: format!(
-                        "a stage may have 1 to {} tasks",
-                        lambdafusion::config::MAX_TASKS_PER_STAGE
-                    ),
-                });
-            }
-            engine = engine.with_max_tasks_per_stage(v as usize);
-        }
-        if let Some(v) = number(ENV_MAX_SHUFFLE_READS)? {
-            engine = engine.with_max_shuffle_reads(v);
-        }
-        if let Some(v) = number(ENV_DISPATCH_FANOUT)? {
-            if v < 2 {
-                return Err(ConfigError::Invalid {
-                    var: ENV_DISPATCH_FANOUT,
-                    value: v.to_string(),
-                    reason: "a dispatcher must invoke at least 2 tasks or dispatchers".into(),
-                });
-            }
-            engine = engine.with_dispatch_fanout(v as usize);
-        }
-        if let Some(v) = number(ENV_MAX_ATTEMPTS)? {
-            engine = engine.with_max_attempts(v as u32);
-        }
-        if let Some(v) = number(ENV_TASK_TIMEOUT_SECS)? {
-            engine = engine.with_task_timeout(Duration::from_secs(v));
-        }
-        if let Some(v) = number(ENV_DISPATCH_CONCURRENCY)? {
-            engine.dispatch_concurrency = (v as usize).max(1);
-        }
-        if let Some(v) = number(ENV_JOB_TTL_DAYS)? {
-            engine.job_ttl = Duration::from_secs(v * 24 * 3600);
-        }
-        let flag = |k: &'static str| -> Result<Option<bool>, ConfigError> {
-            get(k)
-                .map(|v| match v.trim().to_ascii_lowercase().as_str() {
-                    "1" | "true" | "yes" | "on" => Ok(true),
-                    "0" | "false" | "no" | "off" => Ok(false),
-                    _ => Err(ConfigError::Invalid {
-                        var: k,
-                        value: v.clone(),
-                        reason: "expected true or false".into(),
-                    }),
-                })
-                .transpose()
-        };
-        if let Some(on) = flag(ENV_FAST_PATH)? {
-            engine = engine.with_fast_path(on);
-        }
-        if let Some(on) = flag(ENV_ADAPTIVE)? {
-            engine = engine.with_adaptive(on);
-        }
-        if let Some(v) = number(ENV_SHUFFLE_BYTES_PER_TASK)? {
-            engine = engine.with_shuffle_bytes_per_task(v);
-        }
-        if let Some(v) = number(ENV_MIN_SCAN_BYTES_PER_TASK)? {
-            engine = engine.with_min_scan_bytes_per_task(v);
-        }
-        if let Some(v) = number(ENV_MAX_BROADCAST_BYTES)? {
-            engine = engine.with_max_broadcast_bytes(v);
-        }
-        engine.max_response_bytes =
-            Some(number(ENV_MAX_RESPONSE_BYTES)?.unwrap_or(4 * 1024 * 1024) as usize);
         let list = |k: &'static str| -> Vec<String> {
             get(k)
                 .map(|v| {
@@ -161,24 +104,10 @@ impl AwsSettings {
                 })
                 .unwrap_or_default()
         };
-        let mut data_locations = Vec::new();
-        for location in list(ENV_DATA_BUCKETS) {
-            let location = match location.split_once("://") {
-                None => format!("s3://{location}"),
-                Some(("s3", rest)) if !rest.is_empty() => location.clone(),
-                Some(_) => {
-                    return Err(ConfigError::Invalid {
-                        var: ENV_DATA_BUCKETS,
-                        value: location,
-                        reason: "data locations are S3 buckets (`bucket`, `bucket/prefix` or \
-                                 `s3://bucket/prefix`); a function's local file system is never \
-                                 readable"
-                            .into(),
-                    })
-                }
-            };
-            data_locations.push(location.trim_end_matches('/').to_string());
-        }
+        let data_locations = list(ENV_DATA_BUCKETS)
+            .into_iter()
+            .map(data_location)
+            .collect::<Result<_, _>>()?;
         engine.access.data_locations = data_locations;
         engine.access.location_setting = format!("{ENV_DATA_BUCKETS} (Terraform: data_buckets)");
         engine.access.admins = list(ENV_ADMIN_PRINCIPALS);
@@ -197,15 +126,6 @@ impl AwsSettings {
             }
             engine.access.max_presign = Duration::from_secs(v);
         }
-        if let Some(v) = number(ENV_MAX_QUERY_SECONDS)? {
-            engine = engine.with_max_query_time(Duration::from_secs(v.max(1)));
-        }
-        if let Some(v) = number(ENV_DISPATCH_DEADLINE_SECS)? {
-            engine.dispatch_deadline = Duration::from_secs(v.max(1));
-        }
-        if let Some(v) = number(ENV_SWEEP_BUDGET_SECS)? {
-            engine.sweep_budget = Duration::from_secs(v.max(1));
-        }
         // A DynamoDB item holds at most 400 KB; base64 makes a plan a third larger.
         engine.inline_plan_limit = engine.inline_plan_limit.min(192 * 1024);
         let table = required(ENV_TABLE)?;
@@ -216,33 +136,43 @@ impl AwsSettings {
             .access
             .reserved_locations
             .push(format!("s3://{bucket}/{}", prefix.trim_matches('/')));
-        let settings = Self {
+        // Both functions dispatch (the executor: invocation-tree nodes and the stages its
+        // commit makes ready) and both wake the scheduler; each names its own need first.
+        let needed = match role {
+            Role::Scheduler => [ENV_EXECUTOR_FUNCTION, ENV_SCHEDULER_FUNCTION],
+            Role::Executor => [ENV_SCHEDULER_FUNCTION, ENV_EXECUTOR_FUNCTION],
+        };
+        for var in needed {
+            required(var)?;
+        }
+        Ok(Self {
             table,
             bucket,
             prefix,
             executor_function: get(ENV_EXECUTOR_FUNCTION),
             scheduler_function: get(ENV_SCHEDULER_FUNCTION),
             engine,
-        };
-        match role {
-            Role::Scheduler if settings.executor_function.is_none() => {
-                Err(ConfigError::Missing(ENV_EXECUTOR_FUNCTION))
-            }
-            // The scheduler invokes itself for the nodes of invocation trees.
-            Role::Scheduler if settings.scheduler_function.is_none() => {
-                Err(ConfigError::Missing(ENV_SCHEDULER_FUNCTION))
-            }
-            Role::Executor if settings.scheduler_function.is_none() => {
-                Err(ConfigError::Missing(ENV_SCHEDULER_FUNCTION))
-            }
-            // Executors dispatch too: the nodes of invocation trees, and the stages their
-            // commits make ready (the fast path runs the scheduler's step in place).
-            Role::Executor if settings.executor_function.is_none() => {
-                Err(ConfigError::Missing(ENV_EXECUTOR_FUNCTION))
-            }
-            _ => Ok(settings),
-        }
+        })
     }
+}
+
+/// One entry of `LAMBDAFUSION_DATA_BUCKETS` as an `s3://` location without a trailing `/`.
+fn data_location(location: String) -> Result<String, ConfigError> {
+    let location = match location.split_once("://") {
+        None => format!("s3://{location}"),
+        Some(("s3", rest)) if !rest.is_empty() => location.clone(),
+        Some(_) => {
+            return Err(ConfigError::Invalid {
+                var: ENV_DATA_BUCKETS,
+                value: location,
+                reason: "data locations are S3 buckets (`bucket`, `bucket/prefix` or \
+                         `s3://bucket/prefix`); a function's local file system is never \
+                         readable"
+                    .into(),
+            })
+        }
+    };
+    Ok(location.trim_end_matches('/').to_string())
 }
 
 #[cfg(test)]
@@ -292,16 +222,16 @@ mod tests {
                 &[
                     &base[..],
                     &[
-                        (ENV_MAX_ATTEMPTS, "5"),
-                        (ENV_FAST_PATH, "off"),
-                        (ENV_TASK_TIMEOUT_SECS, "90"),
-                        (ENV_ADAPTIVE, "false"),
-                        (ENV_SHUFFLE_BYTES_PER_TASK, "2097152"),
-                        (ENV_MIN_SCAN_BYTES_PER_TASK, "4194304"),
-                        (ENV_MAX_BROADCAST_BYTES, "0"),
-                        (ENV_MAX_TASKS_PER_STAGE, "10000"),
-                        (ENV_DISPATCH_FANOUT, "8"),
-                        (ENV_MAX_SHUFFLE_READS, "1000"),
+                        ("LAMBDAFUSION_MAX_ATTEMPTS", "5"),
+                        ("LAMBDAFUSION_FAST_PATH", "off"),
+                        ("LAMBDAFUSION_TASK_TIMEOUT_SECS", "90"),
+                        ("LAMBDAFUSION_ADAPTIVE", "false"),
+                        ("LAMBDAFUSION_SHUFFLE_BYTES_PER_TASK", "2097152"),
+                        ("LAMBDAFUSION_MIN_SCAN_BYTES_PER_TASK", "4194304"),
+                        ("LAMBDAFUSION_MAX_BROADCAST_BYTES", "0"),
+                        ("LAMBDAFUSION_MAX_TASKS_PER_STAGE", "10000"),
+                        ("LAMBDAFUSION_DISPATCH_FANOUT", "8"),
+                        ("LAMBDAFUSION_MAX_SHUFFLE_READS", "1000"),
                     ],
                 ]
                 .concat(),
@@ -312,9 +242,9 @@ mod tests {
         assert_eq!(s.engine.dispatch_fanout, 8);
         assert_eq!(s.engine.max_shuffle_reads, 1000);
         for (var, value) in [
-            (ENV_MAX_TASKS_PER_STAGE, "10001"),
-            (ENV_MAX_TASKS_PER_STAGE, "0"),
-            (ENV_DISPATCH_FANOUT, "1"),
+            ("LAMBDAFUSION_MAX_TASKS_PER_STAGE", "10001"),
+            ("LAMBDAFUSION_MAX_TASKS_PER_STAGE", "0"),
+            ("LAMBDAFUSION_DISPATCH_FANOUT", "1"),
         ] {
             let err = AwsSettings::from_lookup(
                 Role::Executor,
@@ -334,14 +264,14 @@ mod tests {
         assert_eq!(s.engine.max_broadcast_bytes, 0);
         let err = AwsSettings::from_lookup(
             Role::Executor,
-            lookup(&[&base[..], &[(ENV_ADAPTIVE, "sometimes")]].concat()),
+            lookup(&[&base[..], &[("LAMBDAFUSION_ADAPTIVE", "sometimes")]].concat()),
         )
         .unwrap_err();
         assert!(
             matches!(
                 err,
                 ConfigError::Invalid {
-                    var: ENV_ADAPTIVE,
+                    var: "LAMBDAFUSION_ADAPTIVE",
                     ..
                 }
             ),
@@ -351,14 +281,14 @@ mod tests {
         assert_eq!(s.prefix, "lambdafusion");
         let err = AwsSettings::from_lookup(
             Role::Executor,
-            lookup(&[&base[..], &[(ENV_BYTES_PER_TASK, "lots")]].concat()),
+            lookup(&[&base[..], &[("LAMBDAFUSION_BYTES_PER_TASK", "lots")]].concat()),
         )
         .unwrap_err();
         assert!(
             matches!(
                 err,
                 ConfigError::Invalid {
-                    var: ENV_BYTES_PER_TASK,
+                    var: "LAMBDAFUSION_BYTES_PER_TASK",
                     ..
                 }
             ),
@@ -416,7 +346,7 @@ mod tests {
                         (ENV_ADMIN_PRINCIPALS, "arn:a, arn:b"),
                         (ENV_CATALOG_WRITERS, "arn:w"),
                         (ENV_MAX_PRESIGN_SECS, "60"),
-                        (ENV_MAX_QUERY_SECONDS, "120"),
+                        ("LAMBDAFUSION_MAX_QUERY_SECONDS", "120"),
                         (ENV_DATA_BUCKETS, "b"),
                     ],
                 ]

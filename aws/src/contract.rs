@@ -17,39 +17,6 @@ pub const ENV_PREFIX: &str = "LAMBDAFUSION_PREFIX";
 pub const ENV_EXECUTOR_FUNCTION: &str = "LAMBDAFUSION_EXECUTOR_FUNCTION";
 /// Name or ARN of the scheduler function an executor wakes on the fast path (required by the executor).
 pub const ENV_SCHEDULER_FUNCTION: &str = "LAMBDAFUSION_SCHEDULER_FUNCTION";
-/// Target input bytes per leaf task (optional).
-pub const ENV_BYTES_PER_TASK: &str = "LAMBDAFUSION_BYTES_PER_TASK";
-/// Target shuffle input bytes per task of a coalesced (adaptive) stage (optional,
-/// default 64 MiB).
-pub const ENV_SHUFFLE_BYTES_PER_TASK: &str = "LAMBDAFUSION_SHUFFLE_BYTES_PER_TASK";
-/// Least scan bytes per task of a leaf stage; smaller plan partitions are merged
-/// (optional, default 16 MiB).
-pub const ENV_MIN_SCAN_BYTES_PER_TASK: &str = "LAMBDAFUSION_MIN_SCAN_BYTES_PER_TASK";
-/// Largest committed side of a partitioned semi / anti / mark join that switches the
-/// join to a broadcast of it; 0 never switches (optional, default 16 MiB).
-pub const ENV_MAX_BROADCAST_BYTES: &str = "LAMBDAFUSION_MAX_BROADCAST_BYTES";
-/// Whether stages are shaped from their inputs' committed sizes when they become ready
-/// (optional, default true).
-pub const ENV_ADAPTIVE: &str = "LAMBDAFUSION_ADAPTIVE";
-/// Upper bound on tasks per stage (optional).
-pub const ENV_MAX_TASKS_PER_STAGE: &str = "LAMBDAFUSION_MAX_TASKS_PER_STAGE";
-/// Attempts per task before the job fails (optional).
-pub const ENV_MAX_ATTEMPTS: &str = "LAMBDAFUSION_MAX_ATTEMPTS";
-/// Seconds after dispatch when the sweep treats a task as lost (optional).
-pub const ENV_TASK_TIMEOUT_SECS: &str = "LAMBDAFUSION_TASK_TIMEOUT_SECS";
-/// Concurrent async invocations per dispatching function (optional).
-pub const ENV_DISPATCH_CONCURRENCY: &str = "LAMBDAFUSION_DISPATCH_CONCURRENCY";
-/// Most ranged GETs one hash shuffle may take read directly (producers × consumer tasks)
-/// before it goes through a combining stage, a two-level exchange (optional, default
-/// 65536).
-pub const ENV_MAX_SHUFFLE_READS: &str = "LAMBDAFUSION_MAX_SHUFFLE_READS";
-/// Invocations one dispatcher makes before a stage goes through an invocation tree
-/// (optional, default 32, at least 2).
-pub const ENV_DISPATCH_FANOUT: &str = "LAMBDAFUSION_DISPATCH_FANOUT";
-/// Days a job's records live before DynamoDB's TTL removes them (optional).
-pub const ENV_JOB_TTL_DAYS: &str = "LAMBDAFUSION_JOB_TTL_DAYS";
-/// Whether an executor that completes a stage wakes the scheduler at once (optional, default true).
-pub const ENV_FAST_PATH: &str = "LAMBDAFUSION_FAST_PATH";
 /// Comma-separated S3 locations tables may be created on (`bucket`, `bucket/prefix` or
 /// `s3://bucket/prefix`); the IAM policy lets the functions read exactly these buckets.
 /// Unset or empty: no location at all (optional). Local paths are refused: a function's
@@ -64,23 +31,9 @@ pub const ENV_CATALOG_WRITERS: &str = "LAMBDAFUSION_CATALOG_WRITERS";
 /// Longest lifetime of a presigned result download URL, in seconds (optional, default
 /// 900, at most 604800).
 pub const ENV_MAX_PRESIGN_SECS: &str = "LAMBDAFUSION_MAX_PRESIGN_SECS";
-/// Longest a query may run, in seconds; a request may ask for less (optional, default
-/// 3600).
-pub const ENV_MAX_QUERY_SECONDS: &str = "LAMBDAFUSION_MAX_QUERY_SECONDS";
-/// Seconds after which a claimed stage or retried attempt whose invocations were not all
-/// confirmed is dispatched again (optional, default 30).
-pub const ENV_DISPATCH_DEADLINE_SECS: &str = "LAMBDAFUSION_DISPATCH_DEADLINE_SECS";
-/// Seconds one sweep may spend before it stops and leaves a bookmark for the next
-/// (optional, default 20; keep it below the scheduler's timeout).
-pub const ENV_SWEEP_BUDGET_SECS: &str = "LAMBDAFUSION_SWEEP_BUDGET_SECS";
 /// The seeded fault plan (JSON or a file path; see `lambdafusion-faults`) — for the
 /// local stack's failure tests only; never set it in a deployment (optional).
 pub const ENV_FAULTS: &str = "LAMBDAFUSION_FAULTS";
-
-/// Largest result the API returns in one response (optional, default 4 MiB: a Lambda
-/// response carries 6 MB, base64 for binary formats); larger ones are downloaded through
-/// presigned URLs.
-pub const ENV_MAX_RESPONSE_BYTES: &str = "LAMBDAFUSION_MAX_RESPONSE_BYTES";
 
 /// Variables the scheduler function must have set.
 pub const SCHEDULER_REQUIRED_ENV: &[&str] = &[
@@ -96,35 +49,26 @@ pub const EXECUTOR_REQUIRED_ENV: &[&str] = &[
     ENV_SCHEDULER_FUNCTION,
     ENV_EXECUTOR_FUNCTION,
 ];
-/// Every variable either function reads (besides the AWS runtime's own, such as `AWS_REGION`).
-pub const ALL_ENV: &[&str] = &[
+/// The deployment's own variables (where things are, who may do what); the engine's tuning
+/// variables are declared with their settings in `lambdafusion::config::SETTINGS`.
+pub const DEPLOYMENT_ENV: &[&str] = &[
     ENV_TABLE,
     ENV_BUCKET,
     ENV_PREFIX,
     ENV_EXECUTOR_FUNCTION,
     ENV_SCHEDULER_FUNCTION,
-    ENV_BYTES_PER_TASK,
-    ENV_SHUFFLE_BYTES_PER_TASK,
-    ENV_MIN_SCAN_BYTES_PER_TASK,
-    ENV_MAX_BROADCAST_BYTES,
-    ENV_ADAPTIVE,
-    ENV_MAX_TASKS_PER_STAGE,
-    ENV_MAX_ATTEMPTS,
-    ENV_TASK_TIMEOUT_SECS,
-    ENV_DISPATCH_CONCURRENCY,
-    ENV_DISPATCH_FANOUT,
-    ENV_MAX_SHUFFLE_READS,
-    ENV_JOB_TTL_DAYS,
-    ENV_FAST_PATH,
     ENV_DATA_BUCKETS,
     ENV_ADMIN_PRINCIPALS,
     ENV_CATALOG_WRITERS,
     ENV_MAX_PRESIGN_SECS,
-    ENV_MAX_QUERY_SECONDS,
-    ENV_DISPATCH_DEADLINE_SECS,
-    ENV_SWEEP_BUDGET_SECS,
-    ENV_MAX_RESPONSE_BYTES,
 ];
+
+/// Every variable either function reads (besides the AWS runtime's own, such as
+/// `AWS_REGION`): [`DEPLOYMENT_ENV`] and every engine setting's.
+pub fn all_env() -> Vec<&'static str> {
+    let settings = lambdafusion::config::SETTINGS.iter().filter_map(|s| s.env);
+    DEPLOYMENT_ENV.iter().copied().chain(settings).collect()
+}
 
 /// DynamoDB actions on the job table the scheduler function calls. (A transaction is
 /// authorized by the actions of its parts: `TransactWriteItems` of puts, updates and

@@ -1,100 +1,253 @@
 //! Engine settings shared by scheduler and executor, with defaults fit for both the
 //! embedded engine and Lambda.
+//!
+//! Every setting is declared once, in the [`settings!`] table below: its name, type,
+//! default, unit, bounds, builder, environment variable and Terraform variable, and its
+//! doc. From that one declaration come the [`EngineConfig`] struct and its `Default`, the
+//! `with_*` builders, [`EngineConfig::set`] (what the functions' environment parsing
+//! calls), and [`SETTINGS`] (what the code/deployment contract, the Terraform variables
+//! check and the settings table in `docs/settings.md` are held to). The model is
+//! DataFusion's `config_namespace!`.
 
 use std::time::Duration;
 
-/// Settings the scheduler and executor read. Build with [`EngineConfig::default`] and the
-/// `with_*` methods; the AWS crate fills it from environment variables.
-#[derive(Debug, Clone)]
-pub struct EngineConfig {
-    /// Target input bytes per task of a leaf stage: a scan of `n` bytes gets about
-    /// `n / bytes_per_task` tasks (at least one, at most `max_tasks_per_stage`).
-    pub bytes_per_task: u64,
-    /// Target shuffle input bytes per task of a stage reading hash shuffles: when the
-    /// stage becomes ready, its small partitions are merged into tasks of about this
-    /// much ([`crate::plan::adaptive`]).
-    pub shuffle_bytes_per_task: u64,
-    /// Least scan bytes a task of a leaf stage should read: when the stage becomes ready,
-    /// its plan partitions smaller than this (an input cut finer than its work is worth,
-    /// such as many small files or a small `bytes_per_task`) are merged into tasks of
-    /// about this much ([`crate::plan::adaptive`]).
-    pub min_scan_bytes_per_task: u64,
-    /// A partitioned semi / anti / mark join whose emitted side commits at most this many
-    /// bytes switches to a broadcast of that side: the other side's stage reads it whole
-    /// and marks its rows instead of hash-shuffling them ([`crate::plan::switch`]).
-    pub max_broadcast_bytes: u64,
-    /// Whether stages are shaped from their inputs' committed sizes when they become
-    /// ready (`false`: every stage runs exactly as planned at submit).
-    pub adaptive: bool,
-    /// A join build side that only scans files and reads at most this many bytes (a
-    /// dimension table) is read by every consuming task itself instead of becoming a
-    /// broadcast stage.
-    pub inline_scan_bytes: u64,
-    /// Upper bound on the number of tasks of any stage (and on hash shuffle width), at
-    /// most [`MAX_TASKS_PER_STAGE`].
-    pub max_tasks_per_stage: usize,
-    /// Most ranged GETs one hash shuffle may take read directly, producers × consumer
-    /// tasks: a shuffle planned wider goes through a combining stage (a two-level
-    /// exchange), which regroups it so that reads grow about as the square root of that
-    /// product, and which passes through when the shuffle turns out small enough.
-    pub max_shuffle_reads: u64,
-    /// Invocations one dispatcher makes: a stage of more tasks is sent through an
-    /// invocation tree of dispatchers, each sending at most this many (tasks or further
-    /// dispatchers), its leaves one commit counter's range each.
-    pub dispatch_fanout: usize,
-    /// Attempts a task gets (first run included) before its job fails.
-    pub max_attempts: u32,
-    /// A dispatched task with no completion record after this long is presumed lost
-    /// and re-dispatched by the sweep.
-    pub task_timeout: Duration,
-    /// Concurrent dispatch calls one scheduler invocation makes.
-    pub dispatch_concurrency: usize,
-    /// Whether the executor that completes a stage wakes the scheduler at once
-    /// instead of waiting for the change stream.
-    pub fast_path: bool,
-    /// How long job records live before the store may expire them.
-    pub job_ttl: Duration,
-    /// Stage plans larger than this go to object storage by reference.
-    pub inline_plan_limit: usize,
-    /// Largest accepted HTTP request body.
-    pub max_request_bytes: usize,
-    /// Rows per record batch inside executors.
-    pub batch_size: usize,
-    /// How often a running task checks whether its job was cancelled.
-    pub cancel_check_interval: Duration,
-    /// Largest result the API returns in one response body (a Lambda response carries at
-    /// most 6 MB); larger results answer 413 and are downloaded through presigned URLs
-    /// (`GET /v1/queries/{id}/result/objects`). `None`: no limit (streamed).
-    pub max_response_bytes: Option<usize>,
-    /// Where tables may live, and who may read what (see [`crate::access`]).
-    pub access: crate::access::AccessPolicy,
-    /// A claimed stage (or a retried attempt) whose invocations were not all confirmed
-    /// within this time lost its dispatcher: its tasks are sent again.
-    pub dispatch_deadline: Duration,
-    /// Longest a query may run; a request may ask for less (`max_seconds`), never more.
-    pub max_query_time: Duration,
-    /// Longest SQL text accepted (the job record holds it; a DynamoDB item holds 400 KB).
-    pub max_sql_bytes: usize,
-    /// Time one sweep may spend; it continues where it stopped at the next run.
-    pub sweep_budget: Duration,
-    /// Memory each task may use before spilling (its own DataFusion memory pool);
-    /// `None`: unbounded.
-    pub task_memory_limit: Option<usize>,
-    /// Deepest nesting a statement may have: expressions within expressions, subqueries,
-    /// set-operation chains and joined tables each add a level ([`crate::sql`]). Past it
-    /// the statement is refused before planning (400).
-    pub max_sql_depth: usize,
-    /// Longest planning may take (parsing, planning, cutting stages; and the statements
-    /// the scheduler answers itself), within the query's own time limit.
-    pub max_planning_time: Duration,
-    /// Most stages one query may have (400 past it).
-    pub max_stages_per_query: usize,
-    /// Most tasks one query's stages may have together, as planned (400 past it).
-    pub max_tasks_per_query: usize,
-    /// Largest value a size-making function (`repeat`, `lpad`, `rpad`, `replace`,
-    /// `array_repeat`, `range`, ...) may produce in one call, while planning (constant
-    /// folding) or in a task ([`crate::plan::functions`]).
-    pub max_value_bytes: usize,
+const KIB: u64 = 1024;
+const MIB: u64 = 1024 * 1024;
+
+/// How a setting's value is written in an environment variable, a Terraform variable and
+/// the docs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Unit {
+    /// A whole number of bytes.
+    Bytes,
+    /// A whole number of things (tasks, attempts, reads, levels).
+    Count,
+    /// Whole seconds (a `Duration`).
+    Seconds,
+    /// Whole days (a `Duration`).
+    Days,
+    /// Milliseconds (a `Duration`); not settable from the environment.
+    Millis,
+    /// `true` / `false` (also `1`/`0`, `yes`/`no`, `on`/`off`).
+    Flag,
+}
+
+/// One setting as the tables below declare it.
+#[derive(Debug, Clone, Copy)]
+pub struct Setting {
+    /// The field of [`EngineConfig`].
+    pub name: &'static str,
+    /// How its value is written.
+    pub unit: Unit,
+    /// The smallest and largest value accepted (in [`Setting::unit`]); values outside are
+    /// refused from the environment and clamped by the builders.
+    pub bounds: (u64, u64),
+    /// The environment variable the functions read it from; `None`: fixed on AWS (the
+    /// embedded engine may set it through the CLI or the builder).
+    pub env: Option<&'static str>,
+    /// The Terraform module's variable that sets `env`, if the module exposes it.
+    pub terraform: Option<&'static str>,
+    /// What it does (the field's doc comment).
+    pub doc: &'static str,
+}
+
+/// The bounds of the setting `name` (every builder's name is a declared setting).
+fn bounds_of(name: &str) -> (u64, u64) {
+    SETTINGS
+        .iter()
+        .find(|s| s.name == name)
+        .map_or((0, u64::MAX), |s| s.bounds)
+}
+
+impl Setting {
+    /// The default, written as [`EngineConfig::set`] reads it.
+    pub fn default_value(&self) -> String {
+        EngineConfig::default()
+            .get(self.name)
+            .expect("every declared setting has a value")
+    }
+}
+
+/// A value type a setting may have: read from text in its [`Unit`], clamped to bounds,
+/// and written back.
+pub trait SettingValue: Sized {
+    /// Parses `raw` (already trimmed) as `unit`, refusing values outside `bounds`.
+    fn parse(raw: &str, unit: Unit, bounds: (u64, u64)) -> Result<Self, String>;
+    /// The value within `bounds` (what a builder stores).
+    fn within(self, unit: Unit, bounds: (u64, u64)) -> Self;
+    /// The value as [`SettingValue::parse`] reads it.
+    fn render(&self, unit: Unit) -> String;
+}
+
+fn parse_number(raw: &str, bounds: (u64, u64)) -> Result<u64, String> {
+    let n: u64 = raw
+        .parse()
+        .map_err(|e| format!("expected a whole number: {e}"))?;
+    if n < bounds.0 || n > bounds.1 {
+        return Err(format!("must be {} to {}", bounds.0, bounds.1));
+    }
+    Ok(n)
+}
+
+macro_rules! number_setting {
+    ($($ty:ty),*) => {$(
+        impl SettingValue for $ty {
+            fn parse(raw: &str, _: Unit, bounds: (u64, u64)) -> Result<Self, String> {
+                let n = parse_number(raw, bounds)?;
+                <$ty>::try_from(n).map_err(|_| format!("{n} is too large"))
+            }
+            fn within(self, _: Unit, (lo, hi): (u64, u64)) -> Self {
+                let n = (self as u64).clamp(lo, hi);
+                <$ty>::try_from(n).unwrap_or(<$ty>::MAX)
+            }
+            fn render(&self, _: Unit) -> String {
+                self.to_string()
+            }
+        }
+    )*};
+}
+number_setting!(u64, usize, u32);
+
+impl SettingValue for Option<usize> {
+    fn parse(raw: &str, unit: Unit, bounds: (u64, u64)) -> Result<Self, String> {
+        usize::parse(raw, unit, bounds).map(Some)
+    }
+    fn within(self, unit: Unit, bounds: (u64, u64)) -> Self {
+        self.map(|v| v.within(unit, bounds))
+    }
+    fn render(&self, unit: Unit) -> String {
+        self.map_or_else(|| "none".into(), |v| v.render(unit))
+    }
+}
+
+impl SettingValue for bool {
+    fn parse(raw: &str, _: Unit, _: (u64, u64)) -> Result<Self, String> {
+        match raw.to_ascii_lowercase().as_str() {
+            "1" | "true" | "yes" | "on" => Ok(true),
+            "0" | "false" | "no" | "off" => Ok(false),
+            _ => Err("expected true or false".into()),
+        }
+    }
+    fn within(self, _: Unit, _: (u64, u64)) -> Self {
+        self
+    }
+    fn render(&self, _: Unit) -> String {
+        self.to_string()
+    }
+}
+
+fn duration_unit(unit: Unit) -> u64 {
+    match unit {
+        Unit::Days => 24 * 3600 * 1000,
+        Unit::Millis => 1,
+        _ => 1000,
+    }
+}
+
+impl SettingValue for Duration {
+    fn parse(raw: &str, unit: Unit, bounds: (u64, u64)) -> Result<Self, String> {
+        let n = parse_number(raw, bounds)?;
+        Ok(Duration::from_millis(n.saturating_mul(duration_unit(unit))))
+    }
+    /// Durations are taken as given: bounds hold what a deployment may set, while tests
+    /// and the CLI use sub-second limits.
+    fn within(self, _: Unit, _: (u64, u64)) -> Self {
+        self
+    }
+    fn render(&self, unit: Unit) -> String {
+        (self.as_millis() as u64 / duration_unit(unit)).to_string()
+    }
+}
+
+/// Declares the engine's settings once: the struct, its `Default`, the builders, [`SETTINGS`]
+/// and [`EngineConfig::set`]. Each entry is its doc comment, then
+/// `name: Type = default; Unit [lo, hi], builder with_name, env "VAR", terraform "var";`
+/// (bounds, builder, env and terraform optional); `@fixed { ... }` fields are part of the
+/// struct but no setting (composite values).
+macro_rules! settings {
+    (
+        $(
+            $(#[doc = $doc:literal])*
+            $field:ident : $ty:ty = $default:expr ; $unit:ident
+            $( [$lo:expr, $hi:expr] )?
+            $( , builder $with:ident )?
+            $( , env $env:literal )?
+            $( , terraform $tf:literal )? ;
+        )*
+        @fixed {
+            $( $(#[doc = $fdoc:literal])* $ffield:ident : $fty:ty = $fdefault:expr ; )*
+        }
+    ) => {
+        /// Settings the scheduler and executor read. Build with [`EngineConfig::default`]
+        /// and the `with_*` methods; the AWS crate fills it from environment variables
+        /// through [`EngineConfig::set`]. Every field is declared in `config.rs`'s table.
+        #[derive(Debug, Clone)]
+        pub struct EngineConfig {
+            $( $(#[doc = $doc])* pub $field: $ty, )*
+            $( $(#[doc = $fdoc])* pub $ffield: $fty, )*
+        }
+
+        impl Default for EngineConfig {
+            fn default() -> Self {
+                Self {
+                    $( $field: $default, )*
+                    $( $ffield: $fdefault, )*
+                }
+            }
+        }
+
+        /// Every setting of [`EngineConfig`], in declaration order.
+        pub const SETTINGS: &[Setting] = &[
+            $( Setting {
+                name: stringify!($field),
+                unit: Unit::$unit,
+                bounds: settings!(@bounds $( $lo, $hi )?),
+                env: settings!(@opt $( $env )?),
+                terraform: settings!(@opt $( $tf )?),
+                doc: concat!($( $doc, "\n" ),*),
+            }, )*
+        ];
+
+        impl EngineConfig {
+            $( $(
+                #[doc = concat!("Sets [`EngineConfig::", stringify!($field), "`], within its bounds.")]
+                pub fn $with(mut self, value: $ty) -> Self {
+                    self.$field = SettingValue::within(value, Unit::$unit, bounds_of(stringify!($field)));
+                    self
+                }
+            )? )*
+
+            /// Sets the setting `name` (a field name) from text in its [`Unit`]; an unknown
+            /// name or an unusable value is an error saying why.
+            pub fn set(&mut self, name: &str, raw: &str) -> Result<(), String> {
+                let raw = raw.trim();
+                match name {
+                    $( stringify!($field) => {
+                        self.$field = SettingValue::parse(
+                            raw,
+                            Unit::$unit,
+                            settings!(@bounds $( $lo, $hi )?),
+                        )?;
+                        Ok(())
+                    } )*
+                    _ => Err(format!("no setting is called {name}")),
+                }
+            }
+
+            /// The current value of the setting `name`, written as [`EngineConfig::set`]
+            /// reads it.
+            pub fn get(&self, name: &str) -> Option<String> {
+                match name {
+                    $( stringify!($field) => Some(SettingValue::render(&self.$field, Unit::$unit)), )*
+                    _ => None,
+                }
+            }
+        }
+    };
+    (@opt) => { None };
+    (@opt $v:literal) => { Some($v) };
+    (@bounds) => { (0, u64::MAX) };
+    (@bounds $lo:expr, $hi:expr) => { ($lo, $hi) };
 }
 
 /// The most tasks a stage may have (`max_tasks_per_stage`).
@@ -106,131 +259,131 @@ pub const THROTTLE_BACKOFF_BASE: Duration = Duration::from_secs(1);
 /// Longest back-off of a throttled task invocation.
 pub const THROTTLE_BACKOFF_CAP: Duration = Duration::from_secs(60);
 
-impl Default for EngineConfig {
-    fn default() -> Self {
-        Self {
-            bytes_per_task: 128 * 1024 * 1024,
-            shuffle_bytes_per_task: 64 * 1024 * 1024,
-            min_scan_bytes_per_task: 16 * 1024 * 1024,
-            max_broadcast_bytes: 16 * 1024 * 1024,
-            adaptive: true,
-            inline_scan_bytes: 4 * 1024 * 1024,
-            max_tasks_per_stage: 1_000,
-            dispatch_fanout: 32,
-            max_shuffle_reads: 65_536,
-            max_attempts: 3,
-            task_timeout: Duration::from_secs(15 * 60),
-            dispatch_concurrency: 32,
-            fast_path: true,
-            job_ttl: Duration::from_secs(7 * 24 * 3600),
-            inline_plan_limit: 256 * 1024,
-            max_request_bytes: 1024 * 1024,
-            batch_size: 8192,
-            cancel_check_interval: Duration::from_secs(1),
-            max_response_bytes: None,
-            access: crate::access::AccessPolicy::default(),
-            dispatch_deadline: Duration::from_secs(30),
-            max_query_time: Duration::from_secs(3600),
-            max_sql_bytes: 256 * 1024,
-            sweep_budget: Duration::from_secs(20),
-            task_memory_limit: None,
-            max_sql_depth: 1_000,
-            max_planning_time: Duration::from_secs(30),
-            max_stages_per_query: 200,
-            max_tasks_per_query: 20_000,
-            max_value_bytes: 64 * 1024 * 1024,
-        }
+settings! {
+    /// Target input bytes per task of a leaf stage: a scan of `n` bytes gets about
+    /// `n / bytes_per_task` tasks (at least one, at most `max_tasks_per_stage`).
+    bytes_per_task: u64 = 128 * MIB; Bytes [1, u64::MAX], builder with_bytes_per_task,
+        env "LAMBDAFUSION_BYTES_PER_TASK", terraform "bytes_per_task";
+    /// Target shuffle input bytes per task of a stage reading hash shuffles: when the
+    /// stage becomes ready, its small partitions are merged into tasks of about this
+    /// much ([`crate::plan::adaptive`]).
+    shuffle_bytes_per_task: u64 = 64 * MIB; Bytes [1, u64::MAX],
+        builder with_shuffle_bytes_per_task, env "LAMBDAFUSION_SHUFFLE_BYTES_PER_TASK",
+        terraform "shuffle_bytes_per_task";
+    /// Least scan bytes a task of a leaf stage should read: when the stage becomes ready,
+    /// its plan partitions smaller than this (an input cut finer than its work is worth,
+    /// such as many small files or a small `bytes_per_task`) are merged into tasks of
+    /// about this much ([`crate::plan::adaptive`]).
+    min_scan_bytes_per_task: u64 = 16 * MIB; Bytes [1, u64::MAX],
+        builder with_min_scan_bytes_per_task, env "LAMBDAFUSION_MIN_SCAN_BYTES_PER_TASK",
+        terraform "min_scan_bytes_per_task";
+    /// A partitioned semi / anti / mark join whose emitted side commits at most this many
+    /// bytes switches to a broadcast of that side: the other side's stage reads it whole
+    /// and marks its rows instead of hash-shuffling them ([`crate::plan::switch`]); 0
+    /// never switches.
+    max_broadcast_bytes: u64 = 16 * MIB; Bytes, builder with_max_broadcast_bytes,
+        env "LAMBDAFUSION_MAX_BROADCAST_BYTES", terraform "max_broadcast_bytes";
+    /// Whether stages are shaped from their inputs' committed sizes when they become
+    /// ready (`false`: every stage runs exactly as planned at submit).
+    adaptive: bool = true; Flag, builder with_adaptive, env "LAMBDAFUSION_ADAPTIVE",
+        terraform "adaptive_stages";
+    /// A join build side that only scans files and reads at most this many bytes (a
+    /// dimension table) is read by every consuming task itself instead of becoming a
+    /// broadcast stage.
+    inline_scan_bytes: u64 = 4 * MIB; Bytes;
+    /// Upper bound on the number of tasks of any stage (and on hash shuffle width), at
+    /// most [`MAX_TASKS_PER_STAGE`].
+    max_tasks_per_stage: usize = 1_000; Count [1, MAX_TASKS_PER_STAGE as u64],
+        builder with_max_tasks_per_stage, env "LAMBDAFUSION_MAX_TASKS_PER_STAGE",
+        terraform "max_tasks_per_stage";
+    /// Most ranged GETs one hash shuffle may take read directly, producers × consumer
+    /// tasks: a shuffle planned wider goes through a combining stage (a two-level
+    /// exchange), which regroups it so that reads grow about as the square root of that
+    /// product, and which passes through when the shuffle turns out small enough.
+    max_shuffle_reads: u64 = 65_536; Count [1, u64::MAX], builder with_max_shuffle_reads,
+        env "LAMBDAFUSION_MAX_SHUFFLE_READS", terraform "max_shuffle_reads";
+    /// Invocations one dispatcher makes: a stage of more tasks is sent through an
+    /// invocation tree of dispatchers, each sending at most this many (tasks or further
+    /// dispatchers), its leaves one commit counter's range each.
+    dispatch_fanout: usize = 32; Count [2, u64::MAX], builder with_dispatch_fanout,
+        env "LAMBDAFUSION_DISPATCH_FANOUT", terraform "dispatch_fanout";
+    /// Attempts a task gets (first run included) before its job fails.
+    max_attempts: u32 = 3; Count [1, u32::MAX as u64], builder with_max_attempts,
+        env "LAMBDAFUSION_MAX_ATTEMPTS", terraform "max_attempts";
+    /// A dispatched task with no completion record after this long is presumed lost
+    /// and re-dispatched by the sweep.
+    task_timeout: Duration = Duration::from_secs(15 * 60); Seconds [1, u64::MAX],
+        builder with_task_timeout, env "LAMBDAFUSION_TASK_TIMEOUT_SECS",
+        terraform "task_timeout_seconds";
+    /// Concurrent dispatch calls one scheduler invocation makes.
+    dispatch_concurrency: usize = 32; Count [1, u64::MAX],
+        env "LAMBDAFUSION_DISPATCH_CONCURRENCY", terraform "dispatch_concurrency";
+    /// Whether the executor that completes a stage wakes the scheduler at once
+    /// instead of waiting for the change stream.
+    fast_path: bool = true; Flag, builder with_fast_path, env "LAMBDAFUSION_FAST_PATH",
+        terraform "fast_path";
+    /// How long job records live before the store may expire them.
+    job_ttl: Duration = Duration::from_secs(7 * 24 * 3600); Days [1, u64::MAX],
+        builder with_job_ttl, env "LAMBDAFUSION_JOB_TTL_DAYS", terraform "job_ttl_days";
+    /// Stage plans larger than this go to object storage by reference (on AWS at most
+    /// 192 KiB: a DynamoDB item holds 400 KB and base64 makes a plan a third larger).
+    inline_plan_limit: usize = (256 * KIB) as usize; Bytes, builder with_inline_plan_limit;
+    /// Largest accepted HTTP request body.
+    max_request_bytes: usize = MIB as usize; Bytes [1, u64::MAX];
+    /// Rows per record batch inside executors.
+    batch_size: usize = 8192; Count [1, u64::MAX];
+    /// How often a running task checks whether its job was cancelled.
+    cancel_check_interval: Duration = Duration::from_secs(1); Millis [1, u64::MAX];
+    /// Largest result the API returns in one response body (a Lambda response carries at
+    /// most 6 MB; on AWS the default is 4 MiB, base64 for binary formats); larger results
+    /// answer 413 and are downloaded through presigned URLs
+    /// (`GET /v1/queries/{id}/result/objects`). `none`: no limit (streamed).
+    max_response_bytes: Option<usize> = None; Bytes [1, u64::MAX],
+        env "LAMBDAFUSION_MAX_RESPONSE_BYTES", terraform "max_response_bytes";
+    /// A claimed stage (or a retried attempt) whose invocations were not all confirmed
+    /// within this time lost its dispatcher: its tasks are sent again.
+    dispatch_deadline: Duration = Duration::from_secs(30); Seconds [1, u64::MAX],
+        env "LAMBDAFUSION_DISPATCH_DEADLINE_SECS", terraform "dispatch_deadline_seconds";
+    /// Longest a query may run; a request may ask for less (`max_seconds`), never more.
+    max_query_time: Duration = Duration::from_secs(3600); Seconds [1, u64::MAX],
+        builder with_max_query_time, env "LAMBDAFUSION_MAX_QUERY_SECONDS",
+        terraform "max_query_seconds";
+    /// Longest SQL text accepted (the job record holds it; a DynamoDB item holds 400 KB).
+    max_sql_bytes: usize = (256 * KIB) as usize; Bytes [1, u64::MAX];
+    /// Time one sweep may spend; it continues where it stopped at the next run (the
+    /// Terraform module sets it 10 s below the scheduler's timeout).
+    sweep_budget: Duration = Duration::from_secs(20); Seconds [1, u64::MAX],
+        env "LAMBDAFUSION_SWEEP_BUDGET_SECS";
+    /// Memory each task may use before spilling (its own DataFusion memory pool);
+    /// `none`: unbounded.
+    task_memory_limit: Option<usize> = None; Bytes [1, u64::MAX];
+    /// Deepest nesting a statement may have: expressions within expressions, subqueries,
+    /// set-operation chains and joined tables each add a level ([`crate::sql`]). Past it
+    /// the statement is refused before planning (400).
+    max_sql_depth: usize = 1_000; Count [1, u64::MAX];
+    /// Longest planning may take (parsing, planning, cutting stages; and the statements
+    /// the scheduler answers itself), within the query's own time limit.
+    max_planning_time: Duration = Duration::from_secs(30); Seconds [1, u64::MAX];
+    /// Most stages one query may have (400 past it).
+    max_stages_per_query: usize = 200; Count [1, u64::MAX];
+    /// Most tasks one query's stages may have together, as planned (400 past it).
+    max_tasks_per_query: usize = 20_000; Count [1, u64::MAX];
+    /// Largest value a size-making function (`repeat`, `lpad`, `rpad`, `replace`,
+    /// `array_repeat`, `range`, ...) may produce in one call, while planning (constant
+    /// folding) or in a task ([`crate::plan::functions`]).
+    max_value_bytes: usize = (64 * MIB) as usize; Bytes [1, u64::MAX];
+    @fixed {
+        /// Where tables may live, and who may read what (see [`crate::access`]); on AWS
+        /// from `LAMBDAFUSION_DATA_BUCKETS`, `…_ADMIN_PRINCIPALS`, `…_CATALOG_WRITERS` and
+        /// `…_MAX_PRESIGN_SECS` (`lambdafusion-aws`'s contract).
+        access: crate::access::AccessPolicy = crate::access::AccessPolicy::default();
     }
 }
 
 impl EngineConfig {
-    /// Sets [`EngineConfig::bytes_per_task`].
-    pub fn with_bytes_per_task(mut self, bytes: u64) -> Self {
-        self.bytes_per_task = bytes.max(1);
-        self
-    }
-
-    /// Sets [`EngineConfig::max_broadcast_bytes`] (0: never switch a join).
-    pub fn with_max_broadcast_bytes(mut self, bytes: u64) -> Self {
-        self.max_broadcast_bytes = bytes;
-        self
-    }
-
-    /// Sets [`EngineConfig::min_scan_bytes_per_task`].
-    pub fn with_min_scan_bytes_per_task(mut self, bytes: u64) -> Self {
-        self.min_scan_bytes_per_task = bytes.max(1);
-        self
-    }
-
-    /// Sets [`EngineConfig::shuffle_bytes_per_task`].
-    pub fn with_shuffle_bytes_per_task(mut self, bytes: u64) -> Self {
-        self.shuffle_bytes_per_task = bytes.max(1);
-        self
-    }
-
-    /// Sets [`EngineConfig::adaptive`].
-    pub fn with_adaptive(mut self, on: bool) -> Self {
-        self.adaptive = on;
-        self
-    }
-
-    /// Sets [`EngineConfig::max_tasks_per_stage`] (within 1..=[`MAX_TASKS_PER_STAGE`]).
-    pub fn with_max_tasks_per_stage(mut self, tasks: usize) -> Self {
-        self.max_tasks_per_stage = tasks.clamp(1, MAX_TASKS_PER_STAGE);
-        self
-    }
-
-    /// Sets [`EngineConfig::max_shuffle_reads`] (at least 1).
-    pub fn with_max_shuffle_reads(mut self, reads: u64) -> Self {
-        self.max_shuffle_reads = reads.max(1);
-        self
-    }
-
-    /// Sets [`EngineConfig::dispatch_fanout`] (at least 2).
-    pub fn with_dispatch_fanout(mut self, fanout: usize) -> Self {
-        self.dispatch_fanout = fanout.max(2);
-        self
-    }
-
-    /// Sets [`EngineConfig::max_attempts`].
-    pub fn with_max_attempts(mut self, attempts: u32) -> Self {
-        self.max_attempts = attempts.max(1);
-        self
-    }
-
-    /// Sets [`EngineConfig::task_timeout`].
-    pub fn with_task_timeout(mut self, timeout: Duration) -> Self {
-        self.task_timeout = timeout;
-        self
-    }
-
-    /// Sets [`EngineConfig::fast_path`].
-    pub fn with_fast_path(mut self, on: bool) -> Self {
-        self.fast_path = on;
-        self
-    }
-
-    /// Sets [`EngineConfig::job_ttl`].
-    pub fn with_job_ttl(mut self, ttl: Duration) -> Self {
-        self.job_ttl = ttl;
-        self
-    }
-
-    /// Sets [`EngineConfig::inline_plan_limit`].
-    pub fn with_inline_plan_limit(mut self, bytes: usize) -> Self {
-        self.inline_plan_limit = bytes;
-        self
-    }
-
     /// Adds a location tables may be read from (see [`crate::access::AccessPolicy`]).
     pub fn with_data_location(mut self, location: impl Into<String>) -> Self {
         self.access.data_locations.push(location.into());
-        self
-    }
-
-    /// Sets [`EngineConfig::max_query_time`].
-    pub fn with_max_query_time(mut self, limit: Duration) -> Self {
-        self.max_query_time = limit;
         self
     }
 
@@ -263,6 +416,62 @@ mod tests {
         assert_eq!(c.tasks_for_bytes(101), 2);
         assert_eq!(c.tasks_for_bytes(450), 5);
         assert_eq!(c.tasks_for_bytes(10_000), 8);
+    }
+
+    #[test]
+    fn every_setting_reads_back_what_it_writes() {
+        let mut config = EngineConfig::default();
+        for setting in SETTINGS {
+            let default = setting.default_value();
+            if default != "none" {
+                config.set(setting.name, &default).unwrap();
+                assert_eq!(
+                    config.get(setting.name).unwrap(),
+                    default,
+                    "{}",
+                    setting.name
+                );
+            }
+            assert!(
+                !setting.doc.trim().is_empty(),
+                "{} has no doc",
+                setting.name
+            );
+        }
+        let names: std::collections::BTreeSet<_> = SETTINGS.iter().map(|s| s.name).collect();
+        assert_eq!(names.len(), SETTINGS.len(), "a setting is declared twice");
+    }
+
+    #[test]
+    fn values_are_refused_outside_their_bounds_and_clamped_by_builders() {
+        let mut config = EngineConfig::default();
+        let err = config.set("max_tasks_per_stage", "0").unwrap_err();
+        assert!(err.contains("1 to 10000"), "{err}");
+        assert!(config.set("max_tasks_per_stage", "10001").is_err());
+        assert!(config.set("dispatch_fanout", "1").is_err());
+        assert!(config
+            .set("fast_path", "maybe")
+            .unwrap_err()
+            .contains("true or false"));
+        assert!(config
+            .set("bytes_per_task", "-5")
+            .unwrap_err()
+            .contains("whole number"));
+        assert!(config
+            .set("no_such_thing", "1")
+            .unwrap_err()
+            .contains("no_such_thing"));
+        config.set("job_ttl", "2").unwrap();
+        assert_eq!(config.job_ttl, Duration::from_secs(2 * 24 * 3600));
+        config.set("max_response_bytes", " 4096 ").unwrap();
+        assert_eq!(config.max_response_bytes, Some(4096));
+        let built = EngineConfig::default()
+            .with_max_tasks_per_stage(0)
+            .with_dispatch_fanout(1)
+            .with_bytes_per_task(0);
+        assert_eq!(built.max_tasks_per_stage, 1);
+        assert_eq!(built.dispatch_fanout, 2);
+        assert_eq!(built.bytes_per_task, 1);
     }
 
     #[test]

@@ -229,7 +229,7 @@ fn contract_with(lists: &ActionLists) -> Contract {
         runtime: RUNTIME.to_string(),
         handler: HANDLER.to_string(),
         architecture: ARCHITECTURE.to_string(),
-        all_env: strings(ALL_ENV),
+        all_env: strings(&all_env()),
         functions,
     }
 }
@@ -404,6 +404,7 @@ fn check(src: &str, contract: &Contract) -> Vec<String> {
     let mut errors = Vec::new();
     check_functions(&module, contract, &mut errors);
     check_environment(&module, contract, &mut errors);
+    check_settings(&module, lambdafusion::config::SETTINGS, &mut errors);
     check_iam(&module, contract, &mut errors);
     check_wiring(&module, &mut errors);
     check_ordering(&module, &mut errors);
@@ -609,6 +610,130 @@ fn check_environment(module: &Module, contract: &Contract, errors: &mut Vec<Stri
         errors.push(format!(
             "{var} is in the contract's ALL_ENV but neither function can have it set"
         ));
+    }
+}
+
+/// Each entry `NAME = value` of the objects an environment expression merges, with its
+/// value (through locals, `merge(...)` and `{ for ... }` filters).
+fn env_values(
+    expr: &Expression,
+    locals: &BTreeMap<String, Expression>,
+    out: &mut BTreeMap<String, Expression>,
+    depth: usize,
+) {
+    if depth > 16 {
+        return;
+    }
+    match resolve_locals(expr, locals, 0) {
+        Expression::Object(object) => {
+            for (key, value) in object.iter() {
+                let name = match key {
+                    ObjectKey::Identifier(id) => id.as_str().to_string(),
+                    ObjectKey::Expression(Expression::String(s)) => s.clone(),
+                    _ => continue,
+                };
+                out.insert(name, value.clone());
+            }
+        }
+        Expression::FuncCall(call) if call.name.name.as_str() == "merge" => {
+            for arg in &call.args {
+                env_values(arg, locals, out, depth + 1);
+            }
+        }
+        Expression::ForExpr(for_expr) => {
+            env_values(&for_expr.collection_expr, locals, out, depth + 1)
+        }
+        Expression::Parenthesis(inner) => env_values(&inner, locals, out, depth + 1),
+        _ => {}
+    }
+}
+
+/// The names of the variables an expression reads, directly or through locals.
+fn reads_variable(expr: &Expression, var: &str, locals: &BTreeMap<String, Expression>) -> bool {
+    let mut text = render(expr);
+    // Locals named in the expression, expanded a few levels deep.
+    for _ in 0..4 {
+        let mut expanded = text.clone();
+        for (name, value) in locals {
+            if text.contains(&format!("local.{name}")) {
+                expanded.push(' ');
+                expanded.push_str(&render(value));
+            }
+        }
+        text = expanded;
+    }
+    text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+        .any(|word| word == format!("var.{var}"))
+}
+
+/// Each engine setting the module exposes (declared once, in `core/src/config.rs`): its
+/// Terraform variable exists, names the environment variable in its description, feeds
+/// that variable in both functions' environment, and defaults to null (the code's
+/// default) or to the code's default.
+fn check_settings(
+    module: &Module,
+    settings: &[lambdafusion::config::Setting],
+    errors: &mut Vec<String>,
+) {
+    for name in ["scheduler", "executor"] {
+        let Some(body) = function(module, name) else {
+            continue;
+        };
+        let Some(variables) = blocks(body, "environment")
+            .next()
+            .and_then(|b| attr(b.body(), "variables"))
+        else {
+            continue;
+        };
+        let mut values = BTreeMap::new();
+        env_values(variables, &module.locals, &mut values, 0);
+        for setting in settings {
+            let (Some(env), Some(tf)) = (setting.env, setting.terraform) else {
+                continue;
+            };
+            match values.get(env) {
+                None => errors.push(format!(
+                    "{name}: setting {} ({env}) is not set",
+                    setting.name
+                )),
+                Some(value) if !reads_variable(value, tf, &module.locals) => errors.push(format!(
+                    "{name}: {env} = {} does not come from var.{tf}",
+                    render(value)
+                )),
+                Some(_) => {}
+            }
+        }
+    }
+    for setting in settings {
+        let Some(tf) = setting.terraform else {
+            continue;
+        };
+        let Some(variable) = module.variables.get(tf) else {
+            errors.push(format!(
+                "setting {}: no variable \"{tf}\" in the module",
+                setting.name
+            ));
+            continue;
+        };
+        let env = setting.env.unwrap_or("(none)");
+        let described = attr(variable, "description")
+            .and_then(string_literal)
+            .is_some_and(|d| d.contains(env));
+        if !described {
+            errors.push(format!(
+                "variable \"{tf}\": its description does not name {env}"
+            ));
+        }
+        match attr(variable, "default") {
+            None | Some(Expression::Null) => {}
+            Some(default) if render(default) == setting.default_value() => {}
+            Some(default) => errors.push(format!(
+                "variable \"{tf}\" defaults to {} but the code's {} defaults to {}",
+                render(default),
+                setting.name,
+                setting.default_value()
+            )),
+        }
     }
 }
 
@@ -1716,4 +1841,40 @@ fn negative_lambda_retries_on_tasks_are_detected() {
         "maximum_retry_attempts       = 2",
     );
     assert_detected(check(&src, &contract()), "executor maximum_retry_attempts");
+}
+
+#[test]
+fn negative_setting_default_differing_from_the_code_is_detected() {
+    let src = module_source();
+    let at = src.find("variable \"max_query_seconds\" {").unwrap();
+    let default = at + src[at..].find("default     = 3600").unwrap();
+    let src = format!(
+        "{}default     = 7200{}",
+        &src[..default],
+        &src[default + 18..]
+    );
+    assert_detected(check(&src, &contract()), "defaults to 7200");
+}
+
+#[test]
+fn negative_setting_fed_from_another_variable_is_detected() {
+    let src = mutate(
+        &module_source(),
+        "LAMBDAFUSION_MAX_ATTEMPTS            = var.max_attempts",
+        "LAMBDAFUSION_MAX_ATTEMPTS            = var.dispatch_fanout",
+    );
+    assert_detected(
+        check(&src, &contract()),
+        "does not come from var.max_attempts",
+    );
+}
+
+#[test]
+fn negative_setting_without_its_variable_is_detected() {
+    let module = parse_module(&module_source());
+    let mut settings = lambdafusion::config::SETTINGS.to_vec();
+    settings[0].terraform = Some("no_such_variable");
+    let mut errors = Vec::new();
+    check_settings(&module, &settings, &mut errors);
+    assert_detected(errors, "no variable \"no_such_variable\"");
 }
