@@ -251,6 +251,15 @@ class EmbeddedTest(unittest.TestCase):
         self.assertEqual(seen[-1]["state"], "succeeded")
         self.assertEqual(seen[-1]["result_rows"], 1)
 
+    def test_progress_callback_sees_a_query_that_had_already_ended(self) -> None:
+        # Whether the submission's answer already says "succeeded" is a race (a fast
+        # query ends before the POST answers); a query known to have ended is the same.
+        query = self.con.submit("SELECT count(*) AS n FROM cities")
+        query.wait()
+        seen: List[Dict[str, Any]] = []
+        query.result(on_progress=seen.append)
+        self.assertEqual([s["state"] for s in seen], ["succeeded"])
+
 
 class ConnectTest(unittest.TestCase):
     def test_unreachable_endpoint_is_named(self) -> None:

@@ -140,6 +140,9 @@ class Query:
         status = self._last
         if status is None or status.get("state") not in TERMINAL_STATES:
             status = self.wait(on_progress=on_progress)
+        elif on_progress is not None:
+            # Already ended when submitted (or last asked): the callback still sees it.
+            on_progress(status)
         state = status.get("state")
         if state != "succeeded":
             message = status.get("error") or f"query {self.id} {state}"
