@@ -79,6 +79,8 @@ impl Write for SharedBuf {
 }
 
 /// Encodes a result stream as an HTTP body in `format`.
+///
+/// Long because it is one arm per format, each streaming its own framing.
 pub async fn encode(
     format: ResultFormat,
     schema: SchemaRef,

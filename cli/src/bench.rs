@@ -105,6 +105,9 @@ fn parse_peak_rss(status: &str) -> Option<u64> {
 }
 
 /// Runs the benchmark; prints progress to stderr and returns the rows.
+///
+/// Long because it is the benchmark's protocol in order (load, warm, alternate, time,
+/// verify), which reads best as one sequence.
 pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, CliError> {
     let dir = tpch::data_dir(&options.data, options.sf);
     if !tpch::is_generated(&dir) {
@@ -367,6 +370,8 @@ fn ms(d: Duration) -> f64 {
 }
 
 /// The benchmark table, with totals.
+///
+/// Long because it is one table's columns, in the order they print.
 pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
     let mut table: Vec<Vec<String>> = rows
         .iter()

@@ -358,6 +358,7 @@ fn main() -> ExitCode {
     }
 }
 
+/// Runs one command: one arm per subcommand (long for that reason).
 async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
         Command::Demo(args) => demo(args).await,

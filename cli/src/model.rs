@@ -480,6 +480,9 @@ const REDUCING: f64 = 0.01;
 /// as its input too — unless it reduces (writes under 1% of what it reads), when each of
 /// its tasks is taken to write what it wrote (an aggregate's groups). See the
 /// [module docs](self).
+///
+/// Long because it is the model's arithmetic, stage by stage, kept as one derivation
+/// so it reads like the module docs' formulas.
 pub fn estimate(
     query: &QueryProfile,
     sf: f64,

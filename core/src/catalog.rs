@@ -174,6 +174,9 @@ fn stored_location(location: &str) -> Result<String> {
 /// Creates (or replaces) a catalog table: checks its locations against the access
 /// policy, resolves its schema now and stores both. Returns the stored record, or `None`
 /// when `IF NOT EXISTS` found one. Nothing is stored when a check fails.
+///
+/// Long because every check happens before anything is stored, in the order a reader
+/// expects them (location, glob, format, schema).
 pub async fn create_table(
     state: &SessionState,
     store: &dyn JobStore,

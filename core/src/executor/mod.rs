@@ -216,7 +216,9 @@ impl Executor {
         }))
     }
 
-    /// Runs one attempt on `services` (counted into `tally`).
+    /// Runs one attempt on `services` (counted into `tally`): read what the task needs,
+    /// decode its plan ([`Self::task_writer`]), write its partitions to one shuffle object,
+    /// commit it ([`Self::commit_output`]).
     async fn attempt(
         &self,
         invocation: &TaskInvocation,
@@ -224,7 +226,6 @@ impl Executor {
         tally: &Tally,
     ) -> Result<TaskReport> {
         let task = &invocation.task;
-        let store = &services.store;
         let faults = &services.faults;
         let started_ms = now_ms();
         // Sequential reads before the work starts (the end of the hand-off path).
@@ -249,28 +250,10 @@ impl Executor {
                 task.partition, task.stage, stage.tasks
             )));
         }
-        // Decoded for this task, over its counting runtime (a decoded scan reads through
-        // the object store of the context it was decoded with), and fresh: operators keep
-        // per-execution state (a hash join's build side) that must not leak between tasks.
         let stop = Arc::new(AtomicBool::new(false));
-        let context_plans = invocation
-            .context
-            .as_deref()
-            .map_or(&[][..], |c| c.plans.as_slice());
-        let plans = match self.cached_plans(&task.job_id, task.stage) {
-            Some(plans) => plans,
-            None => {
-                self.load_plans(services, &stage, plan, context_plans, &mut reads)
-                    .await?
-            }
-        };
-        let plan = plans.decode(&stage, &self.decode_context(services))?;
-        let writer = ShuffleWriterExec::from_plan(&plan)?;
-        let writer = writer.with_input(stop::StopExec::wrap_leaves_and_joins(
-            writer.input().clone(),
-            stop.clone(),
-            &task.job_id,
-        )?);
+        let writer = self
+            .task_writer(invocation, services, &stage, plan, stop.clone(), &mut reads)
+            .await?;
         let given = invocation
             .context
             .as_deref()
@@ -327,53 +310,105 @@ impl Executor {
         let mut requests = tally.counts();
         requests.add(Request::StoreWrite, 2);
         requests.add(Request::StoreRead, 1);
+        let output = TaskOutput {
+            attempt: task.attempt,
+            object: path.to_string(),
+            ends: summary.ends.clone(),
+            rows: summary.rows,
+            bytes: summary.bytes,
+            started_ms,
+            finished_ms,
+            metrics,
+            requests,
+            handoff,
+        };
+        self.commit_output(services, task, &stage, output, &shuffle, &path, &key)
+            .await
+    }
+
+    /// Decodes the task's stage plan for this task — over its counting runtime (a decoded
+    /// scan reads through the object store of the context it was decoded with), and fresh:
+    /// operators keep per-execution state (a hash join's build side) that must not leak
+    /// between tasks — with `stop` wired into its leaves and joins.
+    async fn task_writer(
+        &self,
+        invocation: &TaskInvocation,
+        services: &Services,
+        stage: &StageRecord,
+        plan: Option<crate::state::PlanRecord>,
+        stop: Arc<AtomicBool>,
+        reads: &mut u32,
+    ) -> Result<ShuffleWriterExec> {
+        let task = &invocation.task;
+        let context_plans = invocation
+            .context
+            .as_deref()
+            .map_or(&[][..], |c| c.plans.as_slice());
+        let plans = match self.cached_plans(&task.job_id, task.stage) {
+            Some(plans) => plans,
+            None => {
+                self.load_plans(services, stage, plan, context_plans, reads)
+                    .await?
+            }
+        };
+        let plan = plans.decode(stage, &self.decode_context(services))?;
+        let writer = ShuffleWriterExec::from_plan(&plan)?;
+        Ok(writer.with_input(stop::StopExec::wrap_leaves_and_joins(
+            writer.input().clone(),
+            stop,
+            &task.job_id,
+        )?))
+    }
+
+    /// Commits a written output; the loser of a race with another attempt deletes its
+    /// object, and so does a task whose job ended while it ran.
+    #[allow(clippy::too_many_arguments)]
+    async fn commit_output(
+        &self,
+        services: &Services,
+        task: &TaskSpec,
+        stage: &StageRecord,
+        output: TaskOutput,
+        shuffle: &Arc<dyn object_store::ObjectStore>,
+        path: &object_store::path::Path,
+        key: &str,
+    ) -> Result<TaskReport> {
+        let rows = output.rows;
         let commit = TaskCommit {
             job_id: task.job_id.clone(),
             stage: task.stage,
             partition: task.partition,
             stage_tasks: stage.tasks,
-            output: TaskOutput {
-                attempt: task.attempt,
-                object: path.to_string(),
-                ends: summary.ends.clone(),
-                rows: summary.rows,
-                bytes: summary.bytes,
-                started_ms,
-                finished_ms,
-                metrics,
-                requests,
-                handoff,
-            },
-            now_ms: finished_ms,
+            now_ms: output.finished_ms,
+            output,
             expires_at: services.expires_at(),
         };
         match Self::commit(services, &commit).await? {
             CommitOutcome::Committed { counter_done } => {
                 debug!(
-                    rows = summary.rows,
-                    bytes = summary.bytes,
+                    rows,
+                    bytes = commit.output.bytes,
                     counter_done,
                     "task committed"
                 );
-                faults.crash_point(FaultKind::ExecutorCrashAfterCommit, &key)?;
+                services
+                    .faults
+                    .crash_point(FaultKind::ExecutorCrashAfterCommit, key)?;
                 if counter_done {
-                    self.advance_if_stage_done(task, &stage).await;
+                    self.advance_if_stage_done(task, stage).await;
                 }
                 // A job that ended while this task ran (failed, cancelled) was cleaned up
                 // already; this object would outlive it.
-                if let Ok(Some(now)) = store.get_job(&task.job_id).await {
+                if let Ok(Some(now)) = services.store.get_job(&task.job_id).await {
                     if matches!(now.state, JobState::Failed | JobState::Cancelled) {
-                        let _ = shuffle.delete(&path).await;
+                        let _ = shuffle.delete(path).await;
                     }
                 }
-                Ok(TaskReport::Committed {
-                    counter_done,
-                    rows: summary.rows,
-                })
+                Ok(TaskReport::Committed { counter_done, rows })
             }
             CommitOutcome::AlreadySucceeded => {
                 debug!("another attempt committed first; discarding this output");
-                let _ = shuffle.delete(&path).await;
+                let _ = shuffle.delete(path).await;
                 Ok(TaskReport::Duplicate)
             }
         }

@@ -257,6 +257,8 @@ fn codec_err(msg: impl Into<String>) -> DataFusionError {
 }
 
 impl PhysicalExtensionCodec for LambdaFusionCodec {
+    /// One arm per node of ours, each a few lines; kept in one match (and its twin
+    /// [`Self::try_encode`]) so the wire format of every node reads in one place.
     fn try_decode(
         &self,
         buf: &[u8],
@@ -436,6 +438,7 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
         }
     }
 
+    /// One arm per node of ours, mirroring [`Self::try_decode`] (long for that reason).
     fn try_encode(
         &self,
         node: Arc<dyn ExecutionPlan>,

@@ -138,6 +138,9 @@ fn join_notes(stage: &StageRecord, snapshot: &JobSnapshot, inputs: &Inputs) -> V
 
 /// The coalesce rule, the scan coalesce rule and the skew split — or the stage as
 /// planned, with the reason.
+///
+/// Long because each rule's decision and its reason are read in order in one place;
+/// the rules themselves live in their own modules.
 pub(super) fn size(
     stage: &StageRecord,
     snapshot: &JobSnapshot,
