@@ -494,11 +494,18 @@ fn check_functions(module: &Module, contract: &Contract, errors: &mut Vec<String
 }
 
 /// Collects the names of an environment map: name -> set unconditionally?
+/// One variable a function's environment may set: whether always (not under a condition
+/// or a filter), and the expression of its value.
+struct EnvEntry {
+    always: bool,
+    value: Expression,
+}
+
 fn env_names(
     expr: &Expression,
     locals: &BTreeMap<String, Expression>,
     conditional: bool,
-    out: &mut BTreeMap<String, bool>,
+    out: &mut BTreeMap<String, EnvEntry>,
     errors: &mut Vec<String>,
     depth: usize,
 ) {
@@ -517,7 +524,7 @@ fn env_names(
     }
     match expr {
         Expression::Object(object) => {
-            for key in object.keys() {
+            for (key, value) in object.iter() {
                 let name = match key {
                     ObjectKey::Identifier(id) => id.as_str().to_string(),
                     ObjectKey::Expression(Expression::String(s)) => s.clone(),
@@ -528,7 +535,11 @@ fn env_names(
                         continue;
                     }
                 };
-                *out.entry(name).or_insert(false) |= !conditional;
+                let entry = out.entry(name).or_insert(EnvEntry {
+                    always: false,
+                    value: value.clone(),
+                });
+                entry.always |= !conditional;
             }
         }
         Expression::FuncCall(call) if call.name.name.as_str() == "merge" => {
@@ -596,7 +607,7 @@ fn check_environment(module: &Module, contract: &Contract, errors: &mut Vec<Stri
             ));
         }
         for var in required {
-            match names.get(var) {
+            match names.get(var).map(|e| e.always) {
                 Some(true) => {}
                 Some(false) => {
                     errors.push(format!("{name}: required {var} is only set conditionally"))
@@ -613,57 +624,30 @@ fn check_environment(module: &Module, contract: &Contract, errors: &mut Vec<Stri
     }
 }
 
-/// Each entry `NAME = value` of the objects an environment expression merges, with its
-/// value (through locals, `merge(...)` and `{ for ... }` filters).
-fn env_values(
-    expr: &Expression,
-    locals: &BTreeMap<String, Expression>,
-    out: &mut BTreeMap<String, Expression>,
-    depth: usize,
-) {
-    if depth > 16 {
-        return;
-    }
-    match resolve_locals(expr, locals, 0) {
-        Expression::Object(object) => {
-            for (key, value) in object.iter() {
-                let name = match key {
-                    ObjectKey::Identifier(id) => id.as_str().to_string(),
-                    ObjectKey::Expression(Expression::String(s)) => s.clone(),
-                    _ => continue,
-                };
-                out.insert(name, value.clone());
-            }
-        }
-        Expression::FuncCall(call) if call.name.name.as_str() == "merge" => {
-            for arg in &call.args {
-                env_values(arg, locals, out, depth + 1);
-            }
-        }
-        Expression::ForExpr(for_expr) => {
-            env_values(&for_expr.collection_expr, locals, out, depth + 1)
-        }
-        Expression::Parenthesis(inner) => env_values(&inner, locals, out, depth + 1),
-        _ => {}
-    }
-}
-
-/// The names of the variables an expression reads, directly or through locals.
+/// Whether `expr` reads `var.<var>`, directly or through the locals it names (each
+/// `local.<name>` word expanded to that local's expression, until none is new).
 fn reads_variable(expr: &Expression, var: &str, locals: &BTreeMap<String, Expression>) -> bool {
-    let mut text = render(expr);
-    // Locals named in the expression, expanded a few levels deep.
-    for _ in 0..4 {
-        let mut expanded = text.clone();
-        for (name, value) in locals {
-            if text.contains(&format!("local.{name}")) {
-                expanded.push(' ');
-                expanded.push_str(&render(value));
+    fn words(text: &str) -> impl Iterator<Item = &str> {
+        text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
+    }
+    let wanted = format!("var.{var}");
+    let mut pending = vec![render(expr)];
+    let mut expanded = BTreeSet::new();
+    while let Some(text) = pending.pop() {
+        for word in words(&text) {
+            if word == wanted {
+                return true;
+            }
+            if let Some(local) = word.strip_prefix("local.") {
+                if let Some(value) = locals.get(local) {
+                    if expanded.insert(local.to_string()) {
+                        pending.push(render(value));
+                    }
+                }
             }
         }
-        text = expanded;
     }
-    text.split(|c: char| !(c.is_alphanumeric() || c == '_' || c == '.'))
-        .any(|word| word == format!("var.{var}"))
+    false
 }
 
 /// Each engine setting the module exposes (declared once, in `core/src/config.rs`): its
@@ -685,13 +669,21 @@ fn check_settings(
         else {
             continue;
         };
+        // What cannot be read was reported by check_environment already.
         let mut values = BTreeMap::new();
-        env_values(variables, &module.locals, &mut values, 0);
+        env_names(
+            variables,
+            &module.locals,
+            false,
+            &mut values,
+            &mut Vec::new(),
+            0,
+        );
         for setting in settings {
             let (Some(env), Some(tf)) = (setting.env, setting.terraform) else {
                 continue;
             };
-            match values.get(env) {
+            match values.get(env).map(|e| &e.value) {
                 None => errors.push(format!(
                     "{name}: setting {} ({env}) is not set",
                     setting.name
