@@ -3,34 +3,12 @@
 //! AWS backends; only `lambdafusion-aws` knows the AWS SDK. Checked on what cargo
 //! resolves, so a dependency added in the wrong place fails here, not in a zip.
 
-use std::process::Command;
+use lambdafusion_tests::cargo_tree;
 
 /// The crates `selection` links (normal dependencies, features as cargo resolves them).
 fn linked(selection: &[&str]) -> Vec<String> {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let out = Command::new(cargo)
-        .current_dir(root)
-        .args([
-            "tree",
-            "--locked",
-            "--offline",
-            "-e",
-            "normal",
-            "--prefix",
-            "none",
-        ])
-        .args(["--format", "{p}"])
-        .args(selection)
-        .output()
-        .expect("cargo tree runs");
-    assert!(
-        out.status.success(),
-        "cargo tree failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let mut names: Vec<String> = String::from_utf8(out.stdout)
-        .unwrap()
+    let args = ["-e", "normal", "--prefix", "none", "--format", "{p}"];
+    let mut names: Vec<String> = cargo_tree(&[&args[..], selection].concat())
         .lines()
         .filter_map(|l| l.split_whitespace().next().map(str::to_string))
         .collect();

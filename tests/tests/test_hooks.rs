@@ -4,26 +4,20 @@
 //! functions alone) never does. `scripts/package` also fails if a zip's binary names
 //! either hook's variable; this test holds the feature wiring that makes that so.
 
-use std::process::Command;
+use lambdafusion_tests::cargo_tree;
 
 /// The features of `lambdafusion-aws` as cargo resolves them when building `package`
 /// alone (what `cargo lambda build -p scheduler-fn -p executor-fn` does) or the workspace.
 fn aws_features(selection: &[&str]) -> String {
-    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-    let root = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
-    let out = Command::new(cargo)
-        .current_dir(root)
-        .args(["tree", "--locked", "--offline", "-e", "features"])
-        .args(["-i", "lambdafusion-aws", "--prefix", "none"])
-        .args(selection)
-        .output()
-        .expect("cargo tree runs");
-    assert!(
-        out.status.success(),
-        "cargo tree failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    String::from_utf8(out.stdout).unwrap()
+    let args = [
+        "-e",
+        "features",
+        "-i",
+        "lambdafusion-aws",
+        "--prefix",
+        "none",
+    ];
+    cargo_tree(&[&args[..], selection].concat())
 }
 
 #[test]
