@@ -1,5 +1,6 @@
 //! The status of a job as users see it: state, timings, per-stage progress and metrics,
-//! and an estimate of what it would cost on Lambda.
+//! and an estimate of what it would cost on Lambda; and waiting for a job to end
+//! ([`wait_for_status`]), which the HTTP API and the embedded engine both do.
 
 use std::time::Duration;
 

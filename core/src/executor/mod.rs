@@ -26,7 +26,8 @@ use crate::plan;
 use crate::requests::{Request, Tally};
 use crate::shuffle::{task_output_path, SharedFetches, ShuffleInputs, ShuffleWriterExec};
 use crate::state::{
-    counters_of, CommitOutcome, JobKind, JobState, StageRecord, TaskCommit, TaskOutput, TaskState,
+    counters_of, CommitOutcome, JobKind, JobState, PlanRecord, StageRecord, TaskCommit, TaskOutput,
+    TaskState,
 };
 use crate::time::now_ms;
 use crate::{Error, Result, Services};
@@ -73,7 +74,7 @@ struct Start {
     job: JobBrief,
     stage: StageRecord,
     /// The stage's plan record, when read or given (else cached or read later).
-    plan: Option<crate::state::PlanRecord>,
+    plan: Option<PlanRecord>,
 }
 
 /// The encoded plans the tasks of one stage run: the stage's own, and those of the
@@ -335,7 +336,7 @@ impl Executor {
         invocation: &TaskInvocation,
         services: &Services,
         stage: &StageRecord,
-        plan: Option<crate::state::PlanRecord>,
+        plan: Option<PlanRecord>,
         stop: Arc<AtomicBool>,
         reads: &mut u32,
     ) -> Result<ShuffleWriterExec> {
