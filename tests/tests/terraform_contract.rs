@@ -29,6 +29,7 @@ use std::path::{Path, PathBuf};
 use hcl::expr::{Expression, ObjectKey, TraversalOperator};
 use hcl::{Block, Body};
 use lambdafusion_aws::contract::*;
+use lambdafusion_local::terraform::{attr, Address, Module};
 
 /// The module, relative to the repository root.
 const MODULE_DIR: &str = "infra/terraform/modules/lambdafusion";
@@ -265,73 +266,11 @@ fn module_source() -> String {
         .collect()
 }
 
-struct Module {
-    /// (type, name) -> block body
-    resources: BTreeMap<(String, String), Body>,
-    data: BTreeMap<(String, String), Body>,
-    locals: BTreeMap<String, Expression>,
-    variables: BTreeMap<String, Body>,
-    outputs: BTreeMap<String, Body>,
-}
-
-fn labels(block: &Block) -> Vec<&str> {
-    block.labels().iter().map(|l| l.as_str()).collect()
-}
-
+/// The module as written, read by the same loader as the local stack's
+/// (`lambdafusion_local::terraform::Module`), which refuses duplicate blocks.
 fn parse_module(src: &str) -> Module {
-    let body: Body = hcl::from_str(src).expect("module HCL does not parse");
-    let mut module = Module {
-        resources: BTreeMap::new(),
-        data: BTreeMap::new(),
-        locals: BTreeMap::new(),
-        variables: BTreeMap::new(),
-        outputs: BTreeMap::new(),
-    };
-    for block in body.blocks() {
-        let l = labels(block);
-        match block.identifier() {
-            "resource" if l.len() == 2 => {
-                let key = (l[0].to_string(), l[1].to_string());
-                assert!(
-                    module.resources.insert(key, block.body().clone()).is_none(),
-                    "duplicate resource {l:?}"
-                );
-            }
-            "data" if l.len() == 2 => {
-                let key = (l[0].to_string(), l[1].to_string());
-                assert!(
-                    module.data.insert(key, block.body().clone()).is_none(),
-                    "duplicate data {l:?}"
-                );
-            }
-            "variable" if l.len() == 1 => {
-                let dup = module
-                    .variables
-                    .insert(l[0].to_string(), block.body().clone());
-                assert!(dup.is_none(), "duplicate variable {}", l[0]);
-            }
-            "output" if l.len() == 1 => {
-                let dup = module
-                    .outputs
-                    .insert(l[0].to_string(), block.body().clone());
-                assert!(dup.is_none(), "duplicate output {}", l[0]);
-            }
-            "locals" => {
-                for attr in block.body().attributes() {
-                    let dup = module
-                        .locals
-                        .insert(attr.key().to_string(), attr.expr().clone());
-                    assert!(dup.is_none(), "duplicate local {}", attr.key());
-                }
-            }
-            _ => {}
-        }
-    }
-    module
-}
-
-fn attr<'a>(body: &'a Body, key: &str) -> Option<&'a Expression> {
-    body.attributes().find(|a| a.key() == key).map(|a| a.expr())
+    Module::parse(&[("the module".to_string(), src.to_string())])
+        .unwrap_or_else(|e| panic!("the module does not load: {e}"))
 }
 
 fn blocks<'a>(body: &'a Body, identifier: &'a str) -> impl Iterator<Item = &'a Block> + 'a {
@@ -416,17 +355,15 @@ fn check(src: &str, contract: &Contract) -> Vec<String> {
 }
 
 fn function<'a>(module: &'a Module, name: &str) -> Option<&'a Body> {
-    module
-        .resources
-        .get(&("aws_lambda_function".to_string(), name.to_string()))
+    module.resource("aws_lambda_function", name)
 }
 
 fn check_functions(module: &Module, contract: &Contract, errors: &mut Vec<String>) {
     let declared: BTreeSet<&str> = module
-        .resources
+        .resources()
         .keys()
-        .filter(|(t, _)| t == "aws_lambda_function")
-        .map(|(_, n)| n.as_str())
+        .filter(|a| a.kind == "aws_lambda_function")
+        .map(|a| a.name.as_str())
         .collect();
     let expected: BTreeSet<&str> = contract.functions.keys().copied().collect();
     if declared != expected {
@@ -459,8 +396,7 @@ fn check_functions(module: &Module, contract: &Contract, errors: &mut Vec<String
                 .iter()
                 .map(|e| match traversal_path(e).as_deref() {
                     Some([v, name]) if v == "var" => module
-                        .variables
-                        .get(name)
+                        .variable(name)
                         .and_then(|var| attr(var, "default"))
                         .and_then(string_literal)
                         .map(str::to_string),
@@ -477,7 +413,7 @@ fn check_functions(module: &Module, contract: &Contract, errors: &mut Vec<String
         }
     }
     // The variable, if used, admits exactly the two architectures Lambda runs.
-    if let Some(var) = module.variables.get("architecture") {
+    if let Some(var) = module.variable("architecture") {
         let condition = blocks(var, "validation")
             .filter_map(|v| attr(v.body(), "condition"))
             .map(render)
@@ -597,7 +533,7 @@ fn check_environment(module: &Module, contract: &Contract, errors: &mut Vec<Stri
             continue;
         };
         let mut names = BTreeMap::new();
-        env_names(variables, &module.locals, false, &mut names, errors, 0);
+        env_names(variables, module.locals(), false, &mut names, errors, 0);
         for (var, _) in names
             .iter()
             .filter(|(var, _)| !contract.all_env.contains(*var))
@@ -673,7 +609,7 @@ fn check_settings(
         let mut values = BTreeMap::new();
         env_names(
             variables,
-            &module.locals,
+            module.locals(),
             false,
             &mut values,
             &mut Vec::new(),
@@ -688,7 +624,7 @@ fn check_settings(
                     "{name}: setting {} ({env}) is not set",
                     setting.name
                 )),
-                Some(value) if !reads_variable(value, tf, &module.locals) => errors.push(format!(
+                Some(value) if !reads_variable(value, tf, module.locals()) => errors.push(format!(
                     "{name}: {env} = {} does not come from var.{tf}",
                     render(value)
                 )),
@@ -700,7 +636,7 @@ fn check_settings(
         let Some(tf) = setting.terraform else {
             continue;
         };
-        let Some(variable) = module.variables.get(tf) else {
+        let Some(variable) = module.variable(tf) else {
             errors.push(format!(
                 "setting {}: no variable \"{tf}\" in the module",
                 setting.name
@@ -744,7 +680,12 @@ fn statements(
 ) -> Vec<Statement> {
     let mut bodies: Vec<&Body> = blocks(doc, "statement").map(|b| b.body()).collect();
     for dynamic in blocks(doc, "dynamic") {
-        if labels(dynamic) == ["statement"] {
+        if dynamic
+            .labels()
+            .iter()
+            .map(|l| l.as_str())
+            .eq(["statement"])
+        {
             bodies.extend(blocks(dynamic.body(), "content").map(|b| b.body()));
         }
     }
@@ -816,7 +757,7 @@ fn statements(
 
 fn check_iam(module: &Module, contract: &Contract, errors: &mut Vec<String>) {
     // Only inline policies built from aws_iam_policy_document, so they can be read here.
-    for (kind, name) in module.resources.keys() {
+    for Address { kind, name } in module.resources().keys() {
         if matches!(
             kind.as_str(),
             "aws_iam_role_policy_attachment"
@@ -827,7 +768,10 @@ fn check_iam(module: &Module, contract: &Contract, errors: &mut Vec<String>) {
             errors.push(format!("{kind}.{name}: attach permissions only as aws_iam_role_policy from aws_iam_policy_document"));
         }
         if kind == "aws_iam_role" {
-            let body = &module.resources[&(kind.clone(), name.clone())];
+            let body = &module.resources()[&Address {
+                kind: kind.clone(),
+                name: name.clone(),
+            }];
             if attr(body, "managed_policy_arns").is_some()
                 || blocks(body, "inline_policy").next().is_some()
             {
@@ -840,7 +784,7 @@ fn check_iam(module: &Module, contract: &Contract, errors: &mut Vec<String>) {
 
     // role label -> policy document labels attached to it
     let mut attached: BTreeMap<String, Vec<String>> = BTreeMap::new();
-    for ((kind, name), body) in &module.resources {
+    for (Address { kind, name }, body) in module.resources() {
         if kind != "aws_iam_role_policy" {
             continue;
         }
@@ -880,11 +824,8 @@ fn check_iam(module: &Module, contract: &Contract, errors: &mut Vec<String>) {
 
         let mut actual: Vec<Statement> = Vec::new();
         for doc in attached.get(&role).map(Vec::as_slice).unwrap_or_default() {
-            match module
-                .data
-                .get(&("aws_iam_policy_document".to_string(), doc.clone()))
-            {
-                Some(doc_body) => actual.extend(statements(doc, doc_body, &module.locals, errors)),
+            match module.data_source("aws_iam_policy_document", doc) {
+                Some(doc_body) => actual.extend(statements(doc, doc_body, module.locals(), errors)),
                 None => errors.push(format!(
                     "role {role}: data.aws_iam_policy_document.{doc} does not exist"
                 )),
@@ -951,7 +892,7 @@ fn check_wiring(module: &Module, errors: &mut Vec<String>) {
             errors.push(format!("{what} is {actual:?}, expected {wanted:?}"));
         }
     }
-    let get = |kind: &str, name: &str| module.resources.get(&(kind.to_string(), name.to_string()));
+    let get = |kind: &str, name: &str| module.resource(kind, name);
     let rendered = |body: &Body, key: &str| attr(body, key).map(render).unwrap_or_default();
 
     match get("aws_dynamodb_table", "jobs") {
@@ -1146,7 +1087,7 @@ const ORDERING: &[(&str, &str, &[&str])] = &[
 
 fn check_ordering(module: &Module, errors: &mut Vec<String>) {
     for (kind, name, needs) in ORDERING {
-        let Some(body) = module.resources.get(&(kind.to_string(), name.to_string())) else {
+        let Some(body) = module.resource(kind, name) else {
             errors.push(format!("ordering: no {kind}.{name}"));
             continue;
         };
@@ -1223,9 +1164,7 @@ fn route_matches(route_key: &str, method: &str, path: &str) -> bool {
 }
 
 fn check_routes(module: &Module, served: &BTreeSet<(String, String)>, errors: &mut Vec<String>) {
-    let route = module
-        .resources
-        .get(&("aws_apigatewayv2_route".to_string(), "api".to_string()));
+    let route = module.resource("aws_apigatewayv2_route", "api");
     let Some(route) = route else {
         errors.push("routes: no aws_apigatewayv2_route.api".into());
         return;
@@ -1243,7 +1182,7 @@ fn check_routes(module: &Module, served: &BTreeSet<(String, String)>, errors: &m
             "routes: target is {target}, expected the scheduler's integration"
         ));
     }
-    let keys: Vec<String> = match module.locals.get("api_routes") {
+    let keys: Vec<String> = match module.locals().get("api_routes") {
         Some(Expression::Object(object)) => object
             .keys()
             .map(|k| match k {
@@ -1277,9 +1216,7 @@ fn check_routes(module: &Module, served: &BTreeSet<(String, String)>, errors: &m
 /// https://docs.aws.amazon.com/lambda/latest/dg/urls-auth.html), InvokeFunction only through
 /// the URL; the API needs execute-api:Invoke.
 fn check_caller_policy(module: &Module, errors: &mut Vec<String>) {
-    match module
-        .outputs
-        .get("caller_policy_json")
+    match module.output("caller_policy_json")
         .and_then(|o| attr(o, "value"))
     {
         Some(value) if render(value).contains("data.aws_iam_policy_document.caller.json") => {}
@@ -1288,10 +1225,7 @@ fn check_caller_policy(module: &Module, errors: &mut Vec<String>) {
             other.map(render)
         )),
     }
-    let Some(doc) = module
-        .data
-        .get(&("aws_iam_policy_document".to_string(), "caller".to_string()))
-    else {
+    let Some(doc) = module.data_source("aws_iam_policy_document", "caller") else {
         errors.push("caller policy: no data.aws_iam_policy_document.caller".into());
         return;
     };
@@ -1361,7 +1295,7 @@ fn check_caller_policy(module: &Module, errors: &mut Vec<String>) {
 /// Every lifecycle rule names its objects: an empty `filter {}`, or none, draws a warning
 /// ("Invalid Attribute Combination") from AWS provider 5.90 to 5.98; `prefix = ""` does not.
 fn check_lifecycle_filters(module: &Module, errors: &mut Vec<String>) {
-    for ((kind, name), body) in &module.resources {
+    for (Address { kind, name }, body) in module.resources() {
         if kind != "aws_s3_bucket_lifecycle_configuration" {
             continue;
         }
@@ -1385,7 +1319,7 @@ fn check_lifecycle_filters(module: &Module, errors: &mut Vec<String>) {
 /// takes its code through S3 when `local.code_in_s3` says so, which it must say below that.
 fn check_code_upload(module: &Module, errors: &mut Vec<String>) {
     use hcl::eval::Evaluate;
-    match module.locals.get("direct_upload_max_bytes").map(|e| e.evaluate(&hcl::eval::Context::new())) {
+    match module.locals().get("direct_upload_max_bytes").map(|e| e.evaluate(&hcl::eval::Context::new())) {
         Some(Ok(hcl::Value::Number(n))) if n.as_f64().is_some_and(|b| b > 0.0 && b < 50.0 * 1024.0 * 1024.0) => {}
         other => errors.push(format!(
             "code upload: local.direct_upload_max_bytes is {other:?}, expected a number of bytes below Lambda's 50 MB direct-upload limit"

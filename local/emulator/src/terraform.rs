@@ -113,20 +113,16 @@ impl FromStr for Address {
     }
 }
 
-/// A `variable` block: its type constraint and default.
-#[derive(Debug, Clone)]
-struct Variable {
-    ty: Option<Expression>,
-    default: Option<Expression>,
-}
-
-/// The parts of a Terraform module the local stack reads: variables, locals, resources.
-/// (Terraform merges every `.tf` file of a directory into one module; so does this.)
+/// A Terraform module as written: its variables, locals and resources (the local stack
+/// evaluates them; `tests/tests/terraform_contract.rs` reads them as written). Terraform
+/// merges every `.tf` file of a directory into one module; so does this.
 #[derive(Debug, Clone)]
 pub struct Module {
-    variables: BTreeMap<String, Variable>,
+    variables: BTreeMap<String, Body>,
     locals: BTreeMap<String, Expression>,
     resources: BTreeMap<Address, Body>,
+    data: BTreeMap<Address, Body>,
+    outputs: BTreeMap<String, Body>,
 }
 
 impl Module {
@@ -157,6 +153,8 @@ impl Module {
             variables: BTreeMap::new(),
             locals: BTreeMap::new(),
             resources: BTreeMap::new(),
+            data: BTreeMap::new(),
+            outputs: BTreeMap::new(),
         };
         for (file, text) in files {
             let body = hcl::parse(text).map_err(|e| format!("{file}: not valid HCL: {e}"))?;
@@ -164,11 +162,8 @@ impl Module {
                 let labels: Vec<&str> = block.labels().iter().map(|l| l.as_str()).collect();
                 match (block.identifier(), labels.as_slice()) {
                     ("variable", [name]) => {
-                        let var = Variable {
-                            ty: attr(block.body(), "type").cloned(),
-                            default: attr(block.body(), "default").cloned(),
-                        };
-                        if module.variables.insert(name.to_string(), var).is_some() {
+                        let body = block.body().clone();
+                        if module.variables.insert(name.to_string(), body).is_some() {
                             return Err(format!("{file}: variable {name:?} declared twice").into());
                         }
                     }
@@ -194,13 +189,59 @@ impl Module {
                             return Err(format!("{file}: resource {address} defined twice").into());
                         }
                     }
-                    // Outputs, data sources, providers and `terraform` settings do not shape
-                    // the functions; a data source used by a derived expression fails there.
+                    // Data sources and outputs do not shape the functions (a data source
+                    // used by a derived expression fails there), the contract test reads them.
+                    ("data", [kind, name]) => {
+                        let address = Address::new(kind, name);
+                        if module
+                            .data
+                            .insert(address.clone(), block.body().clone())
+                            .is_some()
+                        {
+                            return Err(format!("{file}: data {address} defined twice").into());
+                        }
+                    }
+                    ("output", [name]) => {
+                        let body = block.body().clone();
+                        if module.outputs.insert(name.to_string(), body).is_some() {
+                            return Err(format!("{file}: output {name:?} defined twice").into());
+                        }
+                    }
                     _ => {}
                 }
             }
         }
         Ok(module)
+    }
+
+    /// Every resource, in address order (type, then name).
+    pub fn resources(&self) -> &BTreeMap<Address, Body> {
+        &self.resources
+    }
+
+    /// The resource `kind.name`, as written.
+    pub fn resource(&self, kind: &str, name: &str) -> Option<&Body> {
+        self.resources.get(&Address::new(kind, name))
+    }
+
+    /// The module's locals, as written.
+    pub fn locals(&self) -> &BTreeMap<String, Expression> {
+        &self.locals
+    }
+
+    /// The data source `data.kind.name`, as written.
+    pub fn data_source(&self, kind: &str, name: &str) -> Option<&Body> {
+        self.data.get(&Address::new(kind, name))
+    }
+
+    /// The `output "name"` block, as written.
+    pub fn output(&self, name: &str) -> Option<&Body> {
+        self.outputs.get(name)
+    }
+
+    /// The `variable "name"` block, as written.
+    pub fn variable(&self, name: &str) -> Option<&Body> {
+        self.variables.get(name)
     }
 
     fn of_kind<'a>(&'a self, kind: &'a str) -> impl Iterator<Item = (&'a Address, &'a Body)> {
@@ -212,7 +253,8 @@ impl Module {
     }
 }
 
-fn attr<'a>(body: &'a Body, key: &str) -> Option<&'a Expression> {
+/// The expression of attribute `key` of a block body, if written.
+pub fn attr<'a>(body: &'a Body, key: &str) -> Option<&'a Expression> {
     body.attributes().find(|a| a.key() == key).map(|a| a.expr())
 }
 
@@ -368,7 +410,7 @@ fn variable_values(module: &Module, inputs: &Inputs) -> Result<hcl::Map<String, 
     }
     let mut vars = hcl::Map::new();
     for (name, decl) in &module.variables {
-        let ty = decl.ty.as_ref();
+        let ty = attr(decl, "type");
         let value = match inputs.vars.get(name) {
             Some(text) if parsed_literally(ty) => Value::String(text.clone()),
             Some(text) => {
@@ -376,7 +418,7 @@ fn variable_values(module: &Module, inputs: &Inputs) -> Result<hcl::Map<String, 
                     .map_err(|e| format!("--var {name}: not an HCL expression: {e}"))?;
                 constant(&expr).map_err(|e| format!("--var {name}: {e}"))?
             }
-            None => match &decl.default {
+            None => match attr(decl, "default") {
                 Some(expr) => {
                     constant(expr).map_err(|e| format!("variable {name:?}: default: {e}"))?
                 }
@@ -2762,6 +2804,44 @@ mod tests {
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect()
+    }
+
+    #[test]
+    fn a_block_written_twice_is_refused_and_every_kind_is_kept() {
+        let parse = |hcl: &str| Module::parse(&[("t.tf".into(), hcl.into())]);
+        for (twice, says) in [
+            (r#"variable "a" {}"#, r#"variable "a" declared twice"#),
+            (
+                r#"resource "aws_s3_bucket" "b" {}"#,
+                "resource aws_s3_bucket.b defined twice",
+            ),
+            (
+                r#"data "aws_iam_policy_document" "d" {}"#,
+                "data aws_iam_policy_document.d defined twice",
+            ),
+            (r#"output "o" {}"#, r#"output "o" defined twice"#),
+        ] {
+            let err = parse(&format!("{twice}\n{twice}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(says), "{err}");
+        }
+        let module = parse(
+            r#"
+            variable "a" { default = 1 }
+            locals { l = var.a }
+            resource "aws_s3_bucket" "b" { bucket = "x" }
+            data "aws_iam_policy_document" "d" {}
+            output "o" { value = local.l }
+            "#,
+        )
+        .unwrap();
+        assert!(attr(module.variable("a").unwrap(), "default").is_some());
+        assert!(module.locals().contains_key("l"));
+        assert!(module.resource("aws_s3_bucket", "b").is_some());
+        assert!(module.data_source("aws_iam_policy_document", "d").is_some());
+        assert!(attr(module.output("o").unwrap(), "value").is_some());
+        assert!(module.resource("aws_s3_bucket", "d").is_none());
     }
 
     // ---- the evaluator -----------------------------------------------------------------
