@@ -226,15 +226,10 @@ impl ExecutionPlan for TaskJoinExec {
 
     fn with_new_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return Err(DataFusionError::Internal(format!(
-                "TaskJoinExec takes one child, got {}",
-                children.len()
-            )));
-        }
-        Ok(Arc::new(Self::try_new(children.swap_remove(0))?))
+        let child = crate::plan::only_child("TaskJoinExec", children)?;
+        Ok(Arc::new(Self::try_new(child)?))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {

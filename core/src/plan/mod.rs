@@ -203,6 +203,22 @@ fn refuse_virtual_columns(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
     }
 }
 
+/// The one child a single-input node of ours (`node`) is rebuilt with in
+/// `with_new_children` / `replace_children`; any other number is an internal error naming
+/// the node.
+pub(crate) fn only_child(
+    node: &str,
+    mut children: Vec<Arc<dyn ExecutionPlan>>,
+) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+    if children.len() != 1 {
+        return Err(datafusion::error::DataFusionError::Internal(format!(
+            "{node} takes one child, got {}",
+            children.len()
+        )));
+    }
+    Ok(children.swap_remove(0))
+}
+
 /// Bytes the file scans of `plan` read (whole files, or their assigned byte ranges).
 pub fn scan_bytes(plan: &Arc<dyn ExecutionPlan>) -> u64 {
     use datafusion::common::tree_node::TreeNode;

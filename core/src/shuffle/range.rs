@@ -81,18 +81,10 @@ impl ExecutionPlan for PartitionRangeExec {
 
     fn with_new_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return Err(DataFusionError::Internal(format!(
-                "PartitionRangeExec takes one child, got {}",
-                children.len()
-            )));
-        }
-        Ok(Arc::new(Self::try_new(
-            children.swap_remove(0),
-            self.range.clone(),
-        )?))
+        let child = crate::plan::only_child("PartitionRangeExec", children)?;
+        Ok(Arc::new(Self::try_new(child, self.range.clone())?))
     }
 
     fn execute(
@@ -116,7 +108,9 @@ mod tests {
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
     use datafusion::arrow::record_batch::RecordBatch;
     use datafusion::datasource::memory::MemorySourceConfig;
-    use datafusion::physical_plan::collect_partitioned;
+    use datafusion::physical_plan::{
+        collect_partitioned, ChildrenPropertiesMode, ReplaceChildrenOptions,
+    };
 
     use super::*;
 
@@ -153,6 +147,29 @@ mod tests {
             .collect();
         assert_eq!(values, vec![1, 2]);
         assert!(PartitionRangeExec::try_new(input.clone(), 3..5).is_err());
-        assert!(PartitionRangeExec::try_new(input, 2..2).is_err());
+        assert!(PartitionRangeExec::try_new(input.clone(), 2..2).is_err());
+
+        // Rebuilt with one child it keeps its range; with another number it refuses,
+        // naming itself (plan::only_child, shared by every single-input node of ours).
+        let range: Arc<dyn ExecutionPlan> =
+            Arc::new(PartitionRangeExec::try_new(input.clone(), 1..3).unwrap());
+        let recompute = || ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute);
+        let rebuilt = range
+            .clone()
+            .replace_children(vec![input.clone()], recompute())
+            .unwrap();
+        assert_eq!(rebuilt.properties().partitioning.partition_count(), 2);
+        let two: Vec<Arc<dyn ExecutionPlan>> = vec![input.clone(), input];
+        for children in [vec![], two] {
+            let err = range
+                .clone()
+                .replace_children(children, recompute())
+                .unwrap_err();
+            assert!(
+                err.to_string()
+                    .contains("PartitionRangeExec takes one child"),
+                "{err}"
+            );
+        }
     }
 }

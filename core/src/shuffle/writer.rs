@@ -281,16 +281,11 @@ impl ExecutionPlan for ShuffleWriterExec {
 
     fn replace_children(
         self: Arc<Self>,
-        mut children: Vec<Arc<dyn ExecutionPlan>>,
+        children: Vec<Arc<dyn ExecutionPlan>>,
         options: ReplaceChildrenOptions,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        if children.len() != 1 {
-            return Err(DataFusionError::Internal(format!(
-                "ShuffleWriterExec takes one child, got {}",
-                children.len()
-            )));
-        }
-        let input = children.swap_remove(0);
+        let child = crate::plan::only_child("ShuffleWriterExec", children)?;
+        let input = child;
         let properties = match options.children_properties {
             ChildrenPropertiesMode::Keep => self.properties.clone(),
             ChildrenPropertiesMode::Recompute => Arc::new(input.properties().as_ref().clone()),
