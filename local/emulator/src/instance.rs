@@ -209,6 +209,10 @@ impl Environment {
 
     /// Runs one process from spawn to exit, serving its Runtime API. `first`, if given,
     /// is the invocation the process runs before any other (a cold start's).
+    ///
+    /// It is long because it is one `select!` loop over the process's life: one arm per
+    /// event (exit, Runtime API message, next invocation, limit sample, deadline), all
+    /// sharing the loop's state; the work of each arm is in the methods it calls.
     async fn run_process(&mut self, mut first: Option<Invocation>) -> End {
         let name = self.function.name().to_string();
         let listener = match TcpListener::bind("127.0.0.1:0").await {

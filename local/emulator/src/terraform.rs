@@ -2027,7 +2027,7 @@ pub fn emulator_config(
     let mut functions = Vec::new();
     let mut seen = BTreeSet::new();
     for entry in entries {
-        let Json::Object(mut entry) = entry else {
+        let Json::Object(entry) = entry else {
             return Err("local part: each function must be an object".into());
         };
         let name = entry
@@ -2050,127 +2050,13 @@ pub fn emulator_config(
         if !seen.insert(name.clone()) {
             return Err(format!("local part: function {name:?} given twice").into());
         }
-        for (field, source) in DERIVED_FUNCTION_FIELDS {
-            if entry.contains_key(*field) {
-                return Err(format!(
-                    "local part: function {name:?}: `{field}` comes from the Terraform module \
-                     ({source} of {}); change it there or with --var",
-                    f.address
-                )
-                .into());
-            }
-        }
-        // Environment: Terraform's, the local settings, the caller's overrides.
-        let mut env: BTreeMap<String, String> = f.env.clone();
-        if let Some(local_env) = entry.remove("env") {
-            let Json::Object(local_env) = local_env else {
-                return Err(
-                    format!("local part: function {name:?}: `env` must be an object").into(),
-                );
-            };
-            for (k, v) in local_env {
-                let Json::String(v) = v else {
-                    return Err(
-                        format!("local part: function {name:?}: env {k} must be a string").into(),
-                    );
-                };
-                if env.contains_key(&k) {
-                    return Err(format!(
-                        "local part: function {name:?}: env {k} is set by the Terraform module \
-                         ({}.environment) and by the local part; only one may set it",
-                        f.address
-                    )
-                    .into());
-                }
-                env.insert(k, v);
-            }
-        }
-        for (k, v) in overrides {
-            if f.env.contains_key(k) || !set_by_terraform.contains(k.as_str()) {
-                env.insert(k.clone(), v.clone());
-            }
-        }
-        entry.insert("env".into(), json!(env));
-        entry.insert("memory_mb".into(), json!(f.memory_mb));
-        entry.insert("timeout_secs".into(), json!(f.timeout_secs));
-        entry.insert("ephemeral_storage_mb".into(), json!(f.ephemeral_storage_mb));
-        entry.insert(
-            "max_retry_attempts".into(),
-            json!(f.invoke.max_retry_attempts),
-        );
-        entry.insert(
-            "max_event_age_secs".into(),
-            json!(f.invoke.max_event_age_secs),
-        );
-        entry.insert("on_failure".into(), json!(f.invoke.on_failure));
-        if let Some(reserved) = f.reserved_concurrency {
-            if reserved == 0 {
-                return Err(format!(
-                    "{}: reserved_concurrent_executions = 0 throttles every invocation; the \
-                     emulator cannot run a function without an instance",
-                    f.address
-                )
-                .into());
-            }
-            let instances = entry.get("instances").and_then(Json::as_u64).unwrap_or(1);
-            entry.insert("instances".into(), json!(instances.min(reserved)));
-        }
-        // The URL: where it listens is local, how it authorizes and times out is not.
-        let listen = match (entry.remove("url"), entry.remove("url_listen")) {
-            (Some(Json::Object(url)), None | Some(Json::Null)) => {
-                for field in ["auth", "integration_timeout_secs"] {
-                    if url.contains_key(field) {
-                        return Err(format!(
-                            "local part: function {name:?}: url.{field} comes from the Terraform module"
-                        )
-                        .into());
-                    }
-                }
-                match url.get("listen") {
-                    Some(Json::String(l)) => Some(l.clone()),
-                    _ => {
-                        return Err(format!(
-                            "local part: function {name:?}: url.listen must be a string"
-                        )
-                        .into())
-                    }
-                }
-            }
-            (None | Some(Json::Null), Some(Json::String(l))) => Some(l),
-            (None | Some(Json::Null), None | Some(Json::Null)) => None,
-            _ => {
-                return Err(format!(
-                    "local part: function {name:?}: give `url` {{\"listen\": ...}} or `url_listen`"
-                )
-                .into())
-            }
-        };
-        if let Some(listen) = listen {
-            let url = match &f.http {
-                Some(HttpEntry::FunctionUrl { auth, .. }) => {
-                    json!({"listen": listen, "auth": auth})
-                }
-                Some(HttpEntry::HttpApi {
-                    integration_timeout_secs,
-                    ..
-                }) => json!({
-                    "listen": listen,
-                    "auth": "NONE",
-                    "integration_timeout_secs": integration_timeout_secs,
-                }),
-                None => {
-                    return Err(format!(
-                        "local part: function {name:?} has a URL, but the Terraform module \
-                         exposes {} neither through a function URL nor an HTTP API (with these \
-                         variables)",
-                        f.address
-                    )
-                    .into())
-                }
-            };
-            entry.insert("url".into(), url);
-        }
-        functions.push(Json::Object(entry));
+        functions.push(function_config(
+            f,
+            &name,
+            entry,
+            overrides,
+            &set_by_terraform,
+        )?);
     }
     if let Some(f) = deployment
         .functions
@@ -2185,6 +2071,165 @@ pub fn emulator_config(
         .into());
     }
 
+    let mappings = stream_mappings(deployment, mapping_entries)?;
+    doc.insert("functions".into(), Json::Array(functions));
+    doc.insert("stream_mappings".into(), Json::Array(mappings));
+    doc.insert(
+        "schedules".into(),
+        Json::Array(schedules(deployment, schedule_entries)?),
+    );
+    Ok(Json::Object(doc))
+}
+
+/// One function of the config: the local entry with what the Terraform module decides
+/// (environment, memory, timeout, storage, async invoke config, reserved concurrency, how
+/// its URL authorizes) filled in from `f`.
+fn function_config(
+    f: &Function,
+    name: &str,
+    mut entry: serde_json::Map<String, Json>,
+    overrides: &BTreeMap<String, String>,
+    set_by_terraform: &BTreeSet<&str>,
+) -> Result<Json, Error> {
+    for (field, source) in DERIVED_FUNCTION_FIELDS {
+        if entry.contains_key(*field) {
+            return Err(format!(
+                "local part: function {name:?}: `{field}` comes from the Terraform module \
+                 ({source} of {}); change it there or with --var",
+                f.address
+            )
+            .into());
+        }
+    }
+    // Environment: Terraform's, the local settings, the caller's overrides.
+    let mut env: BTreeMap<String, String> = f.env.clone();
+    if let Some(local_env) = entry.remove("env") {
+        let Json::Object(local_env) = local_env else {
+            return Err(format!("local part: function {name:?}: `env` must be an object").into());
+        };
+        for (k, v) in local_env {
+            let Json::String(v) = v else {
+                return Err(
+                    format!("local part: function {name:?}: env {k} must be a string").into(),
+                );
+            };
+            if env.contains_key(&k) {
+                return Err(format!(
+                    "local part: function {name:?}: env {k} is set by the Terraform module \
+                     ({}.environment) and by the local part; only one may set it",
+                    f.address
+                )
+                .into());
+            }
+            env.insert(k, v);
+        }
+    }
+    for (k, v) in overrides {
+        if f.env.contains_key(k) || !set_by_terraform.contains(k.as_str()) {
+            env.insert(k.clone(), v.clone());
+        }
+    }
+    entry.insert("env".into(), json!(env));
+    entry.insert("memory_mb".into(), json!(f.memory_mb));
+    entry.insert("timeout_secs".into(), json!(f.timeout_secs));
+    entry.insert("ephemeral_storage_mb".into(), json!(f.ephemeral_storage_mb));
+    entry.insert(
+        "max_retry_attempts".into(),
+        json!(f.invoke.max_retry_attempts),
+    );
+    entry.insert(
+        "max_event_age_secs".into(),
+        json!(f.invoke.max_event_age_secs),
+    );
+    entry.insert("on_failure".into(), json!(f.invoke.on_failure));
+    if let Some(reserved) = f.reserved_concurrency {
+        if reserved == 0 {
+            return Err(format!(
+                "{}: reserved_concurrent_executions = 0 throttles every invocation; the \
+                 emulator cannot run a function without an instance",
+                f.address
+            )
+            .into());
+        }
+        let instances = entry.get("instances").and_then(Json::as_u64).unwrap_or(1);
+        entry.insert("instances".into(), json!(instances.min(reserved)));
+    }
+    if let Some(url) = url_config(f, name, &mut entry)? {
+        entry.insert("url".into(), url);
+    }
+    Ok(Json::Object(entry))
+}
+
+/// A function's URL: where it listens is local (`url.listen` or `url_listen`, taken out of
+/// `entry`); how it authorizes and times out comes from the module's HTTP entry.
+fn url_config(
+    f: &Function,
+    name: &str,
+    entry: &mut serde_json::Map<String, Json>,
+) -> Result<Option<Json>, Error> {
+    let listen = match (entry.remove("url"), entry.remove("url_listen")) {
+        (Some(Json::Object(url)), None | Some(Json::Null)) => {
+            for field in ["auth", "integration_timeout_secs"] {
+                if url.contains_key(field) {
+                    return Err(format!(
+                        "local part: function {name:?}: url.{field} comes from the Terraform module"
+                    )
+                    .into());
+                }
+            }
+            match url.get("listen") {
+                Some(Json::String(l)) => Some(l.clone()),
+                _ => {
+                    return Err(format!(
+                        "local part: function {name:?}: url.listen must be a string"
+                    )
+                    .into())
+                }
+            }
+        }
+        (None | Some(Json::Null), Some(Json::String(l))) => Some(l),
+        (None | Some(Json::Null), None | Some(Json::Null)) => None,
+        _ => {
+            return Err(format!(
+                "local part: function {name:?}: give `url` {{\"listen\": ...}} or `url_listen`"
+            )
+            .into())
+        }
+    };
+    let Some(listen) = listen else {
+        return Ok(None);
+    };
+    let url = match &f.http {
+        Some(HttpEntry::FunctionUrl { auth, .. }) => {
+            json!({"listen": listen, "auth": auth})
+        }
+        Some(HttpEntry::HttpApi {
+            integration_timeout_secs,
+            ..
+        }) => json!({
+            "listen": listen,
+            "auth": "NONE",
+            "integration_timeout_secs": integration_timeout_secs,
+        }),
+        None => {
+            return Err(format!(
+                "local part: function {name:?} has a URL, but the Terraform module \
+                     exposes {} neither through a function URL nor an HTTP API (with these \
+                     variables)",
+                f.address
+            )
+            .into())
+        }
+    };
+    Ok(Some(url))
+}
+
+/// The deployment's stream mappings, each with the local entry naming its table and
+/// function (exactly one each) and what the Terraform module decides filled in.
+fn stream_mappings(
+    deployment: &Deployment,
+    mapping_entries: Vec<Json>,
+) -> Result<Vec<Json>, Error> {
     let mut mappings = Vec::new();
     let mut used = vec![false; mapping_entries.len()];
     for m in &deployment.stream_mappings {
@@ -2249,13 +2294,7 @@ pub fn emulator_config(
         )
         .into());
     }
-    doc.insert("functions".into(), Json::Array(functions));
-    doc.insert("stream_mappings".into(), Json::Array(mappings));
-    doc.insert(
-        "schedules".into(),
-        Json::Array(schedules(deployment, schedule_entries)?),
-    );
-    Ok(Json::Object(doc))
+    Ok(mappings)
 }
 
 /// The deployment's schedules, each with the `every_secs` of the local entry naming it.

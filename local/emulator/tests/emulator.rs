@@ -746,36 +746,7 @@ impl Drop for KillOnDrop {
 
 #[tokio::test]
 async fn stream_mapping_end_to_end_with_moto() {
-    let moto = find_moto_server().unwrap_or_else(|| no_moto("stream_mapping_end_to_end_with_moto"));
-    let port = std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port();
-    let moto_log = tempfile::NamedTempFile::new().unwrap();
-    let _moto = KillOnDrop(
-        std::process::Command::new(&moto)
-            .args(["-H", "127.0.0.1", "-p", &port.to_string()])
-            .stdout(moto_log.reopen().unwrap())
-            .stderr(moto_log.reopen().unwrap())
-            .spawn()
-            .unwrap(),
-    );
-    let endpoint = format!("http://127.0.0.1:{port}");
-    let http = http_client();
-    let start = Instant::now();
-    while http
-        .get(format!("{endpoint}/moto-api/"))
-        .send()
-        .await
-        .is_err()
-    {
-        assert!(
-            start.elapsed() < Duration::from_secs(30),
-            "moto_server did not start"
-        );
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
+    let (_moto, endpoint, _moto_log) = start_moto("stream_mapping_end_to_end_with_moto").await;
 
     let ddb = dynamodb_client(&endpoint);
     use aws_sdk_dynamodb::types::AttributeValue;

@@ -952,7 +952,45 @@ fn upstream_failed(why: &str) -> Response {
     )
 }
 
+/// A `TransactWriteItems` with a `ClientRequestToken`: the guard that records its answer
+/// when it is new, or the answer DynamoDB gives at once (the first answer replayed, or a
+/// mismatch or in-progress error).
+fn idempotency(
+    front: &Shared,
+    op: &str,
+    request: &Value,
+    body: &Bytes,
+) -> Result<Option<TokenGuard>, Response> {
+    if op != "TransactWriteItems" {
+        return Ok(None);
+    }
+    let Some(token) = request["ClientRequestToken"].as_str() else {
+        return Ok(None);
+    };
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    body.hash(&mut h);
+    match front.dynamodb.check_token(token, h.finish()) {
+        TokenCheck::New(guard) => Ok(Some(guard)),
+        TokenCheck::Replay(answer) => Err(json_response(StatusCode::OK, answer.to_vec())),
+        TokenCheck::Mismatch => Err(error(
+            StatusCode::BAD_REQUEST,
+            "IdempotentParameterMismatchException",
+            "DynamoDB rejected the request because you retried a request with a different payload but with an idempotent token that was already used.",
+        )),
+        TokenCheck::InProgress => Err(error(
+            StatusCode::BAD_REQUEST,
+            "TransactionInProgressException",
+            "The transaction with the given request token is already in progress.",
+        )),
+    }
+}
+
 /// Handles one request whose `X-Amz-Target` is a DynamoDB or DynamoDB Streams operation.
+///
+/// One request's path in the order DynamoDB decides it: latency, planned faults,
+/// idempotency, conflicts and throughput, moto, read-transaction conflicts, unprocessed
+/// items. It is long because each step may answer early; each step's logic is in the
+/// functions it calls.
 pub async fn handle(
     front: Arc<Shared>,
     target: String,
@@ -1020,36 +1058,13 @@ pub async fn handle(
     }
 
     // Idempotent transactions.
-    let mut token_guard = None;
-    if op == "TransactWriteItems" {
-        if let Some(token) = request["ClientRequestToken"].as_str() {
-            let mut h = std::collections::hash_map::DefaultHasher::new();
-            body.hash(&mut h);
-            match front.dynamodb.check_token(token, h.finish()) {
-                TokenCheck::New(guard) => token_guard = Some(guard),
-                TokenCheck::Replay(answer) => {
-                    tokio::time::sleep_until(respond_at).await;
-                    return json_response(StatusCode::OK, answer.to_vec());
-                }
-                TokenCheck::Mismatch => {
-                    tokio::time::sleep_until(respond_at).await;
-                    return error(
-                        StatusCode::BAD_REQUEST,
-                        "IdempotentParameterMismatchException",
-                        "DynamoDB rejected the request because you retried a request with a different payload but with an idempotent token that was already used.",
-                    );
-                }
-                TokenCheck::InProgress => {
-                    tokio::time::sleep_until(respond_at).await;
-                    return error(
-                        StatusCode::BAD_REQUEST,
-                        "TransactionInProgressException",
-                        "The transaction with the given request token is already in progress.",
-                    );
-                }
-            }
+    let token_guard = match idempotency(&front, &op, &request, &body) {
+        Ok(guard) => guard,
+        Err(response) => {
+            tokio::time::sleep_until(respond_at).await;
+            return response;
         }
-    }
+    };
 
     // Conflicts and throughput.
     let (holds, refused, doom) = match front.dynamodb.admit(&op, &parsed) {
