@@ -108,9 +108,14 @@ pub const SCHEDULER_BUCKET_OBJECT_ACTIONS: &[&str] =
 pub const SCHEDULER_BUCKET_ACTIONS: &[&str] = &["s3:ListBucket"];
 /// S3 object actions the executor calls on the shuffle bucket: shuffle output (put),
 /// inputs and large stage plans (get), a losing duplicate's output and a finished job's
-/// objects (delete).
-pub const EXECUTOR_BUCKET_OBJECT_ACTIONS: &[&str] =
-    &["s3:GetObject", "s3:PutObject", "s3:DeleteObject"];
+/// objects (delete), and the abort of a spilled shuffle object's multipart upload when a
+/// part fails (`FinishedObject::upload`; `s3:PutObject` does not cover it).
+pub const EXECUTOR_BUCKET_OBJECT_ACTIONS: &[&str] = &[
+    "s3:GetObject",
+    "s3:PutObject",
+    "s3:DeleteObject",
+    "s3:AbortMultipartUpload",
+];
 /// S3 bucket actions the executor calls on the shuffle bucket: listing a finished job's
 /// objects to delete them (the scheduler's step after a job's last stage).
 pub const EXECUTOR_BUCKET_ACTIONS: &[&str] = &["s3:ListBucket"];
@@ -119,6 +124,10 @@ pub const EXECUTOR_BUCKET_ACTIONS: &[&str] = &["s3:ListBucket"];
 pub const SCHEDULER_DATA_OBJECT_ACTIONS: &[&str] = &["s3:GetObject"];
 /// S3 bucket actions the scheduler calls on the data buckets (listing a table's files).
 pub const SCHEDULER_DATA_BUCKET_ACTIONS: &[&str] = &["s3:ListBucket"];
+/// KMS actions both functions need on the customer-managed keys of the data buckets
+/// (Terraform `data_kms_key_arns`): S3 decrypts an SSE-KMS object for a GET only when the
+/// caller may `kms:Decrypt` with its key.
+pub const DATA_KEY_ACTIONS: &[&str] = &["kms:Decrypt"];
 /// S3 object actions the executor calls on the data buckets (reading its files).
 pub const EXECUTOR_DATA_OBJECT_ACTIONS: &[&str] = &["s3:GetObject"];
 /// S3 bucket actions the executor calls on the data buckets: none, the stage plan names
@@ -136,5 +145,7 @@ pub const EXECUTOR_LAMBDA_ACTIONS: &[&str] = &["lambda:InvokeFunction"];
 pub const RUNTIME: &str = "provided.al2023";
 /// Handler name (ignored by custom runtimes, but set to the binary's name by convention).
 pub const HANDLER: &str = "bootstrap";
-/// Architecture `cargo lambda build --release --arm64` targets.
-pub const ARCHITECTURE: &str = "arm64";
+/// Architectures `scripts/package --arch` builds for. The Terraform module deploys the one
+/// the `package.json` beside the zips names (and refuses a contradicting variable), since
+/// a zip for the other one fails every invocation with "exec format error".
+pub const ARCHITECTURES: &[&str] = &["arm64", "x86_64"];

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Static checks of the Terraform (no provider download, so no init/validate/plan here):
+# Static checks of the Terraform (the offline init/validate/plan with the locked provider is
+# tests/tests/terraform_plan.rs):
 #   1. terraform fmt -check -recursive infra/terraform   (skipped if terraform is missing)
 #   2. checkov on infra/terraform, from the venv in $VENV (default <repo>/.venv)
 # The third check, the contract test, is Rust:

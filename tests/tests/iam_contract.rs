@@ -324,6 +324,9 @@ async fn each_function_uses_exactly_the_permissions_it_is_granted() {
     // The duplicate above found the task already succeeded and stopped before writing;
     // deleting a losing object is exercised by the core tests. Grant check, not usage:
     executor_used.insert("shuffle s3:DeleteObject".into());
+    // A spilled shuffle object's multipart upload is aborted when one of its parts fails
+    // (`FinishedObject::upload`), which only an S3 failure causes. Grant check, not usage:
+    executor_used.insert("shuffle s3:AbortMultipartUpload".into());
     // Executors wake the scheduler only for a job past its deadline or a failed step, and
     // Lambda delivers their failed invocations to the scheduler with their role.
     executor_used.insert("lambda:InvokeFunction -> scheduler".into());

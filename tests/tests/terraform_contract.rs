@@ -1,7 +1,8 @@
 //! Holds the Terraform module (`infra/terraform/modules/lambdafusion`) against the contract in
 //! `aws/src/contract.rs`, statically: the HCL is parsed with hcl-rs, nothing is planned.
 //!
-//! - both functions: runtime, handler and architecture are the contract's;
+//! - both functions: runtime and handler are the contract's, the architecture is what was
+//!   packaged (package.json), with a precondition refusing a mismatch;
 //! - environment: every variable set is in `ALL_ENV`, each function sets its required ones
 //!   unconditionally, and together they can set every variable in `ALL_ENV`;
 //! - IAM: each function's role carries exactly the contract's actions for that function, on
@@ -15,7 +16,7 @@
 //!   (`lambdafusion_api::openapi`, so `/health` and the console at `/` too); the caller
 //!   policy output grants both `lambda:InvokeFunctionUrl` and `lambda:InvokeFunction`;
 //!   no lifecycle rule has an empty or missing filter; a zip too large for the request goes
-//!   through S3; the architecture is a variable whose default is the contract's.
+//!   through S3.
 //!
 //! Every comparison is an exact set equality, so an action added to the Terraform or to the
 //! contract without the other fails this test. A contract list that is empty (such as
@@ -58,6 +59,7 @@ const DATA_BUCKETS: &str =
     r#"[for b in var.data_buckets : "arn:${data.aws_partition.current.partition}:s3:::${b}"]"#;
 const DATA_OBJECTS: &str =
     r#"[for b in var.data_buckets : "arn:${data.aws_partition.current.partition}:s3:::${b}/*"]"#;
+const DATA_KEYS: &str = "var.data_kms_key_arns";
 const POISON_QUEUE: &str = "aws_sqs_queue.poison.arn";
 const SCHEDULER_FN: &str = "aws_lambda_function.scheduler.arn";
 const EXECUTOR_FN: &str = "aws_lambda_function.executor.arn";
@@ -88,7 +90,7 @@ fn stmt(sid: &'static str, actions: &[&str], resources: &[&str]) -> ExpectedStat
 struct Contract {
     runtime: String,
     handler: String,
-    architecture: String,
+    architectures: Vec<String>,
     all_env: BTreeSet<String>,
     /// Function resource label -> (required env, expected statements of its role).
     functions: BTreeMap<&'static str, (BTreeSet<String>, Vec<ExpectedStatement>)>,
@@ -192,6 +194,7 @@ fn contract_with(lists: &ActionLists) -> Contract {
         &lists.scheduler_data_objects,
         &[DATA_OBJECTS],
     );
+    push_unless_empty(s, "DataKeys", DATA_KEY_ACTIONS, &[DATA_KEYS]);
     push_unless_empty(s, "DispatchTasks", &lists.scheduler_lambda, &[EXECUTOR_FN]);
     push_unless_empty(s, "DispatchTree", &lists.scheduler_lambda, &[SCHEDULER_FN]);
 
@@ -220,6 +223,7 @@ fn contract_with(lists: &ActionLists) -> Contract {
         &lists.executor_data_objects,
         &[DATA_OBJECTS],
     );
+    push_unless_empty(e, "DataKeys", DATA_KEY_ACTIONS, &[DATA_KEYS]);
     push_unless_empty(e, "WakeScheduler", &lists.executor_lambda, &[SCHEDULER_FN]);
     push_unless_empty(e, "DispatchTasks", &lists.executor_lambda, &[EXECUTOR_FN]);
 
@@ -229,7 +233,7 @@ fn contract_with(lists: &ActionLists) -> Contract {
     Contract {
         runtime: RUNTIME.to_string(),
         handler: HANDLER.to_string(),
-        architecture: ARCHITECTURE.to_string(),
+        architectures: strings(ARCHITECTURES).into_iter().collect(),
         all_env: strings(&all_env()),
         functions,
     }
@@ -389,41 +393,40 @@ fn check_functions(module: &Module, contract: &Contract, errors: &mut Vec<String
                 contract.handler
             ));
         }
-        // `[var.architecture]`, whose default is the contract's architecture (a deployment
-        // may pick x86_64 to match its zips), or the contract's architecture literally.
-        let arch: Option<Vec<String>> = match attr(body, "architectures") {
-            Some(Expression::Array(items)) => items
-                .iter()
-                .map(|e| match traversal_path(e).as_deref() {
-                    Some([v, name]) if v == "var" => module
-                        .variable(name)
-                        .and_then(|var| attr(var, "default"))
-                        .and_then(string_literal)
-                        .map(str::to_string),
-                    _ => string_literal(e).map(str::to_string),
-                })
-                .collect(),
-            _ => None,
-        };
-        if arch != Some(vec![contract.architecture.clone()]) {
+        // The architecture is what was packaged (`local.architecture`, from package.json
+        // or the variable), and a precondition refuses a zip built for another one.
+        let arch = attr(body, "architectures")
+            .map(|e| render(e).split_whitespace().collect::<String>());
+        if arch.as_deref() != Some("[local.architecture]") {
             errors.push(format!(
-                "{name}: architectures is {arch:?}, contract says [{:?}]",
-                contract.architecture
+                "{name}: architectures is {arch:?}, must be [local.architecture] (what was packaged)"
+            ));
+        }
+        let guarded = blocks(body, "lifecycle")
+            .flat_map(|l| blocks(l.body(), "precondition"))
+            .filter_map(|p| attr(p.body(), "condition"))
+            .any(|c| render(c).contains("local.architecture_problem"));
+        if !guarded {
+            errors.push(format!(
+                "{name}: no precondition on local.architecture_problem refuses a zip built for another architecture"
             ));
         }
     }
-    // The variable, if used, admits exactly the two architectures Lambda runs.
-    if let Some(var) = module.variable("architecture") {
-        let condition = blocks(var, "validation")
-            .filter_map(|v| attr(v.body(), "condition"))
-            .map(render)
-            .collect::<Vec<_>>()
-            .join(" ");
-        for wanted in ["\"arm64\"", "\"x86_64\""] {
-            if !condition.contains(wanted) {
-                errors.push(format!(
-                    "variable architecture: its validation does not admit {wanted}"
-                ));
+    // The variable admits exactly the architectures the package script builds.
+    match module.variable("architecture") {
+        None => errors.push("variable architecture is missing".into()),
+        Some(var) => {
+            let condition = blocks(var, "validation")
+                .filter_map(|v| attr(v.body(), "condition"))
+                .map(render)
+                .collect::<Vec<_>>()
+                .join(" ");
+            for wanted in contract.architectures.iter() {
+                if !condition.contains(&format!("{wanted:?}")) {
+                    errors.push(format!(
+                        "variable architecture: its validation does not admit {wanted:?}"
+                    ));
+                }
             }
         }
     }
@@ -1583,20 +1586,31 @@ fn negative_wrong_runtime_and_architecture_are_detected() {
         "runtime          = \"provided.al2023\"",
         "runtime          = \"provided.al2\"",
     );
-    let src = mutate(&src, "default     = \"arm64\"", "default     = \"x86_64\"");
-    let errors = check(&src, &contract());
-    assert_detected(errors.clone(), "runtime is Some(\"provided.al2\")");
-    assert_detected(errors, "architectures is Some([\"x86_64\"])");
+    assert_detected(
+        check(&src, &contract()),
+        "runtime is Some(\"provided.al2\")",
+    );
 
-    // A literal other than the contract's is refused too.
+    // A literal instead of what was packaged is refused.
     let src = mutate(
         &module_source(),
-        "architectures    = [var.architecture]",
+        "architectures    = [local.architecture]",
         "architectures    = [\"x86_64\"]",
     );
     assert_detected(
         check(&src, &contract()),
-        "architectures is Some([\"x86_64\"])",
+        "scheduler: architectures is Some(\"[\\\"x86_64\\\"]\"), must be [local.architecture]",
+    );
+
+    // So is a function without the precondition that refuses a mismatch.
+    let src = mutate(
+        &module_source(),
+        "condition     = local.architecture_problem.executor == null",
+        "condition     = true",
+    );
+    assert_detected(
+        check(&src, &contract()),
+        "executor: no precondition on local.architecture_problem",
     );
 }
 

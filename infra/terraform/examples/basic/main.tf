@@ -6,14 +6,16 @@ module "lambdafusion" {
 
   name_prefix = var.name_prefix
 
-  # scripts/package (arm64 by default; --arch x86_64 with -var architecture=x86_64)
+  # scripts/package writes the zips and the package.json that says what they were built
+  # for (--arch arm64 by default); the module deploys that architecture.
   scheduler_zip_path = coalesce(var.scheduler_zip_path, "${path.module}/../../../../target/lambda/scheduler-fn/bootstrap.zip")
   executor_zip_path  = coalesce(var.executor_zip_path, "${path.module}/../../../../target/lambda/executor-fn/bootstrap.zip")
   architecture       = var.architecture
   code_upload        = var.code_upload
 
-  data_buckets  = var.data_buckets
-  force_destroy = var.force_destroy
+  data_buckets      = var.data_buckets
+  data_kms_key_arns = var.data_kms_key_arns
+  force_destroy     = var.force_destroy
 
   admin_principals    = var.admin_principals
   catalog_writers     = var.catalog_writers

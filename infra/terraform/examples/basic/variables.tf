@@ -23,9 +23,9 @@ variable "executor_zip_path" {
 }
 
 variable "architecture" {
-  description = "arm64 (default) or x86_64: what the zips were built for (scripts/package --arch)."
+  description = "null (default): what scripts/package built, from the package.json beside the zips; or arm64 / x86_64, which must agree with it."
   type        = string
-  default     = "arm64"
+  default     = null
 }
 
 variable "code_upload" {
@@ -36,6 +36,12 @@ variable "code_upload" {
 
 variable "data_buckets" {
   description = "Names of buckets holding table data the engine may read (read-only access)."
+  type        = list(string)
+  default     = []
+}
+
+variable "data_kms_key_arns" {
+  description = "Customer-managed KMS keys of the data buckets' SSE-KMS objects (kms:Decrypt on exactly these)."
   type        = list(string)
   default     = []
 }

@@ -3,8 +3,9 @@ terraform {
 
   required_providers {
     aws = {
-      source  = "hashicorp/aws"
-      version = ">= 5.70, < 7.0"
+      source = "hashicorp/aws"
+      # The major version CI plans with (5.100.0, recorded in .terraform.lock.hcl).
+      version = "~> 5.100"
     }
   }
 }

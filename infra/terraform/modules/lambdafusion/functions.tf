@@ -85,6 +85,41 @@ locals {
   code_key_prefix = "lambda-code/"
 }
 
+# ---------------------------------------------------------------------------------------
+# Architecture: what the zips were built for, from scripts/package's manifest
+# ---------------------------------------------------------------------------------------
+
+locals {
+  # scripts/package writes <out>/package.json beside <out>/<function>-fn/bootstrap.zip: the
+  # architecture it built for and each zip's hash. The manifest speaks for a zip only when
+  # that hash is the zip's, so a stale manifest beside rebuilt zips says nothing.
+  package_manifest_paths = { for f, path in local.zip_paths : f => "${dirname(dirname(path))}/package.json" }
+  package_manifests = {
+    for f, path in local.package_manifest_paths : f => fileexists(path) ? jsondecode(file(path)) : null
+  }
+  packaged_architecture = {
+    for f, m in local.package_manifests : f => (
+      try(m.functions["${f}-fn"].sha256_base64, null) == filebase64sha256(local.zip_paths[f]) ? m.architecture : null
+    )
+  }
+  known_architectures = distinct(compact(values(local.packaged_architecture)))
+  architecture = var.architecture != null ? var.architecture : (
+    length(local.known_architectures) == 1 ? local.known_architectures[0] : null
+  )
+  architecture_problem = {
+    for f, packaged in local.packaged_architecture : f => (
+      local.architecture == null ? (
+        length(local.known_architectures) > 1 ?
+        "the two zips were packaged for different architectures (${join(" and ", local.known_architectures)}); run scripts/package once for both" :
+        "cannot tell what ${local.zip_paths[f]} was built for: no package.json beside it describes it (scripts/package writes one, with the zip's hash); re-run scripts/package, or set architecture to what the zips were built for"
+      ) :
+      packaged != null && packaged != local.architecture ?
+      "architecture = ${local.architecture}, but ${local.package_manifest_paths[f]} says ${local.zip_paths[f]} was built for ${packaged}: every invocation would fail with \"exec format error\". Leave architecture unset to deploy what was built, or rebuild with scripts/package --arch ${local.architecture}" :
+      null
+    )
+  }
+}
+
 resource "aws_s3_object" "code" {
   #checkov:skip=CKV_AWS_186:The bucket's default encryption (SSE-S3) covers the zips; a customer-managed KMS key would also have to be granted to Lambda for no protection the code needs.
   for_each = { for f, in_s3 in local.code_in_s3 : f => local.zip_paths[f] if in_s3 }
@@ -131,7 +166,7 @@ resource "aws_lambda_function" "scheduler" {
   source_code_hash = filebase64sha256(var.scheduler_zip_path)
   runtime          = "provided.al2023"
   handler          = "bootstrap"
-  architectures    = [var.architecture]
+  architectures    = [local.architecture]
 
   memory_size                    = var.scheduler_memory_mb
   timeout                        = var.scheduler_timeout_seconds
@@ -161,6 +196,13 @@ resource "aws_lambda_function" "scheduler" {
 
   tags = var.tags
 
+  lifecycle {
+    precondition {
+      condition     = local.architecture_problem.scheduler == null
+      error_message = "scheduler-fn: ${coalesce(local.architecture_problem.scheduler, "-")}."
+    }
+  }
+
   # The log group must exist before Lambda creates its own without retention, and Lambda
   # checks at creation that the role may send to the dead-letter queue and to X-Ray (the
   # runtime policy; see "Ordering" in iam.tf).
@@ -168,6 +210,14 @@ resource "aws_lambda_function" "scheduler" {
     aws_cloudwatch_log_group.scheduler,
     aws_iam_role_policy.scheduler_runtime,
   ]
+}
+
+# Asynchronous events to the scheduler: Lambda's two retries, then the dead-letter queue
+# (poison queue); an event throttled for longer than the event age goes there too, unrun.
+resource "aws_lambda_function_event_invoke_config" "scheduler" {
+  function_name                = aws_lambda_function.scheduler.function_name
+  maximum_retry_attempts       = 2
+  maximum_event_age_in_seconds = var.scheduler_max_event_age_seconds
 }
 
 resource "aws_lambda_function_recursion_config" "scheduler" {
@@ -204,7 +254,7 @@ resource "aws_lambda_function" "executor" {
   source_code_hash = filebase64sha256(var.executor_zip_path)
   runtime          = "provided.al2023"
   handler          = "bootstrap"
-  architectures    = [var.architecture]
+  architectures    = [local.architecture]
 
   memory_size                    = var.executor_memory_mb
   timeout                        = var.executor_timeout_seconds
@@ -228,6 +278,13 @@ resource "aws_lambda_function" "executor" {
   }
 
   tags = var.tags
+
+  lifecycle {
+    precondition {
+      condition     = local.architecture_problem.executor == null
+      error_message = "executor-fn: ${coalesce(local.architecture_problem.executor, "-")}."
+    }
+  }
 
   # As the scheduler: the log group first, and Lambda checks the X-Ray permissions of the
   # role at creation.

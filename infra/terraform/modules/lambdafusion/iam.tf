@@ -163,6 +163,16 @@ data "aws_iam_policy_document" "scheduler" {
     }
   }
 
+  # Objects in data_buckets encrypted with a customer-managed key (SSE-KMS).
+  dynamic "statement" {
+    for_each = length(var.data_kms_key_arns) > 0 ? [1] : []
+    content {
+      sid       = "DataKeys"
+      actions   = ["kms:Decrypt"]
+      resources = var.data_kms_key_arns
+    }
+  }
+
   statement {
     sid       = "DispatchTasks"
     actions   = ["lambda:InvokeFunction"]
@@ -240,10 +250,11 @@ data "aws_iam_policy_document" "executor" {
   }
 
   # Shuffle output (put), inputs and large stage plans (get), a losing duplicate's output
-  # and a finished job's objects (delete).
+  # and a finished job's objects (delete), and the abort of a spilled object's multipart
+  # upload whose part failed (otherwise its parts are billed until the lifecycle rule).
   statement {
     sid       = "ShuffleObjects"
-    actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
+    actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
     resources = ["${aws_s3_bucket.shuffle.arn}/${var.prefix}/*"]
   }
 
@@ -255,6 +266,16 @@ data "aws_iam_policy_document" "executor" {
       sid       = "DataObjects"
       actions   = ["s3:GetObject"]
       resources = local.data_bucket_object_arns
+    }
+  }
+
+  # Objects in data_buckets encrypted with a customer-managed key (SSE-KMS).
+  dynamic "statement" {
+    for_each = length(var.data_kms_key_arns) > 0 ? [1] : []
+    content {
+      sid       = "DataKeys"
+      actions   = ["kms:Decrypt"]
+      resources = var.data_kms_key_arns
     }
   }
 

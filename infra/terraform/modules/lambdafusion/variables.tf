@@ -44,13 +44,13 @@ variable "executor_zip_path" {
 }
 
 variable "architecture" {
-  description = "Instruction set of both functions: arm64 (Graviton, the default: about 20% cheaper per GB-second than x86_64 at Lambda's list prices) or x86_64. It must match how the zips were built: `scripts/package --arch arm64` (the default) or `--arch x86_64`."
+  description = "Instruction set of both functions: arm64 (Graviton, about 20% cheaper per GB-second than x86_64 at Lambda's list prices) or x86_64. null (the default) takes it from the package.json that `scripts/package` writes beside the zips, which vouches for them by their hashes; a value that contradicts package.json is refused before anything is created, since every invocation would fail with \"exec format error\"."
   type        = string
-  default     = "arm64"
+  default     = null
 
   validation {
-    condition     = contains(["arm64", "x86_64"], var.architecture)
-    error_message = "architecture must be arm64 or x86_64 (and match the zips: scripts/package --arch ...)."
+    condition     = var.architecture == null ? true : contains(["arm64", "x86_64"], var.architecture)
+    error_message = "architecture must be null (from package.json), arm64 or x86_64."
   }
 }
 
@@ -200,6 +200,17 @@ variable "executor_max_event_age_seconds" {
 # DynamoDB stream -> scheduler
 # ---------------------------------------------------------------------------------------
 
+variable "scheduler_max_event_age_seconds" {
+  description = "How long an asynchronous event to the scheduler (a wake-up, the sweep, an executor's failure record) may wait for a free instance (throttling) before Lambda drops it to the poison queue. 900 s by default instead of Lambda's 6 hours: the sweep, every minute, redoes what a wake-up older than that would do, and a failure record that old belongs to a job already past its deadline."
+  type        = number
+  default     = 900
+
+  validation {
+    condition     = var.scheduler_max_event_age_seconds >= 60 && var.scheduler_max_event_age_seconds <= 21600
+    error_message = "scheduler_max_event_age_seconds must be from 60 to 21600 (Lambda's range)."
+  }
+}
+
 variable "stream_batch_size" {
   description = "Maximum stream records per scheduler invocation (the filter already leaves only stage completions and failed tasks)."
   type        = number
@@ -260,9 +271,9 @@ variable "poison_queue_retention_seconds" {
 # ---------------------------------------------------------------------------------------
 
 variable "table_deletion_protection" {
-  description = "Enable DynamoDB deletion protection on the job table. Off by default so `terraform destroy` works; the table only holds job state that expires after job_ttl_days anyway, plus the table catalog."
+  description = "DynamoDB deletion protection on the job table, on by default: besides job state that expires after job_ttl_days, the table holds the catalog (every CREATE EXTERNAL TABLE), which nothing else can rebuild. To tear a deployment down, apply with false first, then `terraform destroy`."
   type        = bool
-  default     = false
+  default     = true
 }
 
 # ---------------------------------------------------------------------------------------
@@ -316,6 +327,17 @@ variable "data_buckets" {
   validation {
     condition     = alltrue([for b in var.data_buckets : can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9]$", b))])
     error_message = "data_buckets must be plain bucket names (no s3:// scheme, no ARN, no key)."
+  }
+}
+
+variable "data_kms_key_arns" {
+  description = "ARNs of the customer-managed KMS keys that encrypt objects in data_buckets (SSE-KMS). Both functions get kms:Decrypt on exactly these keys, nothing else; reading an SSE-KMS object needs it, while SSE-S3 and the AWS-managed aws/s3 key need nothing. Empty (the default) grants no KMS permission."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for k in var.data_kms_key_arns : can(regex("^arn:[a-z-]+:kms:[a-z0-9-]+:[0-9]{12}:key/[A-Za-z0-9-]+$", k))])
+    error_message = "data_kms_key_arns must be KMS key ARNs (arn:aws:kms:<region>:<account>:key/<id>), not aliases."
   }
 }
 
@@ -522,8 +544,8 @@ variable "max_response_bytes" {
   default     = null
 
   validation {
-    condition     = var.max_response_bytes == null ? true : var.max_response_bytes >= 1024
-    error_message = "max_response_bytes must be null or at least 1024."
+    condition     = var.max_response_bytes == null ? true : (var.max_response_bytes >= 1024 && var.max_response_bytes <= 4500000)
+    error_message = "max_response_bytes must be null or from 1024 to 4500000: Lambda returns at most 6 MB, and a binary result (Arrow IPC, Parquet) is base64-encoded on the way, 4 bytes for every 3."
   }
 }
 
