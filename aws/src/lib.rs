@@ -71,6 +71,8 @@ pub async fn services_with(settings: &AwsSettings) -> Result<Services> {
         .map(|l| l.split('/').next().unwrap_or_default().to_string())
         .collect();
     buckets.push(settings.bucket.clone());
+    // Spills go to /tmp, within what the function's ephemeral storage leaves free
+    // (`max_spill_bytes`, which the executor applies).
     let runtime = RuntimeEnvBuilder::new()
         .with_object_store_registry(Arc::new(s3::S3Registry::new(buckets)))
         .with_disk_manager_builder(

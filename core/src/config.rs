@@ -357,6 +357,18 @@ settings! {
     /// Memory each task may use before spilling (its own DataFusion memory pool);
     /// `none`: unbounded.
     task_memory_limit: Option<usize> = None; Bytes [1, u64::MAX];
+    /// Most bytes the tasks of one process may spill to local disk together (DataFusion's
+    /// spill files and spilled shuffle slices); past it a task fails with a message naming
+    /// the function's ephemeral storage. `none`: DataFusion's own limit (100 GiB). The
+    /// Terraform module sets it to each function's ephemeral storage (`/tmp`) minus a
+    /// tenth, at least 64 MiB, kept for the runtime and other files.
+    max_spill_bytes: Option<usize> = None; Bytes [1, u64::MAX],
+        env "LAMBDAFUSION_MAX_SPILL_BYTES";
+    /// Time a task keeps in hand before its function's deadline (on Lambda, the timeout):
+    /// a task still running then stops and fails its attempt with "task exceeded the
+    /// function timeout", while there is time left to record that, instead of being
+    /// killed by the runtime.
+    deadline_margin: Duration = Duration::from_secs(10); Millis [1, u64::MAX];
     /// Deepest nesting a statement may have: expressions within expressions, subqueries,
     /// set-operation chains and joined tables each add a level ([`crate::sql`]). Past it
     /// the statement is refused before planning (400).

@@ -56,6 +56,11 @@ pub enum Error {
         /// again later without anything having run.
         retryable: bool,
     },
+    /// A task reached a limit of the function running it (its time limit, its local
+    /// disk) and stopped; the message names the setting to raise. The same task on the
+    /// same function would reach it again, so it is not retried.
+    #[error("{0}")]
+    FunctionLimit(String),
     /// The job was cancelled while this work ran.
     #[error("job {0} was cancelled")]
     Cancelled(String),

@@ -838,3 +838,55 @@ async fn a_failed_query_is_an_error_with_its_message() {
     );
     assert_eq!(out.batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
 }
+
+/// A task that spills more to local disk than `max_spill_bytes` allows fails its query
+/// with a message naming the function's ephemeral storage (not DataFusion's
+/// `max_temp_directory_size`), once: the same task would fill the same disk again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_spilling_past_the_disk_limit_fails_by_name_without_retries() {
+    let mut config = EngineConfig::default();
+    config.set("task_memory_limit", "4194304").unwrap();
+    config.set("max_spill_bytes", "2097152").unwrap();
+    let engine = Embedded::start(EmbeddedOptions {
+        data_dir: None,
+        config,
+        slots: 2,
+        ..EmbeddedOptions::default()
+    })
+    .await
+    .unwrap();
+    // About 60 MB of distinct groups from one task, with 4 MiB of memory: it spills.
+    let sql = "SELECT count(*) FROM (SELECT s FROM \
+               (SELECT repeat('x', 200) || value AS s FROM generate_series(1, 300000)) \
+               GROUP BY s)";
+    let job = engine.submit(sql).await.unwrap();
+    let error = engine
+        .finish(&job, Duration::from_secs(3600), |_| {})
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("task spilled more to local disk than it may (2 MiB")
+            && error.contains("executor_ephemeral_storage_mb"),
+        "{error}"
+    );
+    let status = engine.wait(&job, Duration::from_secs(10)).await.unwrap();
+    let failed: u32 = status.stages.iter().map(|s| s.failed_attempts).sum();
+    assert_eq!(failed, 1, "not retried: {status:?}");
+
+    // The same query within the limit runs.
+    let mut config = EngineConfig::default();
+    config.set("task_memory_limit", "4194304").unwrap();
+    let engine = Embedded::start(EmbeddedOptions {
+        data_dir: None,
+        config,
+        slots: 2,
+        ..EmbeddedOptions::default()
+    })
+    .await
+    .unwrap();
+    let out = engine.sql(sql).await.unwrap();
+    assert_eq!(out.status.result_rows, Some(1));
+    let rows = lambdafusion_embedded::verify::rows(&out.batches);
+    assert!(format!("{rows:?}").contains("300000"), "{rows:?}");
+}

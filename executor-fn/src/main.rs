@@ -24,7 +24,9 @@ fn main() -> Result<(), Error> {
         lambda_runtime::run(service_fn(move |event: LambdaEvent<TaskInvocation>| {
             let executor = executor.clone();
             async move {
-                let invocation = event.payload;
+                let mut invocation = event.payload;
+                // The task stops in time to record that it ran out of time.
+                invocation.deadline_ms = Some(event.context.deadline);
                 lambdafusion_aws::test_hooks::before_task(&invocation.task);
                 let before = Counts::now();
                 let report = executor.handle_invocation(&invocation).await?;

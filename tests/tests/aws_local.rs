@@ -681,3 +681,44 @@ fn measure_fanout() {
         fanout::report(&runs)
     );
 }
+
+/// A task that would outrun its function's time limit stops `deadline_margin` (10 s)
+/// before Lambda's deadline and fails its attempt by name, once: the runtime never kills
+/// it, and the scheduler does not run the same doomed task again.
+#[test]
+fn a_task_near_the_function_deadline_fails_its_attempt_by_name() {
+    // 14 s of executor time: a task gets about 4 s before it must stop.
+    let stack = Stack::up(&[("TF_VAR_executor_timeout_seconds", "14")]);
+    runtime().block_on(async {
+        let client = Client::new(&stack.endpoint());
+        // 10^11 rows through a filter: hours, whatever the machine.
+        let sql = "SELECT count(*) FROM generate_series(1, 100000000000) WHERE value % 7 = 100";
+        let started = std::time::Instant::now();
+        let id = client.submit(sql).await.unwrap();
+        let status = wait(&client, &id).await;
+        assert_eq!(status.state, "failed", "{status:?}");
+        let error = status.error.clone().unwrap_or_default();
+        assert!(
+            error.contains("task exceeded the function timeout")
+                && error.contains("executor_timeout_seconds"),
+            "{error}"
+        );
+        let failed: u32 = status.stages.iter().map(|s| s.failed_attempts).sum();
+        assert_eq!(failed, 1, "one attempt, not retried: {status:?}");
+        assert!(
+            started.elapsed() < Duration::from_secs(60),
+            "failed in {:?}",
+            started.elapsed()
+        );
+        // The function answered: Lambda never had to time it out.
+        let logs = std::fs::read_dir(stack.state_dir().join("logs"))
+            .unwrap()
+            .flatten()
+            .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+            .collect::<String>();
+        assert!(
+            !logs.contains("Task timed out") && !logs.contains("invocation timed out"),
+            "an invocation was killed"
+        );
+    });
+}

@@ -395,8 +395,8 @@ fn check_functions(module: &Module, contract: &Contract, errors: &mut Vec<String
         }
         // The architecture is what was packaged (`local.architecture`, from package.json
         // or the variable), and a precondition refuses a zip built for another one.
-        let arch = attr(body, "architectures")
-            .map(|e| render(e).split_whitespace().collect::<String>());
+        let arch =
+            attr(body, "architectures").map(|e| render(e).split_whitespace().collect::<String>());
         if arch.as_deref() != Some("[local.architecture]") {
             errors.push(format!(
                 "{name}: architectures is {arch:?}, must be [local.architecture] (what was packaged)"

@@ -242,7 +242,10 @@ fn the_example_validates_and_plans_what_was_packaged() {
         example.package(arch, Some(Manifest::For { arch }));
         let plan = example.plan(&[]).unwrap_or_else(|e| panic!("{arch}: {e}"));
         for f in ["scheduler", "executor"] {
-            let values = planned(&plan, &format!("module.lambdafusion.aws_lambda_function.{f}"));
+            let values = planned(
+                &plan,
+                &format!("module.lambdafusion.aws_lambda_function.{f}"),
+            );
             assert_eq!(values["architectures"], serde_json::json!([arch]), "{f}");
         }
         let creates = plan["resource_changes"]
@@ -257,7 +260,10 @@ fn the_example_validates_and_plans_what_was_packaged() {
     // What the first day relies on, as the provider plans it.
     let plan = example.plan(&[]).unwrap();
     let table = planned(&plan, "module.lambdafusion.aws_dynamodb_table.jobs");
-    assert_eq!(table["deletion_protection_enabled"], true, "the catalog is protected");
+    assert_eq!(
+        table["deletion_protection_enabled"], true,
+        "the catalog is protected"
+    );
     let scheduler_events = planned(
         &plan,
         "module.lambdafusion.aws_lambda_function_event_invoke_config.scheduler",
@@ -315,5 +321,8 @@ fn input_validation_refuses_what_aws_would_refuse_later() {
     example.plan(&[key]).unwrap();
     let alias = r#"data_kms_key_arns=["alias/data"]"#;
     let err = flat(&example.plan(&[alias]).unwrap_err());
-    assert!(err.contains("data_kms_key_arns must be KMS key ARNs"), "{err}");
+    assert!(
+        err.contains("data_kms_key_arns must be KMS key ARNs"),
+        "{err}"
+    );
 }

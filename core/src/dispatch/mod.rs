@@ -67,6 +67,12 @@ pub struct TaskInvocation {
     /// What the dispatcher knew of it; `None`: the executor reads it from the store.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<Arc<DispatchContext>>,
+    /// When the process running the task must have answered, in ms since the epoch (on
+    /// Lambda, the invocation's deadline): the task stops
+    /// [`EngineConfig::deadline_margin`](crate::EngineConfig) before it. Set by the
+    /// function that receives the event, never part of it.
+    #[serde(skip)]
+    pub deadline_ms: Option<u64>,
 }
 
 impl From<TaskSpec> for TaskInvocation {
@@ -74,6 +80,7 @@ impl From<TaskSpec> for TaskInvocation {
         Self {
             task,
             context: None,
+            deadline_ms: None,
         }
     }
 }

@@ -107,6 +107,14 @@ impl std::fmt::Debug for Executor {
 impl Executor {
     /// An executor over `services`.
     pub fn new(services: Services) -> Self {
+        // Every task's spills (operators' and the shuffle writer's) count against one
+        // process-wide limit: the local disk is the process's.
+        if let Some(bytes) = services.config.max_spill_bytes {
+            let disk = &services.runtime.disk_manager;
+            if let Err(e) = disk.set_max_temp_directory_size(bytes as u64) {
+                warn!(error = %e, "max_spill_bytes not applied");
+            }
+        }
         let state = services.session_state(1);
         Self {
             services,
@@ -140,6 +148,7 @@ impl Executor {
                 Ok(report) => Ok(report),
                 Err(Error::Cancelled(_)) => Ok(TaskReport::Skipped("job ended".into())),
                 Err(error) => {
+                    let error = self.explain_limits(error);
                     let retryable = error.is_retryable();
                     warn!(%error, retryable, "task attempt failed");
                     let failure =
@@ -269,6 +278,9 @@ impl Executor {
             .map(|h| h.plus(reads));
 
         let watcher = Self::watch_job(services, &task.job_id, job.deadline_ms, stop.clone());
+        let out_of_time = invocation.deadline_ms.map(|deadline| {
+            Self::watch_deadline(deadline, services.config.deadline_margin, stop.clone())
+        });
         let execution = uuid::Uuid::new_v4().simple().to_string();
         let path = task_output_path(
             &services.shuffle.prefix,
@@ -298,6 +310,20 @@ impl Executor {
             )
             .await;
         watcher.abort();
+        if let Some((timer, fired)) = out_of_time {
+            timer.abort();
+            if written.is_err() && fired.load(Ordering::Relaxed) {
+                let ran = Duration::from_millis(now_ms().saturating_sub(started_ms));
+                return Err(Error::FunctionLimit(format!(
+                    "task exceeded the function timeout: stopped after {:.0} s, {} s before \
+                     the function's time limit, to record this. Raise the executor's timeout \
+                     (Terraform executor_timeout_seconds, at most 900), or give tasks less \
+                     work each (bytes_per_task, shuffle_bytes_per_task)",
+                    ran.as_secs_f64(),
+                    services.config.deadline_margin.as_secs()
+                )));
+            }
+        }
         let summary = written?;
         // EXPLAIN ANALYZE: the operators' figures go into the completion record.
         let metrics = match job.kind {
@@ -647,6 +673,46 @@ impl Executor {
             .with_session_config(config)
             .with_runtime(services.runtime.clone());
         Ok(Arc::new(ctx))
+    }
+
+    /// Raises `stop` `margin` before `deadline_ms` (the function's deadline), and the
+    /// returned flag with it, so that the task fails as out of time rather than cancelled.
+    fn watch_deadline(
+        deadline_ms: u64,
+        margin: Duration,
+        stop: Arc<AtomicBool>,
+    ) -> (tokio::task::JoinHandle<()>, Arc<AtomicBool>) {
+        let fired = Arc::new(AtomicBool::new(false));
+        let flag = fired.clone();
+        let left =
+            Duration::from_millis(deadline_ms.saturating_sub(now_ms())).saturating_sub(margin);
+        let timer = tokio::spawn(async move {
+            tokio::time::sleep(left).await;
+            flag.store(true, Ordering::Relaxed);
+            stop.store(true, Ordering::Relaxed);
+        });
+        (timer, fired)
+    }
+
+    /// A failure caused by a limit of the function (its local disk) as
+    /// [`Error::FunctionLimit`], naming what to raise; other errors as they are.
+    fn explain_limits(&self, error: Error) -> Error {
+        // DataFusion's disk manager refuses a spill write past `max_temp_directory_size`,
+        // for its operators' spills and for the shuffle writer's alike.
+        if error.to_string().contains("max_temp_directory_size") {
+            let limit = self.services.config.max_spill_bytes.map_or_else(
+                || "DataFusion's limit".to_string(),
+                |b| format!("{} MiB", b >> 20),
+            );
+            return Error::FunctionLimit(format!(
+                "task spilled more to local disk than it may ({limit}: the function's \
+                 ephemeral storage less a tenth kept free). Raise the executor's ephemeral \
+                 storage (Terraform executor_ephemeral_storage_mb, at most 10240) or its \
+                 memory (executor_memory_mb), or give tasks less work each (bytes_per_task, \
+                 shuffle_bytes_per_task). [{error}]"
+            ));
+        }
+        error
     }
 
     /// Polls the job while the task runs and raises `stop` (see [`stop::StopExec`]) when

@@ -31,6 +31,7 @@ impl Scheduler {
                     let invocation = TaskInvocation {
                         task: send.task.clone(),
                         context: send.context.clone(),
+                        deadline_ms: None,
                     };
                     let result = invoker.run_task(&invocation).await;
                     (send, result)

@@ -2478,6 +2478,7 @@ pub mod functions {
         ctx.declare_func("tobool", unary(tobool));
         ctx.declare_func("jsonencode", unary(jsonencode));
         ctx.declare_func("length", unary(length));
+        ctx.declare_func("floor", unary(floor));
         ctx.declare_func(
             "join",
             FuncDef::builder()
@@ -2682,6 +2683,22 @@ pub mod functions {
     /// `min(numbers...)`: the smallest.
     pub fn min(args: FuncArgs) -> Result<Value, String> {
         pick(args, false)
+    }
+
+    /// `floor(n)`: the greatest whole number not above `n`.
+    pub fn floor(args: FuncArgs) -> Result<Value, String> {
+        let n = numbers(&args)?[0];
+        if n.is_i64() || n.is_u64() {
+            return Ok(Value::Number(n));
+        }
+        let f = n.as_f64().unwrap_or(f64::NAN).floor();
+        if f.abs() < 9.0e15 {
+            Ok(Value::Number(Number::from(f as i64)))
+        } else {
+            Number::from_f64(f)
+                .map(Value::Number)
+                .ok_or_else(|| "argument is not a finite number".into())
+        }
     }
 
     /// `length(v)`: elements of a list, keys of a map or object, characters of a string.
@@ -3110,6 +3127,14 @@ mod tests {
         );
         assert!(call("max()").unwrap_err().contains("at least one argument"));
         assert!(call(r#"max(1, "x")"#).unwrap_err().contains("not a number"));
+        // As Terraform: floor(51.2) = 51, floor(-1.5) = -2, whole numbers unchanged.
+        assert_eq!(call("floor(512 / 10)").unwrap(), Value::from(51));
+        assert_eq!(call("floor(-1.5)").unwrap(), Value::from(-2));
+        assert_eq!(call("floor(7)").unwrap(), Value::from(7));
+        assert_eq!(
+            call("(512 - max(64, floor(512 / 10))) * 1048576").unwrap(),
+            Value::from(448u64 * 1048576)
+        );
     }
 
     #[test]

@@ -19,6 +19,13 @@ locals {
     var.executor_max_event_age_seconds + var.executor_timeout_seconds + 60,
   )
 
+  # Spills stay within each function's /tmp (ephemeral storage), less a tenth (at least
+  # 64 MiB) kept for the runtime and other files; past it a task fails naming the setting.
+  max_spill_bytes = {
+    scheduler = (var.scheduler_ephemeral_storage_mb - max(64, floor(var.scheduler_ephemeral_storage_mb / 10))) * 1048576
+    executor  = (var.executor_ephemeral_storage_mb - max(64, floor(var.executor_ephemeral_storage_mb / 10))) * 1048576
+  }
+
   # Settings both functions read. Optional ones left null are not set at all, so the code's
   # own defaults apply.
   engine_env = merge(
@@ -191,6 +198,7 @@ resource "aws_lambda_function" "scheduler" {
     variables = merge(local.engine_env, {
       LAMBDAFUSION_EXECUTOR_FUNCTION  = local.executor_function_name
       LAMBDAFUSION_SCHEDULER_FUNCTION = local.scheduler_function_name
+      LAMBDAFUSION_MAX_SPILL_BYTES    = tostring(local.max_spill_bytes.scheduler)
     })
   }
 
@@ -274,6 +282,7 @@ resource "aws_lambda_function" "executor" {
     variables = merge(local.engine_env, {
       LAMBDAFUSION_SCHEDULER_FUNCTION = local.scheduler_function_name
       LAMBDAFUSION_EXECUTOR_FUNCTION  = local.executor_function_name
+      LAMBDAFUSION_MAX_SPILL_BYTES    = tostring(local.max_spill_bytes.executor)
     })
   }
 
