@@ -193,9 +193,11 @@ impl Tally {
 /// commit counter; a new job one write per item it creates is counted by the caller).
 pub fn count_store_call(tally: &Tally, op: &str) {
     match op {
-        "get_job" | "load_job" | "get_stage" | "get_plan" | "task_view" | "get_task"
-        | "list_tasks" | "list_task_range" | "list_counters" | "active_jobs" | "job_history"
-        | "sweep_cursor" | "get_table" | "list_tables" => tally.count(Request::StoreRead, 1),
+        "get_job" | "job_state" | "load_job" | "get_stage" | "get_plan" | "task_view"
+        | "get_task" | "list_tasks" | "list_task_range" | "list_counters" | "active_jobs"
+        | "job_history" | "sweep_cursor" | "get_table" | "list_tables" => {
+            tally.count(Request::StoreRead, 1)
+        }
         "commit_task" => tally.count(Request::StoreWrite, 2),
         _ => tally.count(Request::StoreWrite, 1),
     }

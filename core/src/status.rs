@@ -275,17 +275,18 @@ pub fn scheduler_requests(
 
 /// The requests of the job itself: those its submission counted while planning
 /// ([`JobRecord::requests`](crate::state::JobRecord::requests)), and, derived from its
-/// records, creating it (one write per item: job, active entry, history entry, stages
-/// and plans), the first scheduler step
+/// records, creating it (one write per item: job, state item, active entry, history
+/// entry, stages and plans), the first scheduler step
 /// (a snapshot read) and the state the submission answers with (a read), finishing it
-/// (the job item and its active entry) and deleting its intermediate objects (one LIST,
-/// one DELETE per object).
+/// (the job item, its state item and its active entry) and deleting its intermediate
+/// objects (one LIST, one DELETE per object). The running tasks' polls of the state item
+/// are in their own counts.
 pub fn job_requests(snapshot: &JobSnapshot) -> RequestCounts {
     let mut r = snapshot.job.requests;
-    r.add(Request::StoreWrite, 3 + 2 * snapshot.stages.len() as u64);
+    r.add(Request::StoreWrite, 4 + 2 * snapshot.stages.len() as u64);
     r.add(Request::StoreRead, 2);
     if snapshot.job.state.is_terminal() && snapshot.job.kind != JobKind::Statement {
-        r.add(Request::StoreWrite, 2);
+        r.add(Request::StoreWrite, 3);
         r.add(Request::ObjectList, 1);
         let final_stage = snapshot.job.final_stage();
         let intermediate = snapshot

@@ -631,9 +631,12 @@ pub async fn throttled_and_unconfirmed_attempts_are_resent(store: &dyn JobStore)
 }
 
 /// A running job ends once: later finishes (a cancel racing a success) change nothing;
-/// the active index follows; a missing job is not finished.
+/// the active index and the state tasks poll ([`JobStore::job_state`]) follow; a missing
+/// job is not finished.
 pub async fn finishing_is_final(store: &dyn JobStore) {
     let id = create(store, "finish", &[1]).await;
+    assert_eq!(store.job_state(&id).await.unwrap(), Some(JobState::Running));
+    assert_eq!(store.job_state(&new_id("none")).await.unwrap(), None);
     let listed = |ids: Vec<String>| ids.contains(&id);
     assert!(
         listed(all_active(store).await),
@@ -661,6 +664,7 @@ pub async fn finishing_is_final(store: &dyn JobStore) {
         !listed(all_active(store).await),
         "finished jobs leave the index"
     );
+    assert_eq!(polled_state(store, &id).await, JobState::Succeeded);
     let failed = create(store, "finish", &[1]).await;
     let racing = join_all((0..4).map(|i| {
         store.finish_job(
@@ -677,11 +681,27 @@ pub async fn finishing_is_final(store: &dyn JobStore) {
     );
     let j = store.get_job(&failed).await.unwrap().unwrap();
     assert_eq!(j.state, JobState::Failed);
+    assert_eq!(polled_state(store, &failed).await, JobState::Failed);
     assert!(j.error.is_some_and(|e| e.starts_with("reason ")));
     assert!(!store
         .finish_job(&new_id("none"), JobState::Failed, None, 1)
         .await
         .unwrap());
+}
+
+/// The state a running task would poll, once it has left `Running` (it may lag the
+/// transition by about a second: eventually consistent).
+async fn polled_state(store: &dyn JobStore, id: &str) -> JobState {
+    for _ in 0..50 {
+        match store.job_state(id).await.unwrap() {
+            Some(JobState::Running) => {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await
+            }
+            Some(state) => return state,
+            None => panic!("job {id} has no state"),
+        }
+    }
+    panic!("job {id} still polls as running 2.5 s after it finished")
 }
 
 async fn all_active(store: &dyn JobStore) -> Vec<String> {

@@ -8,9 +8,8 @@
 pub fn actions_of(operation: &str) -> &'static [&'static str] {
     match operation {
         "create_job" => &["dynamodb:BatchWriteItem", "dynamodb:PutItem"],
-        "get_job" | "get_stage" | "get_plan" | "get_task" | "get_table" | "sweep_cursor" => {
-            &["dynamodb:GetItem"]
-        }
+        "get_job" | "job_state" | "get_stage" | "get_plan" | "get_task" | "get_table"
+        | "sweep_cursor" => &["dynamodb:GetItem"],
         "task_view" => &["dynamodb:BatchGetItem"],
         "load_job" | "list_tasks" | "list_task_range" | "list_counters" | "active_jobs"
         | "list_tables" => &["dynamodb:Query"],
@@ -39,6 +38,7 @@ mod contract_tests {
     const OPERATIONS: &[&str] = &[
         "create_job",
         "get_job",
+        "job_state",
         "load_job",
         "get_stage",
         "get_plan",

@@ -429,10 +429,19 @@ impl JobStore for DynamoDbJobStore {
         // Stages, plans and tasks first: the job item, written last and only if absent,
         // makes the job exist; a crash before it leaves items that only the TTL notices.
         self.batch_put(items).await?;
-        let mut writes = vec![self.put(
-            to_item(&pk, SK_META, job)?,
-            Some("attribute_not_exists(pk)"),
-        )?];
+        let state = HashMap::from([
+            ("pk".to_string(), s(&pk)),
+            ("sk".to_string(), s(SK_STATE)),
+            ("state".to_string(), state_value(job.state)),
+            ("expires_at".to_string(), n(job.expires_at)),
+        ]);
+        let mut writes = vec![
+            self.put(
+                to_item(&pk, SK_META, job)?,
+                Some("attribute_not_exists(pk)"),
+            )?,
+            self.put(state, None)?,
+        ];
         if job.state == JobState::Running {
             let active = HashMap::from([
                 ("pk".to_string(), s(ACTIVE_PK)),
@@ -462,6 +471,39 @@ impl JobStore for DynamoDbJobStore {
 
     async fn get_job(&self, job_id: &str) -> Result<Option<JobRecord>> {
         self.get(&job_pk(job_id), SK_META).await
+    }
+
+    /// The state item, read eventually consistent (half a read unit): a transition
+    /// shows within about a second. A job without one (written before state items
+    /// existed) answers from its job item.
+    async fn job_state(&self, job_id: &str) -> Result<Option<JobState>> {
+        let pk = job_pk(job_id);
+        let item = retrying("GetItem", || async {
+            count(Request::DynamoDbRead);
+            self.client
+                .get_item()
+                .table_name(&self.table)
+                .set_key(Some(key(&pk, SK_STATE)))
+                .projection_expression("#s")
+                .expression_attribute_names("#s", "state")
+                .consistent_read(false)
+                .send()
+                .await
+                .map_err(|e| store_err("GetItem", e))
+        })
+        .await?
+        .item;
+        match item.as_ref().and_then(|i| i.get("state")) {
+            Some(state) => serde_dynamo::from_attribute_value(state.clone())
+                .map(Some)
+                .map_err(|e| {
+                    Error::Store(StoreError::new(
+                        StoreErrorKind::Corrupt,
+                        format!("job {job_id}: state item: {e}"),
+                    ))
+                }),
+            None => Ok(self.get_job(job_id).await?.map(|job| job.state)),
+        }
     }
 
     async fn load_job(&self, job_id: &str) -> Result<Option<JobSnapshot>> {
@@ -867,8 +909,16 @@ impl JobStore for DynamoDbJobStore {
             .set_key(Some(key(ACTIVE_PK, job_id)))
             .build()
             .map_err(|e| Error::Internal(format!("DynamoDB delete: {e}")))?;
+        let state_update = Expr::default()
+            .set("state", state_value(state))
+            .into_update(
+                &self.table,
+                key(&job_pk(job_id), SK_STATE),
+                "attribute_exists(pk)".into(),
+            )?;
         let writes = vec![
             TransactWriteItem::builder().update(update).build(),
+            TransactWriteItem::builder().update(state_update).build(),
             TransactWriteItem::builder().delete(delete).build(),
         ];
         if self

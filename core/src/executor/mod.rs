@@ -715,10 +715,12 @@ impl Executor {
         error
     }
 
-    /// Polls the job while the task runs and raises `stop` (see [`stop::StopExec`]) when
-    /// it is no longer running — cancelled, failed, or past its deadline (then it also
-    /// wakes the scheduler, which fails the job, so the job ends even if nothing else
-    /// would wake it).
+    /// Polls the job's state while the task runs and raises `stop` (see
+    /// [`stop::StopExec`]) when it is no longer running — cancelled or failed — or when
+    /// it is past its deadline (then it also wakes the scheduler, which fails the job, so
+    /// the job ends even if nothing else would wake it). It reads the small state item
+    /// ([`JobStore::job_state`](crate::state::JobStore::job_state)) every
+    /// `cancel_check_interval`, ±20% so that a stage's tasks spread their reads.
     fn watch_job(
         services: &Services,
         job_id: &str,
@@ -730,21 +732,28 @@ impl Executor {
         let every = services.config.cancel_check_interval;
         let job_id = job_id.to_string();
         tokio::spawn(async move {
+            // A random seed per task, so that a stage's tasks do not read in step.
+            let mut draw = uuid::Uuid::new_v4().as_u64_pair().0;
             loop {
+                draw = draw
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                let jittered =
+                    every.mul_f64(0.8 + 0.4 * ((draw >> 11) as f64 / (1u64 << 53) as f64));
                 let sleep = match deadline_ms {
-                    Some(d) => every.min(Duration::from_millis(d.saturating_sub(now_ms()) + 1)),
-                    None => every,
+                    Some(d) => jittered.min(Duration::from_millis(d.saturating_sub(now_ms()) + 1)),
+                    None => jittered,
                 };
                 tokio::time::sleep(sleep).await;
-                match store.get_job(&job_id).await {
-                    Ok(Some(current)) if current.is_overdue(now_ms()) => {
-                        stop.store(true, Ordering::Relaxed);
-                        if let Err(e) = invoker.wake_scheduler(&job_id).await {
-                            warn!(error = %e, "could not wake the scheduler for a job past its deadline");
-                        }
-                        return;
+                if deadline_ms.is_some_and(|d| now_ms() > d) {
+                    stop.store(true, Ordering::Relaxed);
+                    if let Err(e) = invoker.wake_scheduler(&job_id).await {
+                        warn!(error = %e, "could not wake the scheduler for a job past its deadline");
                     }
-                    Ok(Some(current)) if current.state != JobState::Running => {
+                    return;
+                }
+                match store.job_state(&job_id).await {
+                    Ok(Some(state)) if state != JobState::Running => {
                         stop.store(true, Ordering::Relaxed);
                         return;
                     }

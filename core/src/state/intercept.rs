@@ -125,6 +125,7 @@ macro_rules! intercept {
 intercept! {
     fn create_job(new: &NewJob) -> (), job: Some(&new.job.job_id);
     fn get_job(job_id: &str) -> Option<JobRecord>, job: Some(job_id);
+    fn job_state(job_id: &str) -> Option<JobState>, job: Some(job_id);
     fn load_job(job_id: &str) -> Option<JobSnapshot>, job: Some(job_id);
     fn get_stage(job_id: &str, stage: u32) -> Option<StageRecord>, job: Some(job_id);
     fn get_plan(job_id: &str, stage: u32) -> Option<PlanRecord>, job: Some(job_id);

@@ -225,6 +225,14 @@ pub trait JobStore: Send + Sync + std::fmt::Debug {
     /// Reads the job item.
     async fn get_job(&self, job_id: &str) -> Result<Option<JobRecord>>;
 
+    /// The job's state alone, read cheaply: what every running task polls while it
+    /// works, so on a shared store it must not be the job item, which holds the SQL (on
+    /// DynamoDB a small item of its own, [`SK_STATE`], read eventually consistent). May
+    /// lag a transition by about a second. `None`: no such job.
+    async fn job_state(&self, job_id: &str) -> Result<Option<JobState>> {
+        Ok(self.get_job(job_id).await?.map(|job| job.state))
+    }
+
     /// Reads the job with its stages, task items and commit counters (one query).
     async fn load_job(&self, job_id: &str) -> Result<Option<JobSnapshot>>;
 
@@ -376,6 +384,10 @@ pub trait JobStore: Send + Sync + std::fmt::Debug {
 
 /// Sort key of the job item.
 pub const SK_META: &str = "META";
+
+/// Sort key of the job's state item: the state alone, a few dozen bytes, which running
+/// tasks poll ([`JobStore::job_state`]) instead of the job item and its SQL.
+pub const SK_STATE: &str = "STATE";
 
 /// Partition key of a job's items.
 pub fn job_pk(job_id: &str) -> String {

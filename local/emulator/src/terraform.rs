@@ -3184,6 +3184,16 @@ mod tests {
             "sched-local".into(),
         );
         executor.insert("LAMBDAFUSION_EXECUTOR_FUNCTION".into(), "exec-local".into());
+        // Each function's ephemeral storage less a tenth, at least 64 MiB: 512 MB and
+        // 2048 MB by default.
+        scheduler.insert(
+            "LAMBDAFUSION_MAX_SPILL_BYTES".into(),
+            ((512 - 64) * 1048576u64).to_string(),
+        );
+        executor.insert(
+            "LAMBDAFUSION_MAX_SPILL_BYTES".into(),
+            ((2048 - 204) * 1048576u64).to_string(),
+        );
         assert_eq!(function(&d, "sched-local").env, scheduler);
         assert_eq!(function(&d, "exec-local").env, executor);
     }
@@ -3212,8 +3222,20 @@ mod tests {
             ),
             (3008, 900, 2048, None)
         );
-        // The scheduler has no event invoke config: Lambda's defaults.
-        assert_eq!(s.invoke, InvokeConfig::default());
+        // The scheduler's events: Lambda's two retries, 15 minutes of age at most.
+        assert_eq!(
+            s.invoke,
+            InvokeConfig {
+                address: Some(
+                    "aws_lambda_function_event_invoke_config.scheduler"
+                        .parse()
+                        .unwrap()
+                ),
+                max_retry_attempts: 2,
+                max_event_age_secs: 900,
+                on_failure: None,
+            }
+        );
         assert_eq!(
             e.invoke,
             InvokeConfig {
@@ -3513,8 +3535,8 @@ mod tests {
         // And one added to the executor only reaches the executor.
         let files = mutate(
             &module_files(),
-            "LAMBDAFUSION_EXECUTOR_FUNCTION  = local.executor_function_name\n    })",
-            "LAMBDAFUSION_EXECUTOR_FUNCTION  = local.executor_function_name\n      LAMBDAFUSION_ONLY_HERE = \"1\"\n    })",
+            "LAMBDAFUSION_MAX_SPILL_BYTES    = tostring(local.max_spill_bytes.executor)\n    })",
+            "LAMBDAFUSION_MAX_SPILL_BYTES    = tostring(local.max_spill_bytes.executor)\n      LAMBDAFUSION_ONLY_HERE = \"1\"\n    })",
         );
         let d = deploy(&files, &[]).unwrap();
         assert_eq!(
@@ -3648,7 +3670,7 @@ mod tests {
         );
         assert_eq!(e["on_failure"], "sched-local");
         assert_eq!(e["max_retry_attempts"], 0);
-        assert_eq!(s["max_event_age_secs"], 21600);
+        assert_eq!(s["max_event_age_secs"], 900);
         assert_eq!(
             s["url"],
             json!({"listen": "127.0.0.1:0", "auth": "NONE", "integration_timeout_secs": 30})
