@@ -30,6 +30,8 @@ pub enum Unit {
     Millis,
     /// `true` / `false` (also `1`/`0`, `yes`/`no`, `on`/`off`).
     Flag,
+    /// An amount of US dollars, decimals allowed (`0.25`).
+    Dollars,
 }
 
 /// One setting as the tables below declare it.
@@ -117,6 +119,25 @@ impl SettingValue for Option<usize> {
     }
     fn render(&self, unit: Unit) -> String {
         self.map_or_else(|| "none".into(), |v| v.render(unit))
+    }
+}
+
+impl SettingValue for Option<f64> {
+    fn parse(raw: &str, _: Unit, (lo, hi): (u64, u64)) -> Result<Self, String> {
+        let v: f64 = raw
+            .parse()
+            .map_err(|e| format!("expected a decimal number: {e}"))?;
+        if !v.is_finite() || v <= 0.0 || v < lo as f64 || v > hi as f64 {
+            return Err(format!("must be a number above 0 (and from {lo} to {hi})"));
+        }
+        Ok(Some(v))
+    }
+    fn within(self, _: Unit, (lo, hi): (u64, u64)) -> Self {
+        self.filter(|v| v.is_finite() && *v > 0.0)
+            .map(|v| v.clamp(lo as f64, hi as f64))
+    }
+    fn render(&self, _: Unit) -> String {
+        self.map_or_else(|| "none".into(), |v| v.to_string())
     }
 }
 
@@ -348,6 +369,19 @@ settings! {
     max_query_time: Duration = Duration::from_secs(3600); Seconds [1, u64::MAX],
         builder with_max_query_time, env "LAMBDAFUSION_MAX_QUERY_SECONDS",
         terraform "max_query_seconds";
+    /// Most bytes of table files one query may read, as Athena's per-query data usage
+    /// limit: checked at planning against the sizes of the files left after pruning by
+    /// partition and statistics (refused with a 400 naming both figures), and while it
+    /// runs against the bytes its table-reading tasks have fetched (the job fails).
+    /// `none`: no limit.
+    max_scan_bytes_per_query: Option<usize> = None; Bytes [1, u64::MAX],
+        env "LAMBDAFUSION_MAX_SCAN_BYTES_PER_QUERY", terraform "max_scan_bytes_per_query";
+    /// Most a query may cost, in US dollars, by the engine's estimate (its status's
+    /// `estimated_cost_usd`: the GB-seconds and requests of its committed tasks, at list
+    /// prices): checked at every scheduler step, past it the job fails with the figure
+    /// and the limit, and its running tasks stop. `none`: no limit.
+    max_query_cost_usd: Option<f64> = None; Dollars,
+        env "LAMBDAFUSION_MAX_QUERY_COST_USD", terraform "max_query_cost_usd";
     /// Longest SQL text accepted (the job record holds it; a DynamoDB item holds 400 KB).
     max_sql_bytes: usize = (256 * KIB) as usize; Bytes [1, u64::MAX];
     /// Time one sweep may spend; it continues where it stopped at the next run (the
@@ -484,6 +518,23 @@ mod tests {
         assert_eq!(built.max_tasks_per_stage, 1);
         assert_eq!(built.dispatch_fanout, 2);
         assert_eq!(built.bytes_per_task, 1);
+    }
+
+    #[test]
+    fn dollar_amounts_are_positive_finite_decimals() {
+        let mut config = EngineConfig::default();
+        assert_eq!(config.get("max_query_cost_usd").as_deref(), Some("none"));
+        config.set("max_query_cost_usd", " 0.25 ").unwrap();
+        assert_eq!(config.max_query_cost_usd, Some(0.25));
+        assert_eq!(config.get("max_query_cost_usd").as_deref(), Some("0.25"));
+        for bad in ["0", "-1", "NaN", "inf", "a dollar", ""] {
+            assert!(config.set("max_query_cost_usd", bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(
+            config.max_query_cost_usd,
+            Some(0.25),
+            "a refused value changes nothing"
+        );
     }
 
     #[test]

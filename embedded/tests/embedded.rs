@@ -890,3 +890,66 @@ async fn a_task_spilling_past_the_disk_limit_fails_by_name_without_retries() {
     let rows = lambdafusion_embedded::verify::rows(&out.batches);
     assert!(format!("{rows:?}").contains("300000"), "{rows:?}");
 }
+
+/// The per-query budget: a query planned to read more table bytes than
+/// `max_scan_bytes_per_query` is refused before anything runs, naming both figures; a
+/// query whose estimated cost passes `max_query_cost_usd` is stopped by the scheduler with
+/// the figure and the limit. Within both, the same queries run.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn queries_over_their_budget_are_refused_or_stopped_by_name() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tables(dir.path()).await;
+    let sql = "SELECT k, count(*) AS n FROM facts GROUP BY k ORDER BY k";
+
+    let mut config = EngineConfig::default().with_bytes_per_task(1);
+    config.set("max_scan_bytes_per_query", "1000").unwrap();
+    let refusing = engine(config, dir.path()).await;
+    register(&refusing, dir.path()).await;
+    let jobs_before = refusing
+        .services()
+        .store
+        .active_jobs(None, 100)
+        .await
+        .unwrap();
+    match refusing.submit(sql).await {
+        Err(lambdafusion::Error::InvalidInput(message)) => assert!(
+            message.contains("the query would read")
+                && message.contains("max_scan_bytes_per_query: 1000 B"),
+            "{message}"
+        ),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let jobs_after = refusing
+        .services()
+        .store
+        .active_jobs(None, 100)
+        .await
+        .unwrap();
+    assert_eq!(jobs_before, jobs_after, "nothing was started");
+
+    let mut config = EngineConfig::default().with_bytes_per_task(1);
+    config.set("max_query_cost_usd", "0.0000001").unwrap();
+    let stopping = engine(config, dir.path()).await;
+    register(&stopping, dir.path()).await;
+    let job = stopping.submit(sql).await.unwrap();
+    let error = stopping
+        .finish(&job, Duration::from_secs(3600), |_| {})
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        error.contains("the query's estimated cost reached $")
+            && error.contains("max_query_cost_usd: $0.0000001"),
+        "{error}"
+    );
+
+    let mut config = EngineConfig::default().with_bytes_per_task(1);
+    config
+        .set("max_scan_bytes_per_query", "1000000000")
+        .unwrap();
+    config.set("max_query_cost_usd", "5").unwrap();
+    let within = engine(config, dir.path()).await;
+    register(&within, dir.path()).await;
+    let out = within.sql(sql).await.unwrap();
+    assert_eq!(out.status.state, "succeeded");
+}

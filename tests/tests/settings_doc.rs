@@ -24,6 +24,7 @@ fn shown(value: &str, unit: Unit) -> String {
         Unit::Seconds => format!("{n} s"),
         Unit::Days => format!("{n} days"),
         Unit::Millis => format!("{n} ms"),
+        Unit::Dollars => format!("${n}"),
         Unit::Count | Unit::Flag => n.to_string(),
     }
 }
@@ -60,6 +61,7 @@ fn unit_name(setting: &Setting) -> &'static str {
         Unit::Days => "days",
         Unit::Millis => "milliseconds",
         Unit::Flag => "true/false",
+        Unit::Dollars => "US dollars",
     }
 }
 

@@ -655,6 +655,17 @@ fn check_settings(
                 "variable \"{tf}\": its description does not name {env}"
             ));
         }
+        // A module that needs the code's default itself spells it `local.code_default_<var>`.
+        if let Some(local) = module.locals().get(&format!("code_default_{tf}")) {
+            if render(local) != setting.default_value() {
+                errors.push(format!(
+                    "local.code_default_{tf} is {} but the code's {} defaults to {}",
+                    render(local),
+                    setting.name,
+                    setting.default_value()
+                ));
+            }
+        }
         match attr(variable, "default") {
             None | Some(Expression::Null) => {}
             Some(default) if render(default) == setting.default_value() => {}
@@ -1800,8 +1811,8 @@ fn negative_setting_default_differing_from_the_code_is_detected() {
 fn negative_setting_fed_from_another_variable_is_detected() {
     let src = mutate(
         &module_source(),
-        "LAMBDAFUSION_MAX_ATTEMPTS            = var.max_attempts",
-        "LAMBDAFUSION_MAX_ATTEMPTS            = var.dispatch_fanout",
+        "LAMBDAFUSION_MAX_ATTEMPTS             = var.max_attempts",
+        "LAMBDAFUSION_MAX_ATTEMPTS             = var.dispatch_fanout",
     );
     assert_detected(
         check(&src, &contract()),
@@ -1817,4 +1828,17 @@ fn negative_setting_without_its_variable_is_detected() {
     let mut errors = Vec::new();
     check_settings(&module, &settings, &mut errors);
     assert_detected(errors, "no variable \"no_such_variable\"");
+}
+
+#[test]
+fn negative_a_local_copy_of_a_code_default_that_drifted_is_detected() {
+    let src = mutate(
+        &module_source(),
+        "code_default_max_tasks_per_stage = 1000",
+        "code_default_max_tasks_per_stage = 500",
+    );
+    assert_detected(
+        check(&src, &contract()),
+        "local.code_default_max_tasks_per_stage is 500 but the code's max_tasks_per_stage defaults to 1000",
+    );
 }

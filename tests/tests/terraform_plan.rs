@@ -326,3 +326,32 @@ fn input_validation_refuses_what_aws_would_refuse_later() {
         "{err}"
     );
 }
+
+#[test]
+fn a_stage_wider_than_the_executors_reserved_concurrency_is_refused() {
+    let Some(example) = Example::new() else {
+        return;
+    };
+    example.package("ok", Some(Manifest::For { arch: "x86_64" }));
+    // 50 executors, stages of up to 1000 tasks (the code's default): refused.
+    let err = flat(
+        &example
+            .plan(&["executor_reserved_concurrency=50"])
+            .unwrap_err(),
+    );
+    assert!(
+        err.contains("max_tasks_per_stage (1000, 1000 when null) must be at most executor_reserved_concurrency (50)"),
+        "{err}"
+    );
+    let plan = example
+        .plan(&["executor_reserved_concurrency=50", "max_tasks_per_stage=50"])
+        .unwrap();
+    let executor = planned(&plan, "module.lambdafusion.aws_lambda_function.executor");
+    assert_eq!(executor["reserved_concurrent_executions"], 50);
+    // Budget limits are validated before anything is planned.
+    let err = flat(&example.plan(&["max_query_cost_usd=0"]).unwrap_err());
+    assert!(
+        err.contains("max_query_cost_usd must be null or above 0"),
+        "{err}"
+    );
+}

@@ -53,6 +53,9 @@ impl Scheduler {
         if job.is_overdue(now) {
             return self.fail_job(&snapshot, job.deadline_message(), now).await;
         }
+        if let Some(error) = self.over_budget(&snapshot) {
+            return self.fail_job(&snapshot, error, now).await;
+        }
         if let Some(error) = self.retry_tasks(&snapshot, now).await? {
             return self.fail_job(&snapshot, error, now).await;
         }
@@ -60,6 +63,43 @@ impl Scheduler {
             return self.succeed_job(&snapshot, now).await;
         }
         self.advance_stages(snapshot, origin, now).await
+    }
+
+    /// Why the job must stop for its budget, from its committed figures: its estimated
+    /// cost past `max_query_cost_usd`, or the table bytes its tasks fetched past
+    /// `max_scan_bytes_per_query` (the planning check uses file sizes; this one catches
+    /// what they did not foresee, such as files that grew).
+    fn over_budget(&self, snapshot: &JobSnapshot) -> Option<String> {
+        let config = self.config();
+        if let Some(limit) = config.max_query_cost_usd {
+            let status = crate::status::job_status(snapshot, config.fast_path);
+            if status.estimated_cost_usd > limit {
+                return Some(format!(
+                    "the query's estimated cost reached ${:.6}, more than this deployment \
+                     allows one query (max_query_cost_usd: ${limit}); it was stopped",
+                    status.estimated_cost_usd
+                ));
+            }
+        }
+        if let Some(limit) = config.max_scan_bytes_per_query {
+            let scanned: u64 = snapshot
+                .stages
+                .iter()
+                .filter(|s| !s.scan_bytes.is_empty())
+                .flat_map(|s| snapshot.tasks_of(s.stage))
+                .filter_map(|t| t.output.as_ref())
+                .map(|o| o.requests.object_get_bytes)
+                .sum();
+            if scanned > limit as u64 {
+                return Some(format!(
+                    "the query has read {} of table files, more than this deployment allows \
+                     one query (max_scan_bytes_per_query: {}); it was stopped",
+                    crate::plan::adaptive::human_bytes(scanned),
+                    crate::plan::adaptive::human_bytes(limit as u64)
+                ));
+            }
+        }
+        None
     }
 
     /// Fails the job with `error` and cleans up after it (once: whichever step wins).

@@ -176,6 +176,7 @@ impl Scheduler {
         let physical = plan::physical_plan(state, logical, self.config())
             .await
             .map_err(user_planning_error)?;
+        self.check_scan_limit(plan::scan_bytes(&physical))?;
         let graph = StageSplitter::split(physical, self.config()).map_err(user_planning_error)?;
         self.check_caps(&graph)?;
         let plans = graph
@@ -184,6 +185,22 @@ impl Scheduler {
             .map(|s| plan::encode_plan(s.plan.clone()).map_err(user_planning_error))
             .collect::<Result<Vec<_>>>()?;
         Ok(Planned::Query { graph, plans, kind })
+    }
+
+    /// Refuses a query that would read more bytes of table files than
+    /// `max_scan_bytes_per_query` allows.
+    fn check_scan_limit(&self, scan_bytes: u64) -> Result<()> {
+        match self.config().max_scan_bytes_per_query {
+            Some(limit) if scan_bytes > limit as u64 => Err(Error::InvalidInput(format!(
+                "the query would read {} of table files, more than this deployment allows \
+                 one query (max_scan_bytes_per_query: {}): filter on partition columns, \
+                 select fewer columns of columnar files, or ask an administrator to raise \
+                 the limit",
+                crate::plan::adaptive::human_bytes(scan_bytes),
+                crate::plan::adaptive::human_bytes(limit as u64)
+            ))),
+            _ => Ok(()),
+        }
     }
 
     /// Refuses a query with more stages or tasks than one query may have.

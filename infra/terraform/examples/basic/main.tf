@@ -21,6 +21,12 @@ module "lambdafusion" {
   catalog_writers     = var.catalog_writers
   max_presign_seconds = var.max_presign_seconds
 
+  scheduler_reserved_concurrency = var.scheduler_reserved_concurrency
+  executor_reserved_concurrency  = var.executor_reserved_concurrency
+  max_tasks_per_stage            = var.max_tasks_per_stage
+  max_scan_bytes_per_query       = var.max_scan_bytes_per_query
+  max_query_cost_usd             = var.max_query_cost_usd
+
   enable_http_api       = var.enable_http_api
   enable_function_url   = var.enable_function_url
   public_console_routes = var.public_console_routes

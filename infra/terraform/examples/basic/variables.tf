@@ -99,3 +99,33 @@ variable "tags" {
   type        = map(string)
   default     = {}
 }
+
+variable "scheduler_reserved_concurrency" {
+  description = "Instances kept for the scheduler (API, stream, sweep), or null; see docs/deploy.md, First day."
+  type        = number
+  default     = null
+}
+
+variable "executor_reserved_concurrency" {
+  description = "Most tasks running at once, or null (the account's unreserved pool)."
+  type        = number
+  default     = null
+}
+
+variable "max_tasks_per_stage" {
+  description = "Most tasks per stage (null: the code's 1000); at most executor_reserved_concurrency when that is set."
+  type        = number
+  default     = null
+}
+
+variable "max_scan_bytes_per_query" {
+  description = "Most bytes of table files one query may read, or null for no limit."
+  type        = number
+  default     = null
+}
+
+variable "max_query_cost_usd" {
+  description = "Most a query may cost by the engine's estimate, in US dollars, or null for no limit."
+  type        = number
+  default     = null
+}

@@ -19,6 +19,11 @@ locals {
     var.executor_max_event_age_seconds + var.executor_timeout_seconds + 60,
   )
 
+  # The tasks a stage may have: the variable, or the code's default (EngineConfig's
+  # max_tasks_per_stage; tests/tests/terraform_contract.rs holds the two equal).
+  code_default_max_tasks_per_stage = 1000
+  max_tasks_per_stage              = coalesce(var.max_tasks_per_stage, local.code_default_max_tasks_per_stage)
+
   # Spills stay within each function's /tmp (ephemeral storage), less a tenth (at least
   # 64 MiB) kept for the runtime and other files; past it a task fails naming the setting.
   max_spill_bytes = {
@@ -42,22 +47,24 @@ locals {
     },
     {
       for name, value in {
-        LAMBDAFUSION_BYTES_PER_TASK          = var.bytes_per_task
-        LAMBDAFUSION_SHUFFLE_BYTES_PER_TASK  = var.shuffle_bytes_per_task
-        LAMBDAFUSION_MIN_SCAN_BYTES_PER_TASK = var.min_scan_bytes_per_task
-        LAMBDAFUSION_MAX_BROADCAST_BYTES     = var.max_broadcast_bytes
-        LAMBDAFUSION_ADAPTIVE                = var.adaptive_stages
-        LAMBDAFUSION_MAX_TASKS_PER_STAGE     = var.max_tasks_per_stage
-        LAMBDAFUSION_MAX_ATTEMPTS            = var.max_attempts
-        LAMBDAFUSION_DISPATCH_CONCURRENCY    = var.dispatch_concurrency
-        LAMBDAFUSION_DISPATCH_FANOUT         = var.dispatch_fanout
-        LAMBDAFUSION_MAX_SHUFFLE_READS       = var.max_shuffle_reads
-        LAMBDAFUSION_FAST_PATH               = var.fast_path
-        LAMBDAFUSION_MAX_RESPONSE_BYTES      = var.max_response_bytes
-        LAMBDAFUSION_DATA_BUCKETS            = length(var.data_buckets) > 0 ? join(",", [for b in var.data_buckets : "s3://${b}"]) : null
-        LAMBDAFUSION_ADMIN_PRINCIPALS        = length(var.admin_principals) > 0 ? join(",", var.admin_principals) : null
-        LAMBDAFUSION_CATALOG_WRITERS         = var.catalog_writers == null ? null : join(",", var.catalog_writers)
-        LAMBDAFUSION_DISPATCH_DEADLINE_SECS  = var.dispatch_deadline_seconds
+        LAMBDAFUSION_BYTES_PER_TASK           = var.bytes_per_task
+        LAMBDAFUSION_SHUFFLE_BYTES_PER_TASK   = var.shuffle_bytes_per_task
+        LAMBDAFUSION_MIN_SCAN_BYTES_PER_TASK  = var.min_scan_bytes_per_task
+        LAMBDAFUSION_MAX_BROADCAST_BYTES      = var.max_broadcast_bytes
+        LAMBDAFUSION_ADAPTIVE                 = var.adaptive_stages
+        LAMBDAFUSION_MAX_TASKS_PER_STAGE      = var.max_tasks_per_stage
+        LAMBDAFUSION_MAX_ATTEMPTS             = var.max_attempts
+        LAMBDAFUSION_DISPATCH_CONCURRENCY     = var.dispatch_concurrency
+        LAMBDAFUSION_DISPATCH_FANOUT          = var.dispatch_fanout
+        LAMBDAFUSION_MAX_SHUFFLE_READS        = var.max_shuffle_reads
+        LAMBDAFUSION_FAST_PATH                = var.fast_path
+        LAMBDAFUSION_MAX_RESPONSE_BYTES       = var.max_response_bytes
+        LAMBDAFUSION_DATA_BUCKETS             = length(var.data_buckets) > 0 ? join(",", [for b in var.data_buckets : "s3://${b}"]) : null
+        LAMBDAFUSION_ADMIN_PRINCIPALS         = length(var.admin_principals) > 0 ? join(",", var.admin_principals) : null
+        LAMBDAFUSION_CATALOG_WRITERS          = var.catalog_writers == null ? null : join(",", var.catalog_writers)
+        LAMBDAFUSION_DISPATCH_DEADLINE_SECS   = var.dispatch_deadline_seconds
+        LAMBDAFUSION_MAX_SCAN_BYTES_PER_QUERY = var.max_scan_bytes_per_query
+        LAMBDAFUSION_MAX_QUERY_COST_USD       = var.max_query_cost_usd
       } : name => tostring(value) if value != null
     },
   )
@@ -292,6 +299,16 @@ resource "aws_lambda_function" "executor" {
     precondition {
       condition     = local.architecture_problem.executor == null
       error_message = "executor-fn: ${coalesce(local.architecture_problem.executor, "-")}."
+    }
+
+    # A stage of more tasks than the executor may run at once waits on throttling: its
+    # last tasks start only when the first end, and may age out of the async queue.
+    precondition {
+      condition = (
+        var.executor_reserved_concurrency == null ||
+        local.max_tasks_per_stage <= coalesce(var.executor_reserved_concurrency, 0)
+      )
+      error_message = "max_tasks_per_stage (${local.max_tasks_per_stage}, ${local.code_default_max_tasks_per_stage} when null) must be at most executor_reserved_concurrency (${coalesce(var.executor_reserved_concurrency, 0)}): a stage would hold more tasks than the executor may run at once. Set max_tasks_per_stage to the reserved concurrency or below."
     }
   }
 

@@ -549,6 +549,28 @@ variable "max_response_bytes" {
   }
 }
 
+variable "max_scan_bytes_per_query" {
+  description = "Most bytes of table files one query may read (LAMBDAFUSION_MAX_SCAN_BYTES_PER_QUERY), as Athena's per-query data usage limit: a query planned to read more is refused with both figures, and one whose tasks read more while running fails. null (the default): no limit. 1099511627776 caps a query at 1 TiB, about $5 of Athena scanning."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.max_scan_bytes_per_query == null ? true : var.max_scan_bytes_per_query >= 1
+    error_message = "max_scan_bytes_per_query must be null or a positive number of bytes."
+  }
+}
+
+variable "max_query_cost_usd" {
+  description = "Most a query may cost in US dollars (decimals allowed, e.g. 0.5) by the engine's estimate (LAMBDAFUSION_MAX_QUERY_COST_USD): its committed tasks' GB-seconds and requests at list prices, checked at every scheduler step; past it the query fails with the figure and its tasks stop. null (the default): no limit."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.max_query_cost_usd == null ? true : var.max_query_cost_usd > 0
+    error_message = "max_query_cost_usd must be null or above 0."
+  }
+}
+
 variable "max_attempts" {
   description = "Attempts per task before the job fails (LAMBDAFUSION_MAX_ATTEMPTS); null for the code's default. Lambda itself never retries a task (maximum_retry_attempts = 0): the scheduler owns retries."
   type        = number
