@@ -960,7 +960,7 @@ fn idempotency(
     op: &str,
     request: &Value,
     body: &Bytes,
-) -> Result<Option<TokenGuard>, Response> {
+) -> Result<Option<TokenGuard>, Box<Response>> {
     if op != "TransactWriteItems" {
         return Ok(None);
     }
@@ -971,17 +971,17 @@ fn idempotency(
     body.hash(&mut h);
     match front.dynamodb.check_token(token, h.finish()) {
         TokenCheck::New(guard) => Ok(Some(guard)),
-        TokenCheck::Replay(answer) => Err(json_response(StatusCode::OK, answer.to_vec())),
-        TokenCheck::Mismatch => Err(error(
+        TokenCheck::Replay(answer) => Err(Box::new(json_response(StatusCode::OK, answer.to_vec()))),
+        TokenCheck::Mismatch => Err(Box::new(error(
             StatusCode::BAD_REQUEST,
             "IdempotentParameterMismatchException",
             "DynamoDB rejected the request because you retried a request with a different payload but with an idempotent token that was already used.",
-        )),
-        TokenCheck::InProgress => Err(error(
+        ))),
+        TokenCheck::InProgress => Err(Box::new(error(
             StatusCode::BAD_REQUEST,
             "TransactionInProgressException",
             "The transaction with the given request token is already in progress.",
-        )),
+        ))),
     }
 }
 
@@ -1062,7 +1062,7 @@ pub async fn handle(
         Ok(guard) => guard,
         Err(response) => {
             tokio::time::sleep_until(respond_at).await;
-            return response;
+            return *response;
         }
     };
 
