@@ -355,3 +355,100 @@ fn a_stage_wider_than_the_executors_reserved_concurrency_is_refused() {
         "{err}"
     );
 }
+
+/// Every planned resource of `kind`, by address.
+fn planned_of<'a>(plan: &'a Value, kind: &str) -> Vec<(&'a str, &'a Value)> {
+    plan["planned_values"]["root_module"]["child_modules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|m| m["resources"].as_array().into_iter().flatten())
+        .filter(|r| r["type"] == kind)
+        .map(|r| (r["address"].as_str().unwrap_or_default(), &r["values"]))
+        .collect()
+}
+
+#[test]
+fn alarms_and_the_dashboard_watch_the_deployments_own_resources() {
+    let Some(example) = Example::new() else {
+        return;
+    };
+    example.package("ok", Some(Manifest::For { arch: "arm64" }));
+    let plan = example
+        .plan(&["alarm_email=ops@example.com", "name_prefix=lfx"])
+        .unwrap();
+    // (namespace, metric, dimension, the resource's name as planned)
+    let mut expected: Vec<(&str, String, &str, &str)> = Vec::new();
+    for f in ["lfx-scheduler", "lfx-executor"] {
+        for m in ["Errors", "Throttles", "AsyncEventsDropped"] {
+            expected.push(("AWS/Lambda", m.into(), "FunctionName", f));
+        }
+    }
+    expected.push((
+        "AWS/Lambda",
+        "IteratorAge".into(),
+        "FunctionName",
+        "lfx-scheduler",
+    ));
+    expected.push((
+        "AWS/SQS",
+        "ApproximateNumberOfMessagesVisible".into(),
+        "QueueName",
+        "lfx-scheduler-dlq",
+    ));
+    for m in ["ReadThrottleEvents", "WriteThrottleEvents"] {
+        expected.push(("AWS/DynamoDB", m.into(), "TableName", "lfx-jobs"));
+    }
+    let alarms = planned_of(&plan, "aws_cloudwatch_metric_alarm");
+    for (namespace, metric, dimension, name) in &expected {
+        let found = alarms.iter().find(|(_, v)| {
+            v["namespace"] == *namespace
+                && v["metric_name"] == metric.as_str()
+                && v["dimensions"][*dimension] == *name
+        });
+        let Some((address, values)) = found else {
+            panic!("no alarm on {namespace} {metric} of {name}");
+        };
+        // Each notifies the topic (its ARN is known only after the apply) and is quiet
+        // while the metric has no data (an idle deployment).
+        assert_eq!(values["treat_missing_data"], "notBreaching", "{address}");
+        assert_eq!(values["period"], 300, "{address}");
+    }
+    let api = alarms
+        .iter()
+        .find(|(_, v)| v["namespace"] == "AWS/ApiGateway" && v["metric_name"] == "5xx");
+    assert!(api.is_some(), "an alarm on the HTTP API's 5xx");
+    assert_eq!(alarms.len(), expected.len() + 1, "no alarm beyond these");
+    let subscriptions = planned_of(&plan, "aws_sns_topic_subscription");
+    assert_eq!(subscriptions.len(), 1);
+    assert_eq!(subscriptions[0].1["endpoint"], "ops@example.com");
+    assert_eq!(subscriptions[0].1["protocol"], "email");
+
+    // Without the HTTP API, everything on the dashboard is known at plan time.
+    let plan = example
+        .plan(&["enable_http_api=false", "enable_function_url=true"])
+        .unwrap();
+    assert!(
+        planned_of(&plan, "aws_sns_topic").is_empty(),
+        "no address, no topic"
+    );
+    let dashboards = planned_of(&plan, "aws_cloudwatch_dashboard");
+    assert_eq!(dashboards.len(), 1);
+    let body: Value =
+        serde_json::from_str(dashboards[0].1["dashboard_body"].as_str().unwrap()).unwrap();
+    let text = body.to_string();
+    for name in [
+        "lambdafusion-scheduler",
+        "lambdafusion-executor",
+        "lambdafusion-jobs",
+        "lambdafusion-scheduler-dlq",
+    ] {
+        assert!(text.contains(name), "the dashboard shows {name}");
+    }
+    assert!(!text.contains("AWS/ApiGateway"), "no API, no API widget");
+    let err = flat(&example.plan(&["alarm_email=not-an-address"]).unwrap_err());
+    assert!(
+        err.contains("alarm_email must be an email address"),
+        "{err}"
+    );
+}

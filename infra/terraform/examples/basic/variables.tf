@@ -129,3 +129,15 @@ variable "max_query_cost_usd" {
   type        = number
   default     = null
 }
+
+variable "alarm_email" {
+  description = "Address the alarms notify (through an SNS topic the module creates), or null."
+  type        = string
+  default     = null
+}
+
+variable "alarm_actions" {
+  description = "Existing SNS topic ARNs the alarms notify as well."
+  type        = list(string)
+  default     = []
+}

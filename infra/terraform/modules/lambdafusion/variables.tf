@@ -642,3 +642,24 @@ variable "fast_path" {
   type        = bool
   default     = null
 }
+
+# ---------------------------------------------------------------------------------------
+# Alarms
+# ---------------------------------------------------------------------------------------
+
+variable "alarm_email" {
+  description = "An address the module's alarms notify, through an SNS topic of its own (the address must confirm the subscription AWS mails it). null (the default): no topic."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.alarm_email == null ? true : can(regex("^[^@[:space:]]+@[^@[:space:]]+\\.[^@[:space:]]+$", var.alarm_email))
+    error_message = "alarm_email must be an email address."
+  }
+}
+
+variable "alarm_actions" {
+  description = "ARNs of existing SNS topics the alarms notify as well (on alarm and back to OK). Alarms exist either way and show in the console and the dashboard."
+  type        = list(string)
+  default     = []
+}
