@@ -17,6 +17,7 @@ pub mod contract;
 pub mod events;
 pub mod function;
 pub mod invoker;
+pub mod logs;
 pub mod metrics;
 pub mod s3;
 pub mod signing;

@@ -65,7 +65,7 @@ pub async fn handle(scheduler: &Scheduler, event: &Event) -> DynamoDbEventRespon
         }
     }
     for (job, error) in failed {
-        warn!(job = %job, %error, "stream records will be re-delivered");
+        warn!(job_id = %job, %error, "stream records will be re-delivered");
     }
     response
 }

@@ -37,6 +37,9 @@ enum Command {
     /// The web console for a deployment (or any endpoint): served here on 127.0.0.1,
     /// every API call forwarded signed with your AWS credentials.
     Console(ConsoleArgs),
+    /// One query's log lines from a deployment's two functions (CloudWatch Logs), in
+    /// time order; needs logs:FilterLogEvents on their log groups.
+    Logs(LogsArgs),
     /// TPC-H data generation.
     Tpch {
         #[command(subcommand)]
@@ -196,6 +199,22 @@ struct ConsoleArgs {
     /// Loopback address to serve the console on.
     #[arg(long, default_value = "127.0.0.1:8081")]
     bind: SocketAddr,
+}
+
+#[derive(Args)]
+struct LogsArgs {
+    /// The query's id (as `query` and the API print it).
+    query_id: String,
+    /// The deployment's `name_prefix` (Terraform): the log groups are
+    /// /aws/lambda/<prefix>-scheduler and -executor.
+    #[arg(long, default_value = "lambdafusion")]
+    name_prefix: String,
+    /// How far back to look, in minutes.
+    #[arg(long, default_value_t = 24 * 60)]
+    since_minutes: u64,
+    /// Most lines to print.
+    #[arg(long, default_value_t = 10_000)]
+    limit: usize,
 }
 
 #[derive(Args)]
@@ -365,6 +384,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Serve(args) => serve(args).await,
         Command::Query(args) => query(args).await,
         Command::Console(args) => console(args).await,
+        Command::Logs(args) => logs(args).await,
         Command::Shell(args) => {
             let session = args.target.session(args.max_seconds).await?;
             shell::run(&session, args.max_seconds).await
@@ -586,6 +606,29 @@ async fn demo(args: DemoArgs) -> Result<(), CliError> {
         "\nnext: `lambdafusion serve` for the HTTP API, `lambdafusion query \"SHOW TABLES\"`,"
     );
     println!("      `lambdafusion bench tpch --sf 1` for the benchmark");
+    Ok(())
+}
+
+/// Prints one query's log lines: the function (scheduler or executor), then the line.
+async fn logs(args: LogsArgs) -> Result<(), CliError> {
+    use lambdafusion_aws::logs;
+    let groups = logs::groups(&args.name_prefix);
+    let since_ms = lambdafusion::time::now_ms()
+        .saturating_sub(args.since_minutes.saturating_mul(60_000)) as i64;
+    let client = logs::client().await;
+    let lines = logs::query_lines(&client, &groups, &args.query_id, since_ms, args.limit).await?;
+    if lines.is_empty() {
+        return Err(format!(
+            "no log line names query {} in {} and {} over the last {} minutes (a query's lines \
+             arrive within seconds; check --name-prefix, the region and --since-minutes)",
+            args.query_id, groups[0], groups[1], args.since_minutes
+        )
+        .into());
+    }
+    for line in lines {
+        let function = line.group.rsplit('-').next().unwrap_or(line.group.as_str());
+        println!("{function}\t{}", line.message);
+    }
     Ok(())
 }
 

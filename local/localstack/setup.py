@@ -302,6 +302,9 @@ def config(args: argparse.Namespace) -> int:
         # The schedule itself (expression, target, retry policy) comes from the module.
         "schedules": schedules,
         "front": front_config(args.front_port, moto),
+        # The functions' output also goes to moto's CloudWatch Logs, as Lambda ships it
+        # (`lambdafusion logs <query-id>` reads it back).
+        "logs_endpoint": moto,
     }
     local_path = os.path.join(args.state_dir, "emulator.local.json")
     with open(local_path, "w", encoding="utf-8") as f:

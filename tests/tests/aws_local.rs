@@ -720,5 +720,56 @@ fn a_task_near_the_function_deadline_fails_its_attempt_by_name() {
             !logs.contains("Task timed out") && !logs.contains("invocation timed out"),
             "an invocation was killed"
         );
+
+        // Where an operator looks next: the query's lines from both functions, shipped to
+        // CloudWatch Logs as Lambda does, found by its id.
+        let mut output = String::new();
+        for _ in 0..40 {
+            let run = std::process::Command::new(
+                lambdafusion_tests::stack::repo_root().join("target/debug/lambdafusion"),
+            )
+            .args([
+                "logs",
+                &id,
+                "--name-prefix",
+                "lambdafusion",
+                "--since-minutes",
+                "10",
+            ])
+            .envs(stack.env.iter())
+            .env_remove("AWS_PROFILE")
+            .output()
+            .expect("target/debug/lambdafusion (cargo build --workspace)");
+            output = String::from_utf8_lossy(&run.stdout).to_string();
+            if run.status.success() && output.contains("task exceeded the function timeout") {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+        let lines: Vec<&str> = output.lines().collect();
+        assert!(
+            lines.iter().any(|l| l.starts_with("scheduler\t")),
+            "the scheduler's lines: {output}"
+        );
+        let failed = lines
+            .iter()
+            .filter_map(|l| l.strip_prefix("executor\t"))
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|l| {
+                l["message"]
+                    .as_str()
+                    .is_some_and(|m| m.contains("task attempt failed"))
+            })
+            .unwrap_or_else(|| panic!("the executor's failure line: {output}"));
+        // A task's lines carry its job, stage, task and attempt (Lambda's JSON log format).
+        assert_eq!(failed["span"]["job_id"], id.as_str(), "{failed}");
+        assert_eq!(failed["span"]["stage"], 0, "{failed}");
+        assert_eq!(failed["span"]["task"], 0, "{failed}");
+        assert_eq!(failed["span"]["attempt"], 1, "{failed}");
+        assert_eq!(failed["level"], "WARN", "{failed}");
+        assert!(
+            lines.iter().all(|l| l.contains(&id)),
+            "only this query's lines: {output}"
+        );
     });
 }

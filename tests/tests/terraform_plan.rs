@@ -247,6 +247,14 @@ fn the_example_validates_and_plans_what_was_packaged() {
                 &format!("module.lambdafusion.aws_lambda_function.{f}"),
             );
             assert_eq!(values["architectures"], serde_json::json!([arch]), "{f}");
+            // JSON lines into the function's own log group (`lambdafusion logs`).
+            let logging = &values["logging_config"][0];
+            assert_eq!(logging["log_format"], "JSON", "{f}");
+            assert_eq!(
+                logging["log_group"],
+                format!("/aws/lambda/lambdafusion-{f}"),
+                "{f}"
+            );
         }
         let creates = plan["resource_changes"]
             .as_array()

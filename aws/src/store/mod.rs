@@ -829,7 +829,7 @@ impl JobStore for DynamoDbJobStore {
             Err(e) => {
                 // The commit stands; the counter only wakes the scheduler, and the sweep
                 // finds the stage complete from its task items.
-                warn!(error = %e, job = %commit.job_id, stage = commit.stage,
+                warn!(error = %e, job_id = %commit.job_id, stage = commit.stage,
                     "commit counted late: its counter update failed");
                 false
             }

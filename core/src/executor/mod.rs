@@ -138,7 +138,7 @@ impl Executor {
         let task = &invocation.task;
         let span = tracing::info_span!(
             "task",
-            job = %task.job_id,
+            job_id = %task.job_id,
             stage = task.stage,
             task = task.partition,
             attempt = task.attempt

@@ -133,7 +133,7 @@ impl Scheduler {
         let mut failed = Vec::new();
         for job in jobs {
             if let Err(e) = self.advance_with(&job, Some(origin)).await {
-                warn!(job = %job, error = %e, "advancing job failed");
+                warn!(job_id = %job, error = %e, "advancing job failed");
                 failed.push((job, e));
             }
         }

@@ -42,7 +42,7 @@ impl Scheduler {
     /// stages this step dispatches hand it on to their tasks, with this step's own.
     pub async fn advance_with(&self, job_id: &str, origin: Option<Handoff>) -> Result<()> {
         let Some(snapshot) = self.services.store.load_job(job_id).await? else {
-            warn!(job = %job_id, "woken for a job that does not exist");
+            warn!(job_id = %job_id, "woken for a job that does not exist");
             return Ok(());
         };
         let job = &snapshot.job;
@@ -111,7 +111,7 @@ impl Scheduler {
             .finish_job(job_id, JobState::Failed, Some(error.clone()), now)
             .await?
         {
-            info!(job = %job_id, %error, "job failed");
+            info!(job_id = %job_id, %error, "job failed");
             self.cleanup(job_id, widest(snapshot), &[]).await;
         }
         Ok(())
@@ -126,7 +126,7 @@ impl Scheduler {
             .finish_job(&job.job_id, JobState::Succeeded, None, now)
             .await?
         {
-            info!(job = %job.job_id, ms = now.saturating_sub(job.created_ms), "job succeeded");
+            info!(job_id = %job.job_id, ms = now.saturating_sub(job.created_ms), "job succeeded");
             let keep: Vec<String> = snapshot
                 .tasks_of(job.final_stage())
                 .filter_map(|t| t.output.as_ref().map(|o| o.object.clone()))
@@ -181,7 +181,7 @@ impl Scheduler {
                             .resend(task.stage, task.partition, task.attempt, job_id, now)
                             .await? =>
                 {
-                    debug!(job = %job_id, stage = task.stage, task = task.partition,
+                    debug!(job_id = %job_id, stage = task.stage, task = task.partition,
                         state = ?task.state, "sending an attempt again");
                     pending.push(PendingInvocation::again(spec(task.attempt), task.throttles));
                 }
@@ -291,7 +291,7 @@ impl Scheduler {
         self.services
             .faults
             .crash_point(FaultKind::SchedulerCrashAfterClaim, &stage_key)?;
-        debug!(job = %job_id, stage, tasks = decision.tasks,
+        debug!(job_id = %job_id, stage, tasks = decision.tasks,
             decision = %decision.note, "stage dispatched");
         let tasks = decision.tasks;
         {
@@ -325,7 +325,7 @@ impl Scheduler {
         let pending = self
             .resend_missing(snapshot, stage, 0..stage.tasks, now)
             .await?;
-        warn!(job = %stage.job_id, stage = stage.stage, tasks = pending.len(),
+        warn!(job_id = %stage.job_id, stage = stage.stage, tasks = pending.len(),
             "stage dispatch was never confirmed; re-sending its tasks");
         self.dispatch(pending).await;
         self.services
@@ -421,7 +421,7 @@ impl Scheduler {
             keep,
         )
         .await;
-        debug!(job = %job_id, objects = deleted, "cleaned up shuffle data");
+        debug!(job_id = %job_id, objects = deleted, "cleaned up shuffle data");
     }
 }
 

@@ -67,7 +67,7 @@ impl Scheduler {
         crate::sql::check_text(sql, self.config())?;
         let submitted_ms = now_ms();
         let job_id = uuid::Uuid::new_v4().simple().to_string();
-        let span = tracing::info_span!("submit", job = %job_id);
+        let span = tracing::info_span!("submit", job_id = %job_id);
         // Planning's requests (the catalog, table files, large plans) are counted and
         // recorded on the job.
         let tally = Tally::new();
@@ -263,7 +263,7 @@ impl Scheduler {
             .faults
             .crash_point(FaultKind::SchedulerCrashMidSubmit, &job_key(sql))?;
         self.services.store.create_job(&new).await?;
-        info!(job = %job_id, stages = new.stages.len(), "job submitted");
+        info!(job_id = %job_id, stages = new.stages.len(), "job submitted");
         self.advance(job_id).await?;
         let state = self
             .services

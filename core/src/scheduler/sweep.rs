@@ -52,11 +52,11 @@ impl Scheduler {
                 match tokio::time::timeout(left, self.sweep_job(&job_id)).await {
                     Ok(Ok(lost)) => report.lost_attempts += lost,
                     Ok(Err(e)) => {
-                        warn!(job = %job_id, error = %e, "sweep could not handle job");
+                        warn!(job_id = %job_id, error = %e, "sweep could not handle job");
                         report.errors.push((job_id.clone(), e.to_string()));
                     }
                     Err(_) => {
-                        warn!(job = %job_id, "sweep of job out of time; skipped this run");
+                        warn!(job_id = %job_id, "sweep of job out of time; skipped this run");
                         report.errors.push((
                             job_id.clone(),
                             format!(

@@ -107,7 +107,7 @@ impl Scheduler {
     /// repeated node invokes its tasks again (duplicates are harmless) and a lost one is
     /// found unconfirmed by the next scheduler step past the dispatch deadline.
     pub async fn dispatch_range(&self, range: &DispatchRange) -> Result<()> {
-        let span = tracing::info_span!("dispatch", job = %range.job_id, stage = range.stage,
+        let span = tracing::info_span!("dispatch", job_id = %range.job_id, stage = range.stage,
             from = range.from, to = range.to);
         async {
             if range.from >= range.to {
@@ -177,7 +177,7 @@ impl Scheduler {
             let from = counter * COUNTER_TASKS;
             let to = (from + COUNTER_TASKS).min(stage.tasks);
             let sends = self.resend_missing(snapshot, stage, from..to, now).await?;
-            warn!(job = %job_id, stage = stage.stage, counter, tasks = sends.len(),
+            warn!(job_id = %job_id, stage = stage.stage, counter, tasks = sends.len(),
                 "a dispatcher never confirmed its range; re-sending its tasks");
             self.dispatch(sends).await;
             self.services

@@ -54,6 +54,11 @@ pub struct Config {
     /// not started when absent.
     #[serde(default)]
     pub front: Option<crate::front::FrontConfig>,
+    /// A CloudWatch Logs endpoint (`http://host:port`, the local stack's moto_server) the
+    /// functions' output is shipped to as well, as Lambda does
+    /// ([`crate::cloudwatch_logs`]); absent: only `<state_dir>/logs/`.
+    #[serde(default)]
+    pub logs_endpoint: Option<String>,
     /// The fault plan: a plan object (`{"seed": 7, "faults": {...}}`), or a string with
     /// the plan's JSON text or a path to it. When absent, `LAMBDAFUSION_FAULTS` is read
     /// at start-up (no faults if it is unset). See [`crate::faults`].

@@ -165,6 +165,8 @@ pub struct Function {
     seen: Mutex<HashMap<u64, u64>>,
     /// `<state_dir>/tmp`: the parent of the environments' `/tmp` directories.
     tmp_root: PathBuf,
+    /// Where its output is shipped besides the log files (CloudWatch Logs), if anywhere.
+    pub(crate) logs: Option<Arc<crate::cloudwatch_logs::LogShipper>>,
 }
 
 impl Function {
@@ -183,6 +185,7 @@ impl Function {
             injector,
             seen: Mutex::new(HashMap::new()),
             tmp_root: top.state_dir.join("tmp"),
+            logs: None,
         }
     }
 
@@ -365,14 +368,18 @@ impl Registry {
         counters: Arc<Counters>,
     ) -> Registry {
         let injector = Injector::new(plan, counters);
+        let logs = config.logs_endpoint.as_deref().and_then(|endpoint| {
+            crate::cloudwatch_logs::LogShipper::new(endpoint, &config.region)
+                .map_err(|e| tracing::warn!("logs_endpoint {endpoint}: {e}; not shipping logs"))
+                .ok()
+        });
         let functions = config
             .functions
             .iter()
             .map(|f| {
-                (
-                    f.name.clone(),
-                    Arc::new(Function::new(f.clone(), config, injector.clone())),
-                )
+                let mut function = Function::new(f.clone(), config, injector.clone());
+                function.logs = logs.clone();
+                (f.name.clone(), Arc::new(function))
             })
             .collect();
         Registry {

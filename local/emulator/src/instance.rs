@@ -47,6 +47,7 @@ use std::process::Stdio;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
 use tokio::net::TcpListener;
 use tokio::process::{Child, Command};
 use tokio::sync::{mpsc, oneshot, watch};
@@ -78,6 +79,7 @@ pub fn spawn(
         tmp_dir,
         shutdown,
         warm: false,
+        ship: None,
     };
     tokio::spawn(env.run())
 }
@@ -156,6 +158,8 @@ struct Environment {
     shutdown: watch::Receiver<bool>,
     /// Whether this environment already counted itself in `Function::warm_instances`.
     warm: bool,
+    /// The current process's CloudWatch Logs stream, when the function ships its logs.
+    ship: Option<tokio::sync::mpsc::UnboundedSender<String>>,
 }
 
 impl Environment {
@@ -512,17 +516,26 @@ impl Environment {
     }
 
     fn log_line(&self, line: &str) {
-        let written = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)
-            .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes())); // one write: lines never interleave
-        if let Err(e) = written {
-            debug!("cannot write {}: {e}", self.log_path.display());
+        append_line(&self.log_path, line);
+        if let Some(ship) = &self.ship {
+            for l in line.lines() {
+                let _ = ship.send(l.to_string());
+            }
         }
     }
 
-    fn spawn_process(&self, runtime_api: SocketAddr) -> std::io::Result<Child> {
+    fn spawn_process(&mut self, runtime_api: SocketAddr) -> std::io::Result<Child> {
+        let config = &self.function.config;
+        let stream = format!(
+            "{}/[$LATEST]{}",
+            time::ymd_slashes(time::now_ms()),
+            uuid::Uuid::new_v4().simple()
+        );
+        self.ship = self
+            .function
+            .logs
+            .as_ref()
+            .map(|logs| logs.stream(format!("/aws/lambda/{}", config.name), stream.clone()));
         let config = &self.function.config;
         self.log_line(&format!(
             "--- {} lambdafusion-local: starting {} instance {} ({:?})",
@@ -542,30 +555,53 @@ impl Environment {
             "PATH",
             std::env::var_os("PATH").unwrap_or_else(|| "/usr/local/bin:/usr/bin:/bin".into()),
         );
-        for (k, v) in lambda_environment(&self.function, Path::new(program)) {
+        for (k, v) in lambda_environment(&self.function, Path::new(program), &stream) {
             cmd.env(k, v);
         }
         cmd.envs(&config.env);
         cmd.env("AWS_LAMBDA_RUNTIME_API", runtime_api.to_string());
         // The environment's own /tmp (Rust's std::env::temp_dir and most tools honour it).
         cmd.env("TMPDIR", &self.tmp_dir);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::from(log.try_clone()?))
-            .stderr(Stdio::from(log))
-            .kill_on_drop(true);
-        cmd.spawn()
+        cmd.stdin(Stdio::null()).kill_on_drop(true);
+        let Some(ship) = self.ship.clone() else {
+            cmd.stdout(Stdio::from(log.try_clone()?))
+                .stderr(Stdio::from(log));
+            return cmd.spawn();
+        };
+        // Shipped too: each line of either stream to the file and to the log stream.
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        let mut child = cmd.spawn()?;
+        let path = self.log_path.clone();
+        let out = child
+            .stdout
+            .take()
+            .map(|o| Box::new(o) as Box<dyn AsyncRead + Send + Unpin>);
+        let err = child
+            .stderr
+            .take()
+            .map(|e| Box::new(e) as Box<dyn AsyncRead + Send + Unpin>);
+        for pipe in [out, err].into_iter().flatten() {
+            let (path, ship) = (path.clone(), ship.clone());
+            tokio::spawn(async move {
+                let mut lines = BufReader::new(pipe).lines();
+                while let Ok(Some(line)) = lines.next_line().await {
+                    append_line(&path, &line);
+                    let _ = ship.send(line);
+                }
+            });
+        }
+        Ok(child)
     }
 }
 
 /// The variables Lambda sets in every execution environment (those `lambda_runtime`
 /// 1.x requires included), except `AWS_LAMBDA_RUNTIME_API`.
-fn lambda_environment(function: &Function, program: &Path) -> Vec<(&'static str, String)> {
+fn lambda_environment(
+    function: &Function,
+    program: &Path,
+    stream: &str,
+) -> Vec<(&'static str, String)> {
     let config = &function.config;
-    let stream = format!(
-        "{}/[$LATEST]{}",
-        time::ymd_slashes(time::now_ms()),
-        uuid::Uuid::new_v4().simple()
-    );
     let task_root = program
         .parent()
         .map(|p| p.to_string_lossy().into_owned())
@@ -585,7 +621,7 @@ fn lambda_environment(function: &Function, program: &Path) -> Vec<(&'static str,
             "AWS_LAMBDA_LOG_GROUP_NAME",
             format!("/aws/lambda/{}", config.name),
         ),
-        ("AWS_LAMBDA_LOG_STREAM_NAME", stream),
+        ("AWS_LAMBDA_LOG_STREAM_NAME", stream.to_string()),
         ("AWS_LAMBDA_INITIALIZATION_TYPE", "on-demand".into()),
         ("AWS_REGION", function.region.clone()),
         ("AWS_DEFAULT_REGION", function.region.clone()),
@@ -595,6 +631,18 @@ fn lambda_environment(function: &Function, program: &Path) -> Vec<(&'static str,
         ("TZ", ":UTC".into()),
         ("LANG", "en_US.UTF-8".into()),
     ]
+}
+
+/// Appends `line` to the log file at `path` in one write (lines never interleave).
+fn append_line(path: &Path, line: &str) {
+    let written = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .and_then(|mut f| f.write_all(format!("{line}\n").as_bytes()));
+    if let Err(e) = written {
+        debug!("cannot write {}: {e}", path.display());
+    }
 }
 
 /// Error outcome from what the runtime posted: the body is the error document; its

@@ -95,6 +95,7 @@
 //! output goes to `<state_dir>/logs/<function>-<n>.log`, batches a stream trigger gave
 //! up on to `<state_dir>/logs/stream-failures.log`.
 
+pub mod cloudwatch_logs;
 pub mod config;
 pub mod faults;
 pub mod filter;

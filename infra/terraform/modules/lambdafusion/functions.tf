@@ -194,6 +194,15 @@ resource "aws_lambda_function" "scheduler" {
     mode = var.tracing_mode
   }
 
+  # One JSON object per line (the functions write JSON; Lambda's own START / END / REPORT
+  # lines become JSON too), so that a query's lines are found and read by their fields.
+  logging_config {
+    log_format            = "JSON"
+    application_log_level = "INFO"
+    system_log_level      = "INFO"
+    log_group             = aws_cloudwatch_log_group.scheduler.name
+  }
+
   # Async events to the scheduler (sweep, fast-path wakes, executor failure records) are
   # retried twice by Lambda; what still fails lands in the poison queue instead of vanishing.
   dead_letter_config {
@@ -281,6 +290,15 @@ resource "aws_lambda_function" "executor" {
 
   tracing_config {
     mode = var.tracing_mode
+  }
+
+  # One JSON object per line (the functions write JSON; Lambda's own START / END / REPORT
+  # lines become JSON too), so that a query's lines are found and read by their fields.
+  logging_config {
+    log_format            = "JSON"
+    application_log_level = "INFO"
+    system_log_level      = "INFO"
+    log_group             = aws_cloudwatch_log_group.executor.name
   }
 
   # The executor names itself too: it dispatches the stages its commits make ready (the
