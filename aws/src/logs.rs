@@ -92,7 +92,7 @@ pub async fn query_lines(
             }
         }
     }
-    lines.sort_by(|a, b| a.timestamp_ms.cmp(&b.timestamp_ms));
+    lines.sort_by_key(|l| l.timestamp_ms);
     lines.truncate(limit);
     Ok(lines)
 }

@@ -928,6 +928,11 @@ const FUNCTION: Schema = Schema {
         ),
         ("tracing_config", "X-Ray is not emulated"),
         (
+            "logging_config",
+            "the lines go as the function writes them (JSON) to the group /aws/lambda/<name>, \
+             which the module's log group is; levels are the function's RUST_LOG",
+        ),
+        (
             "dead_letter_config",
             "there is no SQS locally: an event that failed every retry is logged and dropped",
         ),
