@@ -529,7 +529,7 @@ async fn list(
     let mut queries = Vec::with_capacity(loaded.len());
     for snapshot in loaded {
         if let Some(snapshot) = snapshot? {
-            queries.push(job_status(&snapshot, services.config.fast_path).into());
+            queries.push(job_status(&snapshot, &services.config).into());
         }
     }
     Ok(Json(QueryPage { queries, next }))

@@ -122,7 +122,7 @@ pub fn requests(r: &lambdafusion::requests::RequestCounts) -> String {
 /// One line: state, elapsed time, tasks, requests, estimated cost.
 pub fn status_line(status: &JobStatus) -> String {
     format!(
-        "query {} {} in {} ms: {} stage{}, {} task{}, {} requests ({}), estimated Lambda cost ${:.6}",
+        "query {} {} in {} ms: {} stage{}, {} task{}, {} requests ({}), estimated cost {} at AWS list prices",
         status.id,
         status.state,
         status.elapsed_ms,
@@ -141,7 +141,7 @@ pub fn status_line(status: &JobStatus) -> String {
                 + r.invocations
         },
         status.requests,
-        status.estimated_cost_usd
+        lambdafusion::status::dollars(status.estimated_cost_usd)
     )
 }
 

@@ -749,21 +749,7 @@ pub fn stage_report(e: &QueryEstimate) -> String {
     )
 }
 
-/// `x` dollars to two significant digits (`$0.0023`, `$0.41`, `$12`): the model's
-/// inputs do not support more.
-pub fn dollars(x: f64) -> String {
-    if !x.is_finite() || x <= 0.0 {
-        return "$0".into();
-    }
-    let mut exponent = x.log10().floor() as i32;
-    let unit = 10f64.powi(exponent - 1);
-    let rounded = (x / unit).round() * unit;
-    // Rounding up may reach the next power of ten ($0.0999 -> $0.10).
-    if rounded >= 10f64.powi(exponent + 1) {
-        exponent += 1;
-    }
-    format!("${:.*}", (1 - exponent).max(0) as usize, rounded)
-}
+pub use lambdafusion::status::dollars;
 
 /// The model's tables: per query and scale factor the tasks, latency, cost and its ratio
 /// to Athena; the totals; the hand-off path; the constants with their sources.

@@ -116,23 +116,23 @@ fn figures(m: &OperatorMetrics) -> String {
 
 /// The result of a finished `EXPLAIN ANALYZE` job: a row for the whole query, then one per
 /// stage — its tasks, timings, adaptive decision and plan, each operator with its figures
-/// summed over the stage's tasks. `plans[s]` is stage `s`'s decoded plan; `fast_path` is
+/// summed over the stage's tasks. `plans[s]` is stage `s`'s decoded plan; `config` is
 /// the deployment's (see [`job_status`]).
 pub fn render(
     snapshot: &JobSnapshot,
     plans: &[Arc<dyn ExecutionPlan>],
     schema: SchemaRef,
-    fast_path: bool,
+    config: &crate::EngineConfig,
 ) -> Result<RecordBatch> {
     debug_assert_eq!(snapshot.job.kind, JobKind::Analyze);
-    let status = job_status(snapshot, fast_path);
+    let status = job_status(snapshot, config);
     let mut kinds = vec!["query".to_string()];
     let mut texts = vec![format!(
-        "{} stages, {} tasks, {} ms from submission to the last commit; estimated Lambda cost ${:.6}",
+        "{} stages, {} tasks, {} ms from submission to the last commit; estimated cost {}",
         status.stages.len(),
         status.tasks,
         status.elapsed_ms,
-        status.estimated_cost_usd
+        crate::status::dollars(status.estimated_cost_usd)
     )];
     for ((stage, record), plan) in status.stages.iter().zip(&snapshot.stages).zip(plans) {
         // Fused into its consumer, or a switched join's stage run by its large side.

@@ -388,6 +388,16 @@ settings! {
     /// Terraform module sets it 10 s below the scheduler's timeout).
     sweep_budget: Duration = Duration::from_secs(20); Seconds [1, u64::MAX],
         env "LAMBDAFUSION_SWEEP_BUDGET_SECS";
+    /// Memory of the executor function in MB: what the cost estimate prices a task's
+    /// seconds at (Lambda bills memory × duration). On AWS the Terraform module passes its
+    /// `executor_memory_mb`; embedded it says what the same query would cost on Lambda.
+    executor_memory_mb: usize = 3008; Count [128, 10240],
+        env "LAMBDAFUSION_EXECUTOR_MEMORY_MB", terraform "executor_memory_mb";
+    /// The executor's ephemeral storage (`/tmp`) in MB: the estimate prices what is above
+    /// Lambda's free 512 MB for a task's seconds.
+    executor_ephemeral_storage_mb: usize = 2048; Count [512, 10240],
+        env "LAMBDAFUSION_EXECUTOR_EPHEMERAL_STORAGE_MB",
+        terraform "executor_ephemeral_storage_mb";
     /// Memory each task may use before spilling (its own DataFusion memory pool);
     /// `none`: unbounded.
     task_memory_limit: Option<usize> = None; Bytes [1, u64::MAX];

@@ -146,7 +146,7 @@ async fn analyzed(
     for (stage, plan) in snapshot.stages.iter().zip(plans.iter_mut()) {
         *plan = crate::plan::adaptive::task_plan(stage, plan.clone(), &stored)?;
     }
-    crate::analyze::render(&snapshot, &plans, schema, services.config.fast_path)
+    crate::analyze::render(&snapshot, &plans, schema, &services.config)
 }
 
 /// Collects the whole result of a finished job (as the embedded engine's own caller).

@@ -17,6 +17,22 @@ use crate::{Error, Services};
 pub mod prices {
     /// USD per GB-second of arm64 Lambda compute.
     pub const LAMBDA_GB_SECOND: f64 = 0.000_013_333_4;
+    /// USD per GB-second of x86_64 Lambda compute (25% more than arm64).
+    pub const LAMBDA_GB_SECOND_X86: f64 = 0.000_016_666_7;
+    /// USD per GB-second of ephemeral storage above the free 512 MB.
+    pub const LAMBDA_STORAGE_GB_SECOND: f64 = 0.000_000_030_9;
+    /// USD per GB of log data ingested by CloudWatch Logs.
+    pub const LOGS_GB: f64 = 0.50;
+
+    /// The compute price of the architecture this build runs on: what ships is built for
+    /// the deploying machine's (`scripts/package --arch`, which the module deploys).
+    pub fn lambda_gb_second() -> f64 {
+        if std::env::consts::ARCH == "aarch64" {
+            LAMBDA_GB_SECOND
+        } else {
+            LAMBDA_GB_SECOND_X86
+        }
+    }
     /// USD per Lambda request.
     pub const LAMBDA_REQUEST: f64 = 0.000_000_2;
     /// USD per DynamoDB on-demand write request unit.
@@ -29,8 +45,9 @@ pub mod prices {
     pub const S3_GET: f64 = 0.000_000_4;
 }
 
-/// Memory of the executor function assumed by the cost estimate, in MB.
-pub const ASSUMED_EXECUTOR_MB: f64 = 3008.0;
+/// Log bytes one task writes to CloudWatch Logs: its own JSON lines and Lambda's START,
+/// END and REPORT lines (measured on the local stack: about 1.6 KB per invocation).
+pub const LOG_BYTES_PER_TASK: f64 = 2048.0;
 
 /// Per-stage progress and metrics.
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
@@ -129,8 +146,10 @@ pub struct JobStatus {
     /// GETs / PUTs / LISTs / DELETEs (S3) and function invocations (Lambda).
     #[serde(default)]
     pub requests: RequestCounts,
-    /// Estimated Lambda + DynamoDB + S3 cost of the work done so far, in USD, assuming
-    /// executors of [`ASSUMED_EXECUTOR_MB`] MB, one billed unit per store request.
+    /// Estimated cost of the work done so far, in USD, at us-east-1 list prices: the
+    /// executors' GB-seconds at the configured memory and this build's architecture, their
+    /// ephemeral storage above 512 MB, their log lines, and every request (Lambda,
+    /// DynamoDB — one unit per request —, S3); see [`prices`].
     pub estimated_cost_usd: f64,
 }
 
@@ -303,12 +322,13 @@ pub fn job_requests(snapshot: &JobSnapshot) -> RequestCounts {
 /// [`crate::EngineConfig::dispatch_fanout`]).
 pub const TREE_FANOUT: u64 = 32;
 
-/// Builds the status of a job from its snapshot; `fast_path` is the deployment's
-/// [`crate::EngineConfig::fast_path`] (it decides the scheduler's derived reads).
-pub fn job_status(snapshot: &JobSnapshot, fast_path: bool) -> JobStatus {
+/// Builds the status of a job from its snapshot, with the deployment's `config` (its
+/// `fast_path` decides the scheduler's derived reads, its executor size the cost).
+pub fn job_status(snapshot: &JobSnapshot, config: &crate::EngineConfig) -> JobStatus {
+    let fast_path = config.fast_path;
     let job = &snapshot.job;
     let mut stages = Vec::with_capacity(snapshot.stages.len());
-    let mut gb_seconds = 0.0;
+    let (mut task_seconds, mut tasks_run) = (0.0, 0u64);
     let mut requests = job_requests(snapshot);
     for s in &snapshot.stages {
         let (mut rows, mut bytes, mut objects, mut task_ms, mut failed) = (0, 0, 0, 0, 0);
@@ -329,7 +349,8 @@ pub fn job_status(snapshot: &JobSnapshot, fast_path: bool) -> JobStatus {
                 stage_requests += o.requests;
             }
         }
-        gb_seconds += task_ms as f64 / 1000.0 * ASSUMED_EXECUTOR_MB / 1024.0;
+        task_seconds += task_ms as f64 / 1000.0;
+        tasks_run += objects + u64::from(failed);
         requests += stage_requests;
         let complete = snapshot.stage_complete(s);
         let state = if complete {
@@ -368,7 +389,7 @@ pub fn job_status(snapshot: &JobSnapshot, fast_path: bool) -> JobStatus {
     let result_rows = (job.state == crate::state::JobState::Succeeded)
         .then(|| stages.last().map_or(0, |s| s.rows));
     let end = job.finished_ms.unwrap_or_else(now_ms);
-    let cost = gb_seconds * prices::LAMBDA_GB_SECOND + request_cost(&requests);
+    let cost = task_cost(config, task_seconds, tasks_run) + request_cost(&requests);
     JobStatus {
         id: job.job_id.clone(),
         state: job.state.as_str().to_string(),
@@ -400,6 +421,32 @@ pub fn job_status(snapshot: &JobSnapshot, fast_path: bool) -> JobStatus {
         requests,
         estimated_cost_usd: cost,
     }
+}
+
+/// A dollar figure to two significant digits (`$0.0012`, `$1.5`, `$140`), as estimates
+/// deserve.
+pub fn dollars(usd: f64) -> String {
+    if !usd.is_finite() || usd <= 0.0 {
+        return "$0".into();
+    }
+    let mut exponent = usd.log10().floor() as i32;
+    let unit = 10f64.powi(exponent - 1);
+    let rounded = (usd / unit).round() * unit;
+    // Rounding up may reach the next power of ten ($0.0999 -> $0.10).
+    if rounded >= 10f64.powi(exponent + 1) {
+        exponent += 1;
+    }
+    format!("${:.*}", (1 - exponent).max(0) as usize, rounded)
+}
+
+/// What `seconds` of executor time over `tasks` invocations cost with `config`'s executor:
+/// compute, ephemeral storage above 512 MB, and log ingestion.
+pub fn task_cost(config: &crate::EngineConfig, seconds: f64, tasks: u64) -> f64 {
+    let gb = config.executor_memory_mb as f64 / 1024.0;
+    let extra_storage_gb = config.executor_ephemeral_storage_mb.saturating_sub(512) as f64 / 1024.0;
+    seconds
+        * (gb * prices::lambda_gb_second() + extra_storage_gb * prices::LAMBDA_STORAGE_GB_SECOND)
+        + tasks as f64 * LOG_BYTES_PER_TASK / 1e9 * prices::LOGS_GB
 }
 
 /// What `requests` cost at the list prices of [`prices`] (one billed unit per store
@@ -454,7 +501,7 @@ pub async fn wait_for_status_as(
                 .load_job(id)
                 .await?
                 .ok_or_else(|| Error::NotFound(format!("query {id}")))?;
-            return Ok(job_status(&snapshot, services.config.fast_path));
+            return Ok(job_status(&snapshot, &services.config));
         }
         // Also wake for the job's own deadline.
         let until = job
@@ -478,6 +525,34 @@ pub async fn wait_for_status_as(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn dollars_are_shown_to_two_significant_digits() {
+        assert_eq!(dollars(0.001234), "$0.0012");
+        assert_eq!(dollars(0.0196), "$0.020");
+        assert_eq!(dollars(1.46), "$1.5");
+        assert_eq!(dollars(139.7), "$140");
+        assert_eq!(dollars(0.0), "$0");
+        assert_eq!(dollars(f64::NAN), "$0");
+    }
+
+    /// A task's seconds are priced at the executor's memory and this build's
+    /// architecture, plus storage above the free 512 MB and its log lines.
+    #[test]
+    fn task_cost_follows_the_executors_size() {
+        let mut config = crate::EngineConfig::default();
+        config.set("executor_memory_mb", "1024").unwrap();
+        config.set("executor_ephemeral_storage_mb", "512").unwrap();
+        let one_gb_hour = task_cost(&config, 3600.0, 0);
+        assert!((one_gb_hour - 3600.0 * prices::lambda_gb_second()).abs() < 1e-12);
+        config.set("executor_memory_mb", "2048").unwrap();
+        assert!((task_cost(&config, 3600.0, 0) - 2.0 * one_gb_hour).abs() < 1e-12);
+        config.set("executor_ephemeral_storage_mb", "1536").unwrap();
+        let storage = task_cost(&config, 3600.0, 0) - 2.0 * one_gb_hour;
+        assert!((storage - 3600.0 * prices::LAMBDA_STORAGE_GB_SECOND).abs() < 1e-12);
+        let logs = task_cost(&config, 0.0, 1_000_000);
+        assert!((logs - 1e6 * LOG_BYTES_PER_TASK / 1e9 * prices::LOGS_GB).abs() < 1e-9);
+    }
     use crate::state::{JobRecord, JobState};
 
     fn failed(error: Option<&str>) -> JobSnapshot {
@@ -506,17 +581,22 @@ mod tests {
     #[test]
     fn a_failed_query_always_says_why() {
         assert_eq!(
-            job_status(&failed(Some("disk full")), false)
+            job_status(&failed(Some("disk full")), &crate::EngineConfig::default())
                 .error
                 .as_deref(),
             Some("disk full")
         );
         assert_eq!(
-            job_status(&failed(None), false).error.as_deref(),
+            job_status(&failed(None), &crate::EngineConfig::default())
+                .error
+                .as_deref(),
             Some("the query failed without a recorded reason")
         );
         let mut running = failed(None);
         running.job.state = JobState::Running;
-        assert_eq!(job_status(&running, false).error, None);
+        assert_eq!(
+            job_status(&running, &crate::EngineConfig::default()).error,
+            None
+        );
     }
 }

@@ -735,7 +735,11 @@ async fn a_querys_reported_requests_are_the_requests_it_made() {
         }
         made
     };
-    let mut reported = lambdafusion::status::job_status(&snapshot, false).requests;
+    let mut reported = lambdafusion::status::job_status(
+        &snapshot,
+        &lambdafusion::EngineConfig::default().with_fast_path(false),
+    )
+    .requests;
     reported.object_get_bytes = 0;
     assert_eq!(reported, made, "reported (left) vs made (right)");
     check_agg(&h, &job).await;

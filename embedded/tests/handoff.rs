@@ -107,7 +107,8 @@ async fn the_recorded_handoff_is_the_requests_the_boundary_saw() {
     }
     assert!(ran >= 2, "the query ran {ran} tasks");
     let snapshot = store.load_job(&job).await.unwrap().unwrap();
-    let status = lambdafusion::status::job_status(&snapshot, true);
+    let status =
+        lambdafusion::status::job_status(&snapshot, &lambdafusion::EngineConfig::default());
     assert_eq!(status.state, "succeeded", "{status:?}");
     let log = log.lock().unwrap().clone();
     let handed: Vec<_> = status

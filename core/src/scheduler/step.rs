@@ -72,7 +72,7 @@ impl Scheduler {
     fn over_budget(&self, snapshot: &JobSnapshot) -> Option<String> {
         let config = self.config();
         if let Some(limit) = config.max_query_cost_usd {
-            let status = crate::status::job_status(snapshot, config.fast_path);
+            let status = crate::status::job_status(snapshot, config);
             if status.estimated_cost_usd > limit {
                 return Some(format!(
                     "the query's estimated cost reached ${:.6}, more than this deployment \

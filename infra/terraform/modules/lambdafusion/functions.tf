@@ -44,6 +44,9 @@ locals {
       LAMBDAFUSION_MAX_QUERY_SECONDS = tostring(var.max_query_seconds)
       # A sweep stops in time to save its bookmark before the scheduler's timeout.
       LAMBDAFUSION_SWEEP_BUDGET_SECS = tostring(max(2, var.scheduler_timeout_seconds - 10))
+      # What the cost estimate (and max_query_cost_usd) prices a task's seconds at.
+      LAMBDAFUSION_EXECUTOR_MEMORY_MB            = tostring(var.executor_memory_mb)
+      LAMBDAFUSION_EXECUTOR_EPHEMERAL_STORAGE_MB = tostring(var.executor_ephemeral_storage_mb)
     },
     {
       for name, value in {
@@ -169,6 +172,7 @@ resource "aws_lambda_function" "scheduler" {
   #checkov:skip=CKV_AWS_117:No VPC: the function only calls public AWS APIs (DynamoDB, S3, Lambda); a VPC would add NAT or endpoint costs and cold-start latency for nothing.
   #checkov:skip=CKV_AWS_173:The environment holds resource names and tuning numbers, no secrets; Lambda encrypts it at rest with its service key, a customer-managed KMS key would only add cost.
   #checkov:skip=CKV_AWS_272:Code signing needs an AWS Signer profile and signed artifacts from CI; the zips come straight from `cargo lambda build` in this deployment.
+  #checkov:skip=CKV_AWS_50:X-Ray is PassThrough by default (tracing_mode): Active tracing costs up to $5 per million task invocations and the engine's segments carry no query; lambdafusion logs follows a query instead.
   function_name = local.scheduler_function_name
   description   = "lambdafusion scheduler: plans SQL, keeps the stage DAG in DynamoDB, dispatches tasks to ${local.executor_function_name}"
   role          = aws_iam_role.scheduler.arn
@@ -266,6 +270,7 @@ resource "aws_lambda_function" "executor" {
   #checkov:skip=CKV_AWS_117:No VPC: the function only calls public AWS APIs (DynamoDB, S3, Lambda); a VPC would add NAT or endpoint costs and cold-start latency for nothing.
   #checkov:skip=CKV_AWS_173:The environment holds resource names and tuning numbers, no secrets; Lambda encrypts it at rest with its service key, a customer-managed KMS key would only add cost.
   #checkov:skip=CKV_AWS_272:Code signing needs an AWS Signer profile and signed artifacts from CI; the zips come straight from `cargo lambda build` in this deployment.
+  #checkov:skip=CKV_AWS_50:X-Ray is PassThrough by default (tracing_mode): Active tracing costs up to $5 per million task invocations and the engine's segments carry no query; lambdafusion logs follows a query instead.
   #checkov:skip=CKV_AWS_116:Failed and expired task events go to the on-failure destination (aws_lambda_function_event_invoke_config.executor), which reaches the scheduler: a dropped task becomes a visible failed attempt there instead of a message in a queue nobody reads.
   function_name = local.executor_function_name
   description   = "lambdafusion executor: runs one task of a stage against S3 and commits to DynamoDB"

@@ -99,7 +99,7 @@ variable "scheduler_ephemeral_storage_mb" {
 }
 
 variable "executor_memory_mb" {
-  description = "Memory of the executor function in MB. Lambda allots CPU in proportion to memory (1769 MB = 1 vCPU); 3008 MB gives ~1.7 vCPU for one DataFusion partition and is the largest size every account gets without a quota increase (new accounts are capped at 3008 MB)."
+  description = "Memory of the executor function in MB. Lambda allots CPU in proportion to memory (1769 MB = 1 vCPU); 3008 MB gives ~1.7 vCPU for one DataFusion partition and is the largest size every account gets without a quota increase (new accounts are capped at 3008 MB). Both functions also read it as LAMBDAFUSION_EXECUTOR_MEMORY_MB, for the cost estimate."
   type        = number
   default     = 3008
 
@@ -121,7 +121,7 @@ variable "executor_timeout_seconds" {
 }
 
 variable "executor_ephemeral_storage_mb" {
-  description = "Size of the executor function's /tmp in MB: spill space for sorts, joins and aggregations that outgrow memory (2 GB costs a fraction of a cent per hour of use)."
+  description = "Size of the executor function's /tmp in MB: spill space for sorts, joins and aggregations that outgrow memory (2 GB costs a fraction of a cent per hour of use). Both functions also read it as LAMBDAFUSION_EXECUTOR_EPHEMERAL_STORAGE_MB, for the cost estimate; spills are capped a tenth below it."
   type        = number
   default     = 2048
 
@@ -154,9 +154,9 @@ variable "executor_reserved_concurrency" {
 }
 
 variable "tracing_mode" {
-  description = "X-Ray tracing mode of both functions: Active (sampled traces of every function, ~free at low volume) or PassThrough."
+  description = "X-Ray tracing mode of both functions: PassThrough (the default: no traces of their own; a caller's sampled trace passes through) or Active (X-Ray samples the first invocation each second and 5% of the rest, $5 per million traces recorded: at 1,000 tasks a query, up to $0.005 a query). The engine does not annotate segments with the query; `lambdafusion logs` is how a query is followed."
   type        = string
-  default     = "Active"
+  default     = "PassThrough"
 
   validation {
     condition     = contains(["Active", "PassThrough"], var.tracing_mode)
