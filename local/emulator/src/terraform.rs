@@ -3169,6 +3169,9 @@ mod tests {
             ("LAMBDAFUSION_MAX_QUERY_SECONDS", "3600"),
             // max(2, scheduler_timeout_seconds - 10)
             ("LAMBDAFUSION_SWEEP_BUDGET_SECS", "50"),
+            // The executor's size, for the cost estimate.
+            ("LAMBDAFUSION_EXECUTOR_MEMORY_MB", "3008"),
+            ("LAMBDAFUSION_EXECUTOR_EPHEMERAL_STORAGE_MB", "2048"),
         ])
     }
 
