@@ -19,6 +19,7 @@ pub mod function;
 pub mod invoker;
 pub mod logs;
 pub mod metrics;
+pub mod region;
 pub mod s3;
 pub mod signing;
 pub mod store;

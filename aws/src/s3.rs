@@ -3,7 +3,8 @@
 //! bucket) on first use, and nothing else: no other bucket and no other scheme — in
 //! particular no `file://`, so no SQL can reach a function's local file system. A custom
 //! endpoint (`AWS_ENDPOINT_URL_S3` or `AWS_ENDPOINT_URL`, e.g. the local stack) switches
-//! to path-style requests and allows plain HTTP.
+//! to path-style requests and allows plain HTTP. A bucket in another region is read there
+//! ([`crate::region`]).
 
 use std::sync::Arc;
 
@@ -24,8 +25,11 @@ pub fn endpoint_from_env() -> Option<String> {
         .find_map(|k| std::env::var(k).ok().filter(|v| !v.is_empty()))
 }
 
-fn bucket_builder(bucket: &str) -> AmazonS3Builder {
+fn bucket_builder(bucket: &str, region: Option<&str>) -> AmazonS3Builder {
     let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+    if let Some(region) = region {
+        builder = builder.with_region(region);
+    }
     if let Some(endpoint) = endpoint_from_env() {
         builder = builder
             .with_endpoint(&endpoint)
@@ -35,10 +39,14 @@ fn bucket_builder(bucket: &str) -> AmazonS3Builder {
     builder
 }
 
-/// Builds the store for one bucket from the environment (credentials, region, endpoint),
-/// counting its requests (see [`crate::metrics`]).
-pub fn bucket_store(bucket: &str) -> object_store::Result<Arc<dyn ObjectStore>> {
-    let store: Arc<dyn ObjectStore> = Arc::new(bucket_builder(bucket).build()?);
+/// Builds the store for one bucket from the environment (credentials, endpoint, and the
+/// region unless `region` names the bucket's own), counting its requests (see
+/// [`crate::metrics`]).
+pub fn bucket_store(
+    bucket: &str,
+    region: Option<&str>,
+) -> object_store::Result<Arc<dyn ObjectStore>> {
+    let store: Arc<dyn ObjectStore> = Arc::new(bucket_builder(bucket, region).build()?);
     Ok(Arc::new(crate::metrics::CountingStore::new(
         store,
         crate::metrics::process_sink(),
@@ -47,7 +55,7 @@ pub fn bucket_store(bucket: &str) -> object_store::Result<Arc<dyn ObjectStore>> 
 
 /// Presigns URLs to objects of one bucket (large results are downloaded this way).
 pub fn bucket_signer(bucket: &str) -> object_store::Result<Arc<dyn Signer>> {
-    Ok(Arc::new(bucket_builder(bucket).build()?))
+    Ok(Arc::new(bucket_builder(bucket, None).build()?))
 }
 
 /// Object store registry that adds the allowed S3 buckets on demand. See the
@@ -105,7 +113,16 @@ impl ObjectStoreRegistry for S3Registry {
         {
             return Ok(store.clone());
         }
-        let store = bucket_store(bucket).map_err(|e| DataFusionError::ObjectStore(Box::new(e)))?;
+        // In the environment's region, following the bucket to its own when S3 says it is
+        // elsewhere (crate::region).
+        let store: Arc<dyn ObjectStore> = Arc::new(
+            crate::region::RegionFollowing::new(
+                bucket,
+                Arc::new(bucket_store),
+                crate::region::s3_lookup(),
+            )
+            .map_err(|e| DataFusionError::ObjectStore(Box::new(e)))?,
+        );
         self.stores
             .write()
             .unwrap_or_else(|p| p.into_inner())
