@@ -271,6 +271,10 @@ macro_rules! settings {
     (@bounds $lo:expr, $hi:expr) => { ($lo, $hi) };
 }
 
+/// How many of a caller's newest queries `max_queries_per_caller` looks at: a running
+/// query older than that many later ones is not counted.
+pub const HISTORY_SCAN: usize = 100;
+
 /// The most tasks a stage may have (`max_tasks_per_stage`).
 pub const MAX_TASKS_PER_STAGE: usize = 10_000;
 
@@ -382,6 +386,11 @@ settings! {
     /// and the limit, and its running tasks stop. `none`: no limit.
     max_query_cost_usd: Option<f64> = None; Dollars,
         env "LAMBDAFUSION_MAX_QUERY_COST_USD", terraform "max_query_cost_usd";
+    /// Most queries one caller may have running at once; a further one is refused with a
+    /// 429 naming its running queries until one ends. Checked against the caller's newest
+    /// [`HISTORY_SCAN`] queries. `none`: no limit.
+    max_queries_per_caller: Option<usize> = None; Count [1, u64::MAX],
+        env "LAMBDAFUSION_MAX_QUERIES_PER_CALLER", terraform "max_queries_per_caller";
     /// Longest SQL text accepted (the job record holds it; a DynamoDB item holds 400 KB).
     max_sql_bytes: usize = (256 * KIB) as usize; Bytes [1, u64::MAX];
     /// Time one sweep may spend; it continues where it stopped at the next run (the

@@ -953,3 +953,69 @@ async fn queries_over_their_budget_are_refused_or_stopped_by_name() {
     let out = within.sql(sql).await.unwrap();
     assert_eq!(out.status.state, "succeeded");
 }
+
+/// `max_queries_per_caller`: a caller with that many queries running is refused (429,
+/// naming them) while another caller is not; once one ends, the next is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_past_its_running_queries_cap_waits_its_turn() {
+    use lambdafusion::access::Caller;
+    use lambdafusion::scheduler::SubmitOptions;
+    let mut config = EngineConfig::default();
+    config.set("max_queries_per_caller", "1").unwrap();
+    let engine = Embedded::start(EmbeddedOptions {
+        data_dir: None,
+        config,
+        slots: 2,
+        ..EmbeddedOptions::default()
+    })
+    .await
+    .unwrap();
+    let as_caller = |who: &str| SubmitOptions {
+        caller: Caller(who.to_string()),
+        max_seconds: None,
+    };
+    let scheduler = engine.scheduler();
+    // Minutes of work: it is still running when the next ones come.
+    let long = "SELECT count(*) FROM generate_series(1, 100000000000) WHERE value % 7 = 100";
+    let first = scheduler
+        .submit(long, &as_caller("alice"))
+        .await
+        .unwrap()
+        .job_id;
+    match scheduler.submit("SELECT 1", &as_caller("alice")).await {
+        Err(lambdafusion::Error::Overloaded { message, .. }) => assert!(
+            message.contains(&first) && message.contains("max_queries_per_caller"),
+            "{message}"
+        ),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    // Someone else is not held up by alice.
+    let bobs = scheduler
+        .submit("SELECT 1", &as_caller("bob"))
+        .await
+        .unwrap();
+    let wait_as = |id: String, who: &'static str| {
+        let services = engine.services().clone();
+        async move {
+            lambdafusion::status::wait_for_status_as(
+                &services,
+                &id,
+                Duration::from_secs(60),
+                &Caller(who.to_string()),
+            )
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(wait_as(bobs.job_id, "bob").await.state, "succeeded");
+    // Once alice's query ends, she may run another.
+    scheduler
+        .cancel(&first, &Caller("alice".into()))
+        .await
+        .unwrap();
+    let next = scheduler
+        .submit("SELECT 1", &as_caller("alice"))
+        .await
+        .unwrap();
+    assert_eq!(wait_as(next.job_id, "alice").await.state, "succeeded");
+}

@@ -65,6 +65,7 @@ impl Scheduler {
             });
         }
         crate::sql::check_text(sql, self.config())?;
+        self.check_caller_queries(&options.caller).await?;
         let submitted_ms = now_ms();
         let job_id = uuid::Uuid::new_v4().simple().to_string();
         let span = tracing::info_span!("submit", job_id = %job_id);
@@ -185,6 +186,40 @@ impl Scheduler {
             .map(|s| plan::encode_plan(s.plan.clone()).map_err(user_planning_error))
             .collect::<Result<Vec<_>>>()?;
         Ok(Planned::Query { graph, plans, kind })
+    }
+
+    /// Refuses (429) a query from a caller who has `max_queries_per_caller` queries
+    /// running, among their newest [`HISTORY_SCAN`](crate::config::HISTORY_SCAN).
+    async fn check_caller_queries(&self, caller: &crate::access::Caller) -> Result<()> {
+        let Some(cap) = self.config().max_queries_per_caller else {
+            return Ok(());
+        };
+        let store = &self.services.store;
+        let recent = store
+            .job_history(caller.principal(), None, crate::config::HISTORY_SCAN)
+            .await?;
+        let mut running = Vec::new();
+        for sk in &recent {
+            let Some(id) = crate::state::job_of_history_sk(sk) else {
+                continue;
+            };
+            if store.job_state(id).await? == Some(JobState::Running) {
+                running.push(id.to_string());
+                if running.len() >= cap {
+                    return Err(Error::Overloaded {
+                        message: format!(
+                            "{} of your queries are running ({}); this deployment runs at most \
+                             {cap} per caller at once (max_queries_per_caller): wait for one to \
+                             end, or cancel one",
+                            running.len(),
+                            running.join(", ")
+                        ),
+                        retry_after: std::time::Duration::from_secs(5),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Refuses a query that would read more bytes of table files than

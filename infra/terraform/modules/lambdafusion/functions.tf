@@ -67,6 +67,7 @@ locals {
         LAMBDAFUSION_CATALOG_WRITERS          = var.catalog_writers == null ? null : join(",", var.catalog_writers)
         LAMBDAFUSION_DISPATCH_DEADLINE_SECS   = var.dispatch_deadline_seconds
         LAMBDAFUSION_MAX_SCAN_BYTES_PER_QUERY = var.max_scan_bytes_per_query
+        LAMBDAFUSION_MAX_QUERIES_PER_CALLER   = var.max_queries_per_caller
         LAMBDAFUSION_MAX_QUERY_COST_USD       = var.max_query_cost_usd
       } : name => tostring(value) if value != null
     },

@@ -549,6 +549,17 @@ variable "max_response_bytes" {
   }
 }
 
+variable "max_queries_per_caller" {
+  description = "Most queries one caller (IAM principal or JWT subject) may have running at once (LAMBDAFUSION_MAX_QUERIES_PER_CALLER); a further one is refused with a 429 naming the running ones. null (the default): no limit."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.max_queries_per_caller == null ? true : var.max_queries_per_caller >= 1
+    error_message = "max_queries_per_caller must be null or at least 1."
+  }
+}
+
 variable "max_scan_bytes_per_query" {
   description = "Most bytes of table files one query may read (LAMBDAFUSION_MAX_SCAN_BYTES_PER_QUERY), as Athena's per-query data usage limit: a query planned to read more is refused with both figures, and one whose tasks read more while running fails. null (the default): no limit. 1099511627776 caps a query at 1 TiB, about $5 of Athena scanning."
   type        = number
