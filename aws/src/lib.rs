@@ -14,6 +14,7 @@ pub mod backoff;
 pub mod clients;
 pub mod config;
 pub mod contract;
+pub mod emf;
 pub mod events;
 pub mod function;
 pub mod invoker;
@@ -51,6 +52,8 @@ pub async fn services(role: Role) -> Result<Services> {
     let faults = test_hooks::faults()?;
     let mut services = services_with(&settings).await?;
     services.faults = faults;
+    // Each query this function ends becomes CloudWatch metrics (EMF) in its log stream.
+    services.on_job_end = Some(emf::hook(settings.table.clone()));
     Ok(services)
 }
 
@@ -101,5 +104,6 @@ pub async fn services_with(settings: &AwsSettings) -> Result<Services> {
         config: engine,
         presigner: Some(s3::bucket_signer(&settings.bucket)?),
         faults: Default::default(),
+        on_job_end: None,
     })
 }

@@ -41,7 +41,13 @@ pub struct Services {
     pub presigner: Option<Arc<dyn object_store::signer::Signer>>,
     /// The seeded fault plan of this process (empty unless testing the failure model).
     pub faults: crate::faults::Faults,
+    /// Told of each job this process ended (succeeded, failed or cancelled it), with its
+    /// final status and owner; the AWS functions write it as CloudWatch metrics.
+    pub on_job_end: Option<JobEndHook>,
 }
+
+/// See [`Services::on_job_end`].
+pub type JobEndHook = Arc<dyn Fn(&crate::status::JobStatus, &str) + Send + Sync>;
 
 impl std::fmt::Debug for Services {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {

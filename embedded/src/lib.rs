@@ -185,6 +185,7 @@ impl Embedded {
             config,
             presigner: None,
             faults: Default::default(),
+            on_job_end: None,
         };
         let stream = store
             .take_stream()
@@ -339,6 +340,7 @@ pub fn in_memory_services(
         config,
         presigner: None,
         faults: Default::default(),
+        on_job_end: None,
     };
     Ok((services, store))
 }

@@ -744,3 +744,45 @@ async fn a_querys_reported_requests_are_the_requests_it_made() {
     assert_eq!(reported, made, "reported (left) vs made (right)");
     check_agg(&h, &job).await;
 }
+
+/// Each query the scheduler ends is told to `Services::on_job_end` once, with its final
+/// status and owner (the AWS functions write it as CloudWatch metrics): a success with
+/// its tasks, a failure with its error, a cancel.
+#[tokio::test]
+async fn each_ended_query_is_reported_once_with_its_final_status() {
+    type Seen = Arc<std::sync::Mutex<Vec<(String, String, u32, Option<String>, String)>>>;
+    let seen: Seen = Arc::default();
+    let mut h = Harness::new(many_tasks()).await;
+    let log = seen.clone();
+    h.services.on_job_end = Some(Arc::new(move |status, owner| {
+        log.lock().unwrap().push((
+            status.id.clone(),
+            status.state.clone(),
+            status.tasks,
+            status.error.clone(),
+            owner.to_string(),
+        ))
+    }));
+    let ok = h.submit(AGG).await;
+    h.run_to_end(&ok).await;
+    assert_eq!(h.state(&ok).await, JobState::Succeeded);
+    let bad = h.submit("SELECT CAST(s AS INT) FROM facts").await;
+    h.run_to_end(&bad).await;
+    assert_eq!(h.state(&bad).await, JobState::Failed);
+    let stopped = h.submit(AGG).await;
+    h.scheduler()
+        .cancel(&stopped, &Caller::local())
+        .await
+        .unwrap();
+    let seen = seen.lock().unwrap().clone();
+    assert_eq!(seen.len(), 3, "{seen:?}");
+    let (id, state, tasks, error, owner) = &seen[0];
+    assert_eq!(
+        (id, state.as_str(), owner.as_str()),
+        (&ok, "succeeded", "local")
+    );
+    assert!(*tasks > 1 && error.is_none(), "{seen:?}");
+    assert_eq!((&seen[1].0, seen[1].1.as_str()), (&bad, "failed"));
+    assert!(seen[1].3.is_some(), "a failure carries its error: {seen:?}");
+    assert_eq!((&seen[2].0, seen[2].1.as_str()), (&stopped, "cancelled"));
+}

@@ -130,6 +130,7 @@ fn function(
         config: config.clone(),
         presigner: None,
         faults: Default::default(),
+        on_job_end: None,
     };
     Function {
         services,

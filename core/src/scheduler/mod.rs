@@ -176,7 +176,12 @@ impl Scheduler {
             .await?;
         if cancelled {
             let widest = match store.load_job(job_id).await {
-                Ok(Some(snapshot)) => widest(&snapshot),
+                Ok(Some(snapshot)) => {
+                    let job = &snapshot.job;
+                    let (error, ended) = (job.error.clone(), job.finished_ms.unwrap_or_default());
+                    self.job_ended(&snapshot, JobState::Cancelled, error, ended);
+                    widest(&snapshot)
+                }
                 _ => self.config().max_tasks_per_stage as u32,
             };
             self.cleanup(job_id, widest, &[]).await;

@@ -102,6 +102,27 @@ impl Scheduler {
         None
     }
 
+    /// Tells [`Services::on_job_end`](crate::Services) of a job this step just ended, from
+    /// the snapshot it ended it on (no read more).
+    pub(super) fn job_ended(
+        &self,
+        snapshot: &JobSnapshot,
+        state: JobState,
+        error: Option<String>,
+        now: u64,
+    ) {
+        if let Some(hook) = &self.services.on_job_end {
+            let mut ended = snapshot.clone();
+            ended.job.state = state;
+            ended.job.finished_ms = Some(now);
+            ended.job.error = error;
+            hook(
+                &crate::status::job_status(&ended, self.config()),
+                &ended.job.owner,
+            );
+        }
+    }
+
     /// Fails the job with `error` and cleans up after it (once: whichever step wins).
     async fn fail_job(&self, snapshot: &JobSnapshot, error: String, now: u64) -> Result<()> {
         let job_id = &snapshot.job.job_id;
@@ -112,6 +133,7 @@ impl Scheduler {
             .await?
         {
             info!(job_id = %job_id, %error, "job failed");
+            self.job_ended(snapshot, JobState::Failed, Some(error), now);
             self.cleanup(job_id, widest(snapshot), &[]).await;
         }
         Ok(())
@@ -127,6 +149,7 @@ impl Scheduler {
             .await?
         {
             info!(job_id = %job.job_id, ms = now.saturating_sub(job.created_ms), "job succeeded");
+            self.job_ended(snapshot, JobState::Succeeded, None, now);
             let keep: Vec<String> = snapshot
                 .tasks_of(job.final_stage())
                 .filter_map(|t| t.output.as_ref().map(|o| o.object.clone()))
