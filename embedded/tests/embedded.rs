@@ -847,14 +847,7 @@ async fn a_task_spilling_past_the_disk_limit_fails_by_name_without_retries() {
     let mut config = EngineConfig::default();
     config.set("task_memory_limit", "4194304").unwrap();
     config.set("max_spill_bytes", "2097152").unwrap();
-    let engine = Embedded::start(EmbeddedOptions {
-        data_dir: None,
-        config,
-        slots: 2,
-        ..EmbeddedOptions::default()
-    })
-    .await
-    .unwrap();
+    let engine = two_slots(config).await;
     // About 60 MB of distinct groups from one task, with 4 MiB of memory: it spills.
     let sql = "SELECT count(*) FROM (SELECT s FROM \
                (SELECT repeat('x', 200) || value AS s FROM generate_series(1, 300000)) \
@@ -877,14 +870,7 @@ async fn a_task_spilling_past_the_disk_limit_fails_by_name_without_retries() {
     // The same query within the limit runs.
     let mut config = EngineConfig::default();
     config.set("task_memory_limit", "4194304").unwrap();
-    let engine = Embedded::start(EmbeddedOptions {
-        data_dir: None,
-        config,
-        slots: 2,
-        ..EmbeddedOptions::default()
-    })
-    .await
-    .unwrap();
+    let engine = two_slots(config).await;
     let out = engine.sql(sql).await.unwrap();
     assert_eq!(out.status.result_rows, Some(1));
     let rows = lambdafusion_embedded::verify::rows(&out.batches);
@@ -962,14 +948,7 @@ async fn a_caller_past_its_running_queries_cap_waits_its_turn() {
     use lambdafusion::scheduler::SubmitOptions;
     let mut config = EngineConfig::default();
     config.set("max_queries_per_caller", "1").unwrap();
-    let engine = Embedded::start(EmbeddedOptions {
-        data_dir: None,
-        config,
-        slots: 2,
-        ..EmbeddedOptions::default()
-    })
-    .await
-    .unwrap();
+    let engine = two_slots(config).await;
     let as_caller = |who: &str| SubmitOptions {
         caller: Caller(who.to_string()),
         max_seconds: None,
@@ -1018,4 +997,16 @@ async fn a_caller_past_its_running_queries_cap_waits_its_turn() {
         .await
         .unwrap();
     assert_eq!(wait_as(next.job_id, "alice").await.state, "succeeded");
+}
+
+/// An in-memory engine with two slots and `config`.
+async fn two_slots(config: EngineConfig) -> Arc<Embedded> {
+    Embedded::start(EmbeddedOptions {
+        data_dir: None,
+        config,
+        slots: 2,
+        ..EmbeddedOptions::default()
+    })
+    .await
+    .unwrap()
 }

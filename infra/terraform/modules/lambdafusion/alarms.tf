@@ -10,16 +10,79 @@ locals {
     executor  = aws_lambda_function.executor.function_name
   }
 
-  # Per function: a Lambda metric, its statistic, and above what it alarms (per 5 minutes).
-  function_alarms = {
+  # Per function: a Lambda metric, and above what it alarms (sum over 5 minutes).
+  function_metrics = {
     # An error returned by a function: the executor could not even record a task's
     # failure, the scheduler failed a step (the stream retries it, then the poison queue).
-    errors = { metric = "Errors", statistic = "Sum", above = 0 }
+    errors = "Errors"
     # Invocations refused for concurrency: tasks wait in the async queue, the API answers 429.
-    throttles = { metric = "Throttles", statistic = "Sum", above = 0 }
+    throttles = "Throttles"
     # Async events Lambda dropped (too old, or out of retries without a destination).
-    dropped = { metric = "AsyncEventsDropped", statistic = "Sum", above = 0 }
+    dropped = "AsyncEventsDropped"
   }
+
+  # Every alarm: its metric, the resource it watches, the statistic over 5 minutes and
+  # above what it fires.
+  alarms = merge(
+    {
+      for pair in setproduct(keys(local.alarmed_functions), keys(local.function_metrics)) :
+      "${local.alarmed_functions[pair[0]]}-${pair[1]}" => {
+        about      = "${pair[0]}: ${local.function_metrics[pair[1]]}"
+        namespace  = "AWS/Lambda"
+        metric     = local.function_metrics[pair[1]]
+        dimensions = { FunctionName = local.alarmed_functions[pair[0]] }
+        statistic  = "Sum"
+        above      = 0
+      }
+    },
+    {
+      # The stream trigger falling behind: commits wait that long before the scheduler
+      # sees them.
+      "${local.scheduler_function_name}-stream-iterator-age" = {
+        about      = "the stream trigger of the scheduler is more than a minute behind"
+        namespace  = "AWS/Lambda"
+        metric     = "IteratorAge"
+        dimensions = { FunctionName = aws_lambda_function.scheduler.function_name }
+        statistic  = "Maximum"
+        above      = 60000
+      }
+      # Records the scheduler could not process: each is a wake-up or a failure record
+      # lost to its job (the sweep redoes their work; the message says what it was).
+      "${aws_sqs_queue.poison.name}-messages" = {
+        about      = "the scheduler's poison queue holds messages; read them (terraform output poison_queue_url)"
+        namespace  = "AWS/SQS"
+        metric     = "ApproximateNumberOfMessagesVisible"
+        dimensions = { QueueName = aws_sqs_queue.poison.name }
+        statistic  = "Maximum"
+        above      = 0
+      }
+    },
+    {
+      # The job table refusing requests: on-demand tables throttle past twice their
+      # previous peak, or on one hot partition.
+      for metric in ["ReadThrottleEvents", "WriteThrottleEvents"] :
+      "${aws_dynamodb_table.jobs.name}-${metric}" => {
+        about      = "DynamoDB ${metric} on the job table"
+        namespace  = "AWS/DynamoDB"
+        metric     = metric
+        dimensions = { TableName = aws_dynamodb_table.jobs.name }
+        statistic  = "Sum"
+        above      = 0
+      }
+    },
+    {
+      # Server errors of the HTTP API (the scheduler failing, or timing out past 30 s).
+      for api in aws_apigatewayv2_api.http :
+      "${var.name_prefix}-api-5xx" => {
+        about      = "the HTTP API answered more than 5 server errors"
+        namespace  = "AWS/ApiGateway"
+        metric     = "5xx"
+        dimensions = { ApiId = api.id, Stage = "$default" }
+        statistic  = "Sum"
+        above      = 5
+      }
+    },
+  )
 }
 
 resource "aws_sns_topic" "alarms" {
@@ -36,106 +99,24 @@ resource "aws_sns_topic_subscription" "alarm_email" {
   endpoint  = var.alarm_email
 }
 
-resource "aws_cloudwatch_metric_alarm" "function" {
-  for_each = {
-    for pair in setproduct(keys(local.alarmed_functions), keys(local.function_alarms)) :
-    "${pair[0]}-${pair[1]}" => { function = pair[0], alarm = pair[1] }
-  }
+resource "aws_cloudwatch_metric_alarm" "this" {
+  for_each = local.alarms
 
-  alarm_name          = "${local.alarmed_functions[each.value.function]}-${each.value.alarm}"
-  alarm_description   = "lambdafusion ${each.value.function}: ${local.function_alarms[each.value.alarm].metric} above ${local.function_alarms[each.value.alarm].above} in 5 minutes. See docs/deploy.md, First day."
-  namespace           = "AWS/Lambda"
-  metric_name         = local.function_alarms[each.value.alarm].metric
-  dimensions          = { FunctionName = local.alarmed_functions[each.value.function] }
-  statistic           = local.function_alarms[each.value.alarm].statistic
+  alarm_name          = each.key
+  alarm_description   = "lambdafusion: ${each.value.about} (above ${each.value.above} in 5 minutes). See docs/deploy.md, First day."
+  namespace           = each.value.namespace
+  metric_name         = each.value.metric
+  dimensions          = each.value.dimensions
+  statistic           = each.value.statistic
   period              = 300
   evaluation_periods  = 1
-  threshold           = local.function_alarms[each.value.alarm].above
+  threshold           = each.value.above
   comparison_operator = "GreaterThanThreshold"
   treat_missing_data  = "notBreaching"
   alarm_actions       = local.alarm_actions
   ok_actions          = local.alarm_actions
   tags                = var.tags
 }
-
-# The stream trigger falling behind: commits wait that long before the scheduler sees them.
-resource "aws_cloudwatch_metric_alarm" "stream_iterator_age" {
-  alarm_name          = "${local.scheduler_function_name}-stream-iterator-age"
-  alarm_description   = "lambdafusion: the DynamoDB stream trigger of ${local.scheduler_function_name} is more than a minute behind."
-  namespace           = "AWS/Lambda"
-  metric_name         = "IteratorAge"
-  dimensions          = { FunctionName = aws_lambda_function.scheduler.function_name }
-  statistic           = "Maximum"
-  period              = 300
-  evaluation_periods  = 1
-  threshold           = 60000
-  comparison_operator = "GreaterThanThreshold"
-  treat_missing_data  = "notBreaching"
-  alarm_actions       = local.alarm_actions
-  ok_actions          = local.alarm_actions
-  tags                = var.tags
-}
-
-# Records the scheduler could not process: each is a wake-up or a failure record lost to
-# the job it belongs to (the sweep redoes their work; the message says what it was).
-resource "aws_cloudwatch_metric_alarm" "poison_queue" {
-  alarm_name          = "${aws_sqs_queue.poison.name}-messages"
-  alarm_description   = "lambdafusion: the scheduler's poison queue holds messages; read them (terraform output poison_queue_url)."
-  namespace           = "AWS/SQS"
-  metric_name         = "ApproximateNumberOfMessagesVisible"
-  dimensions          = { QueueName = aws_sqs_queue.poison.name }
-  statistic           = "Maximum"
-  period              = 300
-  evaluation_periods  = 1
-  threshold           = 0
-  comparison_operator = "GreaterThanThreshold"
-  treat_missing_data  = "notBreaching"
-  alarm_actions       = local.alarm_actions
-  ok_actions          = local.alarm_actions
-  tags                = var.tags
-}
-
-# The job table refusing requests: on-demand tables throttle past twice their previous
-# peak, or on one hot partition.
-resource "aws_cloudwatch_metric_alarm" "table_throttles" {
-  for_each = toset(["ReadThrottleEvents", "WriteThrottleEvents"])
-
-  alarm_name          = "${aws_dynamodb_table.jobs.name}-${each.value}"
-  alarm_description   = "lambdafusion: DynamoDB ${each.value} on ${aws_dynamodb_table.jobs.name}."
-  namespace           = "AWS/DynamoDB"
-  metric_name         = each.value
-  dimensions          = { TableName = aws_dynamodb_table.jobs.name }
-  statistic           = "Sum"
-  period              = 300
-  evaluation_periods  = 1
-  threshold           = 0
-  comparison_operator = "GreaterThanThreshold"
-  treat_missing_data  = "notBreaching"
-  alarm_actions       = local.alarm_actions
-  ok_actions          = local.alarm_actions
-  tags                = var.tags
-}
-
-# Server errors of the HTTP API (the scheduler failing, or timing out past 30 s).
-resource "aws_cloudwatch_metric_alarm" "api_5xx" {
-  count = local.api_count
-
-  alarm_name          = "${var.name_prefix}-api-5xx"
-  alarm_description   = "lambdafusion: the HTTP API answered more than 5 server errors in 5 minutes."
-  namespace           = "AWS/ApiGateway"
-  metric_name         = "5xx"
-  dimensions          = { ApiId = aws_apigatewayv2_api.http[0].id, Stage = "$default" }
-  statistic           = "Sum"
-  period              = 300
-  evaluation_periods  = 1
-  threshold           = 5
-  comparison_operator = "GreaterThanThreshold"
-  treat_missing_data  = "notBreaching"
-  alarm_actions       = local.alarm_actions
-  ok_actions          = local.alarm_actions
-  tags                = var.tags
-}
-
 # One page for the deployment: the functions, the table, the queue and the API.
 resource "aws_cloudwatch_dashboard" "deployment" {
   dashboard_name = var.name_prefix
