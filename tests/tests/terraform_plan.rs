@@ -460,3 +460,53 @@ fn alarms_and_the_dashboard_watch_the_deployments_own_resources() {
         "{err}"
     );
 }
+
+/// The optional monthly budget counts the deployment's tagged costs and tells the alarm
+/// address; every resource carries the deployment tag it filters on.
+#[test]
+fn a_monthly_budget_follows_the_deployments_tag() {
+    let Some(example) = Example::new() else {
+        return;
+    };
+    example.package("ok", Some(Manifest::For { arch: "arm64" }));
+    let plan = example.plan(&[]).unwrap();
+    assert!(
+        planned_of(&plan, "aws_budgets_budget").is_empty(),
+        "none by default"
+    );
+    let plan = example
+        .plan(&[
+            "monthly_budget_usd=25",
+            "alarm_email=ops@example.com",
+            "name_prefix=lfx",
+        ])
+        .unwrap();
+    let budgets = planned_of(&plan, "aws_budgets_budget");
+    assert_eq!(budgets.len(), 1);
+    let budget = budgets[0].1;
+    assert_eq!(budget["limit_amount"], "25.00");
+    assert_eq!(budget["time_unit"], "MONTHLY");
+    assert_eq!(
+        budget["cost_filter"][0]["values"],
+        serde_json::json!(["user:lambdafusion:deployment$lfx"])
+    );
+    let notifications = budget["notification"].as_array().unwrap();
+    assert_eq!(notifications.len(), 2, "{budget}");
+    assert!(notifications
+        .iter()
+        .all(|n| n["subscriber_email_addresses"] == serde_json::json!(["ops@example.com"])));
+    // The tag the budget filters on is on what costs money.
+    for kind in [
+        "aws_lambda_function",
+        "aws_dynamodb_table",
+        "aws_s3_bucket",
+        "aws_sqs_queue",
+    ] {
+        for (address, values) in planned_of(&plan, kind) {
+            assert_eq!(
+                values["tags"]["lambdafusion:deployment"], "lfx",
+                "{address}"
+            );
+        }
+    }
+}

@@ -27,8 +27,9 @@ module "lambdafusion" {
   max_scan_bytes_per_query       = var.max_scan_bytes_per_query
   max_query_cost_usd             = var.max_query_cost_usd
 
-  alarm_email   = var.alarm_email
-  alarm_actions = var.alarm_actions
+  alarm_email        = var.alarm_email
+  alarm_actions      = var.alarm_actions
+  monthly_budget_usd = var.monthly_budget_usd
 
   enable_http_api       = var.enable_http_api
   enable_function_url   = var.enable_function_url

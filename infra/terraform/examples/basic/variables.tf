@@ -141,3 +141,9 @@ variable "alarm_actions" {
   type        = list(string)
   default     = []
 }
+
+variable "monthly_budget_usd" {
+  description = "A monthly AWS Budgets cost budget for the deployment (USD), or null."
+  type        = number
+  default     = null
+}

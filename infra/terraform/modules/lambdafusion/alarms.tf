@@ -89,7 +89,7 @@ resource "aws_sns_topic" "alarms" {
   #checkov:skip=CKV_AWS_26:CloudWatch alarms cannot publish to a topic encrypted with the AWS-managed SNS key, and a customer-managed key costs $1/month; the notifications name an alarm and a metric, no data.
   count = var.alarm_email == null ? 0 : 1
   name  = "${var.name_prefix}-alarms"
-  tags  = var.tags
+  tags  = local.tags
 }
 
 resource "aws_sns_topic_subscription" "alarm_email" {
@@ -115,7 +115,7 @@ resource "aws_cloudwatch_metric_alarm" "this" {
   treat_missing_data  = "notBreaching"
   alarm_actions       = local.alarm_actions
   ok_actions          = local.alarm_actions
-  tags                = var.tags
+  tags                = local.tags
 }
 # One page for the deployment: the functions, the table, the queue and the API.
 resource "aws_cloudwatch_dashboard" "deployment" {

@@ -28,7 +28,7 @@ resource "aws_apigatewayv2_api" "http" {
   name          = "${var.name_prefix}-api"
   description   = "lambdafusion HTTP API (scheduler-fn)"
   protocol_type = "HTTP"
-  tags          = var.tags
+  tags          = local.tags
 }
 
 resource "aws_apigatewayv2_integration" "scheduler" {
@@ -86,7 +86,7 @@ resource "aws_cloudwatch_log_group" "api" {
   count             = local.api_count
   name              = "/aws/apigateway/${var.name_prefix}-api"
   retention_in_days = var.log_retention_days
-  tags              = var.tags
+  tags              = local.tags
 }
 
 resource "aws_apigatewayv2_stage" "default" {
@@ -121,7 +121,7 @@ resource "aws_apigatewayv2_stage" "default" {
     })
   }
 
-  tags = var.tags
+  tags = local.tags
 }
 
 resource "aws_lambda_permission" "api" {

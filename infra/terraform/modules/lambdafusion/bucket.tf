@@ -10,7 +10,7 @@ resource "aws_s3_bucket" "shuffle" {
   bucket        = var.bucket_name
   bucket_prefix = var.bucket_name == null ? "${var.name_prefix}-" : null
   force_destroy = var.force_destroy
-  tags          = var.tags
+  tags          = local.tags
 }
 
 resource "aws_s3_bucket_public_access_block" "shuffle" {

@@ -145,7 +145,7 @@ resource "aws_s3_object" "code" {
   bucket = aws_s3_bucket.shuffle.id
   key    = "${local.code_key_prefix}${local.function_names[each.key]}/${filesha256(each.value)}.zip"
   source = each.value
-  tags   = var.tags
+  tags   = local.tags
 
   lifecycle {
     precondition {
@@ -166,7 +166,7 @@ resource "aws_cloudwatch_log_group" "scheduler" {
   #checkov:skip=CKV_AWS_338:Retention is a variable (default 30 days); a year of debug logs for an ephemeral query engine is cost without use.
   name              = "/aws/lambda/${local.scheduler_function_name}"
   retention_in_days = var.log_retention_days
-  tags              = var.tags
+  tags              = local.tags
 }
 
 resource "aws_lambda_function" "scheduler" {
@@ -223,7 +223,7 @@ resource "aws_lambda_function" "scheduler" {
     })
   }
 
-  tags = var.tags
+  tags = local.tags
 
   lifecycle {
     precondition {
@@ -264,7 +264,7 @@ resource "aws_cloudwatch_log_group" "executor" {
   #checkov:skip=CKV_AWS_338:Retention is a variable (default 30 days); a year of debug logs for an ephemeral query engine is cost without use.
   name              = "/aws/lambda/${local.executor_function_name}"
   retention_in_days = var.log_retention_days
-  tags              = var.tags
+  tags              = local.tags
 }
 
 resource "aws_lambda_function" "executor" {
@@ -317,7 +317,7 @@ resource "aws_lambda_function" "executor" {
     })
   }
 
-  tags = var.tags
+  tags = local.tags
 
   lifecycle {
     precondition {

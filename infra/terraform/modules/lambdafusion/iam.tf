@@ -67,7 +67,7 @@ resource "aws_iam_role" "scheduler" {
   name               = "${var.name_prefix}-scheduler"
   description        = "Execution role of ${local.scheduler_function_name}"
   assume_role_policy = data.aws_iam_policy_document.lambda_assume_role.json
-  tags               = var.tags
+  tags               = local.tags
 }
 
 data "aws_iam_policy_document" "scheduler_runtime" {
@@ -202,7 +202,7 @@ resource "aws_iam_role" "executor" {
   name               = "${var.name_prefix}-executor"
   description        = "Execution role of ${local.executor_function_name}"
   assume_role_policy = data.aws_iam_policy_document.lambda_assume_role.json
-  tags               = var.tags
+  tags               = local.tags
 }
 
 data "aws_iam_policy_document" "executor_runtime" {

@@ -6,7 +6,7 @@ resource "aws_cloudwatch_event_rule" "sweep" {
   name                = "${var.name_prefix}-sweep"
   description         = "lambdafusion sweep: re-drive lost tasks and stuck jobs"
   schedule_expression = var.sweep_schedule_expression
-  tags                = var.tags
+  tags                = local.tags
 }
 
 resource "aws_cloudwatch_event_target" "sweep" {

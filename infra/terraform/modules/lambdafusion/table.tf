@@ -34,7 +34,7 @@ resource "aws_dynamodb_table" "jobs" {
 
   deletion_protection_enabled = var.table_deletion_protection
 
-  tags = var.tags
+  tags = local.tags
 }
 
 # Poison records: stream batches the scheduler failed on after every retry and bisection,
@@ -43,7 +43,7 @@ resource "aws_sqs_queue" "poison" {
   name                      = "${var.name_prefix}-scheduler-dlq"
   message_retention_seconds = var.poison_queue_retention_seconds
   sqs_managed_sse_enabled   = true
-  tags                      = var.tags
+  tags                      = local.tags
 }
 
 resource "aws_lambda_event_source_mapping" "stream" {
@@ -100,7 +100,7 @@ resource "aws_lambda_event_source_mapping" "stream" {
     }
   }
 
-  tags = var.tags
+  tags = local.tags
 
   # Lambda checks at creation that the scheduler's role may read the stream (engine
   # policy) and send to the failure destination (runtime policy); see "Ordering" in iam.tf.

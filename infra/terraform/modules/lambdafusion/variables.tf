@@ -674,3 +674,14 @@ variable "alarm_actions" {
   type        = list(string)
   default     = []
 }
+
+variable "monthly_budget_usd" {
+  description = "An AWS Budgets monthly cost budget for the deployment, in US dollars: the costs of the resources tagged lambdafusion:deployment = name_prefix (activate that cost allocation tag in the Billing console first). alarm_email, when given, hears at 80% spent and 100% forecast. null (the default): no budget."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.monthly_budget_usd == null ? true : var.monthly_budget_usd > 0
+    error_message = "monthly_budget_usd must be null or above 0."
+  }
+}
