@@ -79,14 +79,26 @@ impl DynamoDbJobStore {
         }
     }
 
+    /// One item, read strongly consistent.
     async fn get<T: DeserializeOwned>(&self, pk: &str, sk: &str) -> Result<Option<T>> {
+        self.get_read(pk, sk, true).await
+    }
+
+    /// One item, read strongly consistent or (half a read unit, may lag about a second)
+    /// eventually consistent.
+    async fn get_read<T: DeserializeOwned>(
+        &self,
+        pk: &str,
+        sk: &str,
+        consistent: bool,
+    ) -> Result<Option<T>> {
         let item = retrying("GetItem", || async {
             count(Request::DynamoDbRead);
             self.client
                 .get_item()
                 .table_name(&self.table)
                 .set_key(Some(key(pk, sk)))
-                .consistent_read(true)
+                .consistent_read(consistent)
                 .send()
                 .await
                 .map_err(|e| store_err("GetItem", e))
@@ -477,31 +489,16 @@ impl JobStore for DynamoDbJobStore {
     /// shows within about a second. A job without one (written before state items
     /// existed) answers from its job item.
     async fn job_state(&self, job_id: &str) -> Result<Option<JobState>> {
-        let pk = job_pk(job_id);
-        let item = retrying("GetItem", || async {
-            count(Request::DynamoDbRead);
-            self.client
-                .get_item()
-                .table_name(&self.table)
-                .set_key(Some(key(&pk, SK_STATE)))
-                .projection_expression("#s")
-                .expression_attribute_names("#s", "state")
-                .consistent_read(false)
-                .send()
-                .await
-                .map_err(|e| store_err("GetItem", e))
-        })
-        .await?
-        .item;
-        match item.as_ref().and_then(|i| i.get("state")) {
-            Some(state) => serde_dynamo::from_attribute_value(state.clone())
-                .map(Some)
-                .map_err(|e| {
-                    Error::Store(StoreError::new(
-                        StoreErrorKind::Corrupt,
-                        format!("job {job_id}: state item: {e}"),
-                    ))
-                }),
+        /// What of the state item a task needs.
+        #[derive(serde::Deserialize)]
+        struct StateItem {
+            state: JobState,
+        }
+        match self
+            .get_read::<StateItem>(&job_pk(job_id), SK_STATE, false)
+            .await?
+        {
+            Some(item) => Ok(Some(item.state)),
             None => Ok(self.get_job(job_id).await?.map(|job| job.state)),
         }
     }
