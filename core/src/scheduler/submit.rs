@@ -5,6 +5,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::logical_expr::LogicalPlan;
+use futures::StreamExt;
 use object_store::ObjectStoreExt;
 use tracing::{info, Instrument};
 
@@ -198,13 +199,24 @@ impl Scheduler {
         let recent = store
             .job_history(caller.principal(), None, crate::config::HISTORY_SCAN)
             .await?;
+        // Their states, read a few at a time (submission waits on them), newest first.
+        let ids: Vec<String> = recent
+            .iter()
+            .filter_map(|sk| crate::state::job_of_history_sk(sk).map(str::to_string))
+            .collect();
+        let mut states = futures::stream::iter(ids)
+            .map(|id| {
+                let store = store.clone();
+                async move {
+                    let state = store.job_state(&id).await;
+                    (id, state)
+                }
+            })
+            .buffered(16);
         let mut running = Vec::new();
-        for sk in &recent {
-            let Some(id) = crate::state::job_of_history_sk(sk) else {
-                continue;
-            };
-            if store.job_state(id).await? == Some(JobState::Running) {
-                running.push(id.to_string());
+        while let Some((id, state)) = states.next().await {
+            if state? == Some(JobState::Running) {
+                running.push(id);
                 if running.len() >= cap {
                     return Err(Error::Overloaded {
                         message: format!(
