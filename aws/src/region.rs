@@ -154,7 +154,8 @@ impl ObjectStore for RegionFollowing {
         &self,
         locations: BoxStream<'static, object_store::Result<Path>>,
     ) -> BoxStream<'static, object_store::Result<Path>> {
-        // Data buckets are read-only to the engine: nothing deletes from them.
+        // Deletes go to the current store unfollowed: the engine deletes only from its own
+        // shuffle bucket, which is in the deployment's region (data buckets are read-only).
         self.current().delete_stream(locations)
     }
 

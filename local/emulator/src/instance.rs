@@ -544,10 +544,6 @@ impl Environment {
             self.index,
             config.command
         ));
-        let log = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&self.log_path)?;
         let program = &config.command[0];
         let mut cmd = Command::new(program);
         cmd.args(&config.command[1..]).env_clear();
@@ -564,6 +560,10 @@ impl Environment {
         cmd.env("TMPDIR", &self.tmp_dir);
         cmd.stdin(Stdio::null()).kill_on_drop(true);
         let Some(ship) = self.ship.clone() else {
+            let log = std::fs::OpenOptions::new()
+                .create(true)
+                .append(true)
+                .open(&self.log_path)?;
             cmd.stdout(Stdio::from(log.try_clone()?))
                 .stderr(Stdio::from(log));
             return cmd.spawn();
