@@ -855,17 +855,6 @@ pub fn process_cpu_ms() -> Option<f64> {
 mod tests {
     use super::*;
 
-    #[test]
-    fn dollars_have_two_significant_digits() {
-        assert_eq!(dollars(0.0023456), "$0.0023");
-        assert_eq!(dollars(0.41234), "$0.41");
-        assert_eq!(dollars(1.2345), "$1.2");
-        assert_eq!(dollars(12.345), "$12");
-        assert_eq!(dollars(1234.5), "$1200");
-        assert_eq!(dollars(0.0999), "$0.10");
-        assert_eq!(dollars(0.0), "$0");
-    }
-
     fn constants() -> AwsConstants {
         AwsConstants {
             lambda_gb_second: 0.00001,

@@ -530,6 +530,12 @@ mod tests {
 
     #[test]
     fn dollars_are_shown_to_two_significant_digits() {
+        assert_eq!(dollars(0.0023456), "$0.0023");
+        assert_eq!(dollars(0.41234), "$0.41");
+        assert_eq!(dollars(1.2345), "$1.2");
+        assert_eq!(dollars(12.345), "$12");
+        assert_eq!(dollars(1234.5), "$1200");
+        assert_eq!(dollars(0.0999), "$0.10");
         assert_eq!(dollars(0.001234), "$0.0012");
         assert_eq!(dollars(0.0196), "$0.020");
         assert_eq!(dollars(1.46), "$1.5");
