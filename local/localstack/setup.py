@@ -214,6 +214,12 @@ def front_config(front_port: str, moto: str) -> dict:
     }
 
 
+def iam_mode(value: str) -> str:
+    if value not in ("enforce", "off"):
+        raise SystemExit(f"setup.py: LOCAL_IAM must be enforce or off, not {value!r}")
+    return value
+
+
 def config(args: argparse.Namespace) -> int:
     env = os.environ
     table = env.get("LAMBDAFUSION_TABLE", "lambdafusion")
@@ -228,8 +234,8 @@ def config(args: argparse.Namespace) -> int:
         "AWS_ENDPOINT_URL_DYNAMODB": front,
         "AWS_ENDPOINT_URL_S3": front,
         "AWS_ENDPOINT_URL_LAMBDA": f"http://127.0.0.1:{args.invoke_port}",
-        "AWS_ACCESS_KEY_ID": "test",
-        "AWS_SECRET_ACCESS_KEY": "test",
+        # No credentials: as Lambda does, the emulator gives each function those of the
+        # execution role the module gives it, and the front checks the role's policies.
         "AWS_REGION": REGION,
         "AWS_EC2_METADATA_DISABLED": "true",
         "RUST_LOG": env.get("FUNCTION_RUST_LOG", "info"),
@@ -269,6 +275,8 @@ def config(args: argparse.Namespace) -> int:
         # Lambda's own waits: AWS's by default (async retries after about 1 and 2
         # minutes), or LAMBDA_TIMING=fast (200 / 400 ms) as the tests ask for.
         "timing": env.get("LAMBDA_TIMING", "aws"),
+        # Whether the functions may do only what their roles allow (LOCAL_IAM=off: all).
+        "iam": iam_mode(env.get("LOCAL_IAM", "enforce")),
         "account": "000000000000",
         "invoke_listen": f"127.0.0.1:{args.invoke_port}",
         "state_dir": args.state_dir,

@@ -201,6 +201,17 @@ impl Stack {
         )
     }
 
+    /// The requests of the functions that their roles' IAM refused so far (the
+    /// emulator's log lines saying "is not authorized to perform").
+    pub fn access_denied(&self) -> Vec<String> {
+        std::fs::read_to_string(self.state_dir().join("logs/emulator.log"))
+            .unwrap_or_default()
+            .lines()
+            .filter(|l| l.contains("is not authorized to perform"))
+            .map(str::to_string)
+            .collect()
+    }
+
     /// Lines of the executor functions' logs.
     pub fn executor_log_lines(&self) -> Vec<String> {
         let mut lines = Vec::new();

@@ -16,7 +16,8 @@ use object_store::{ObjectStoreExt, PutPayload};
 use crate::stack::Stack;
 
 /// Where `load_tpch` puts the tables in the bucket; the stack must allow it as a data
-/// location (`LAMBDAFUSION_DATA_BUCKETS=<bucket>/data`).
+/// bucket (`TF_VAR_data_buckets=["<bucket>"]`) and location
+/// (`LAMBDAFUSION_DATA_BUCKETS=<bucket>/data`).
 pub const DATA_PREFIX: &str = "data";
 
 /// Generates TPC-H at scale factor `sf` into `dir`, uploads it to the stack's bucket and

@@ -62,11 +62,13 @@ async fn check_query(client: &Client, ctx: &SessionContext, q: usize) -> JobStat
 }
 
 /// Settings that make even SF 0.01 fan out, and let tables be read from the bucket's
-/// `data/` prefix (where `load_tpch` puts them).
-const FAN_OUT: [(&str, &str); 4] = [
+/// `data/` prefix (where `load_tpch` puts them): the module's `data_buckets` grants the
+/// roles the bucket, the engine's allow-list narrows it to the prefix.
+const FAN_OUT: [(&str, &str); 5] = [
     ("LAMBDAFUSION_BYTES_PER_TASK", "100000"),
     ("LAMBDAFUSION_MIN_SCAN_BYTES_PER_TASK", "100000"),
     ("LAMBDAFUSION_MAX_TASKS_PER_STAGE", "4"),
+    ("TF_VAR_data_buckets", r#"["lambdafusion"]"#),
     ("LAMBDAFUSION_DATA_BUCKETS", "lambdafusion/data"),
 ];
 
@@ -252,6 +254,8 @@ fn local_aws_stack_end_to_end() {
             "no job left running"
         );
     });
+    // Everything above ran with the IAM the module grants, and needed nothing more.
+    assert_eq!(stack.access_denied(), Vec::<String>::new());
 }
 
 async fn wait(client: &Client, id: &str) -> JobStatus {
@@ -339,7 +343,7 @@ fn iam_authorized_function_url_and_callers() {
     let stack = Stack::up(&[
         ("TF_VAR_enable_function_url", "true"),
         // The shuffle bucket is also a data bucket here: its reserved prefix must hold.
-        ("LAMBDAFUSION_DATA_BUCKETS", "lambdafusion"),
+        ("TF_VAR_data_buckets", r#"["lambdafusion"]"#),
         // Every session of the role Ops, and the one session Analysts/alice, are admins;
         // only Ops may change the catalog.
         (
@@ -573,6 +577,7 @@ fn measure_a_real_workload() {
     let stack = Stack::up(&[
         ("LAMBDAFUSION_BYTES_PER_TASK", "1048576"),
         ("LAMBDAFUSION_MIN_SCAN_BYTES_PER_TASK", "1048576"),
+        ("TF_VAR_data_buckets", r#"["lambdafusion"]"#),
         ("LAMBDAFUSION_DATA_BUCKETS", "lambdafusion/data"),
     ]);
     runtime().block_on(async {
@@ -635,6 +640,7 @@ fn measure_fanout() {
                 ("LAMBDAFUSION_MIN_SCAN_BYTES_PER_TASK", "1"),
                 ("LAMBDAFUSION_MAX_TASKS_PER_STAGE", tasks.as_str()),
                 ("LAMBDAFUSION_DISPATCH_FANOUT", fanout_env.as_str()),
+                ("TF_VAR_data_buckets", r#"["lambdafusion"]"#),
                 ("LAMBDAFUSION_DATA_BUCKETS", "lambdafusion/data"),
                 ("EXECUTOR_INSTANCES", "8"),
                 ("FUNCTION_RUST_LOG", "warn"),
@@ -771,5 +777,61 @@ fn a_task_near_the_function_deadline_fails_its_attempt_by_name() {
             lines.iter().all(|l| l.contains(&id)),
             "only this query's lines: {output}"
         );
+    });
+}
+
+#[test]
+fn a_permission_the_module_does_not_grant_fails_the_query_by_name() {
+    // The module as an operator might have edited it: the executor's role lost
+    // s3:PutObject on the shuffle prefix, so no task can write its output.
+    let module = tempfile::tempdir().unwrap();
+    let source =
+        lambdafusion_tests::stack::repo_root().join("infra/terraform/modules/lambdafusion");
+    for entry in std::fs::read_dir(&source).unwrap().flatten() {
+        std::fs::copy(entry.path(), module.path().join(entry.file_name())).unwrap();
+    }
+    let iam = module.path().join("iam.tf");
+    let text = std::fs::read_to_string(&iam).unwrap();
+    let granted = r#"actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]"#;
+    assert_eq!(
+        text.matches(granted).count(),
+        1,
+        "the executor's ShuffleObjects statement moved"
+    );
+    std::fs::write(
+        &iam,
+        text.replace(
+            granted,
+            r#"actions   = ["s3:GetObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]"#,
+        ),
+    )
+    .unwrap();
+    let stack = Stack::up(&[("TERRAFORM_MODULE", module.path().to_str().unwrap())]);
+    runtime().block_on(async {
+        let client = Client::new(&stack.endpoint());
+        let sql = "SELECT value % 7 AS k, count(*) AS n FROM generate_series(1, 100000) GROUP BY k";
+        let id = client.submit(sql).await.unwrap();
+        let status = wait(&client, &id).await;
+        assert_eq!(status.state, "failed", "{status:?}");
+        let error = status.error.clone().unwrap_or_default();
+        assert!(
+            error.contains("AccessDenied")
+                && error.contains("assumed-role/lambdafusion-executor/lambdafusion-executor")
+                && error.contains("is not authorized to perform: s3:PutObject")
+                && error
+                    .contains("because no identity-based policy allows the s3:PutObject action"),
+            "{error}"
+        );
+    });
+    drop(stack);
+
+    // The module as it is: the same query runs.
+    let stack = Stack::up(&[]);
+    runtime().block_on(async {
+        let client = Client::new(&stack.endpoint());
+        let sql = "SELECT value % 7 AS k, count(*) AS n FROM generate_series(1, 100000) GROUP BY k";
+        let id = client.submit(sql).await.unwrap();
+        let status = wait(&client, &id).await;
+        assert_eq!(status.state, "succeeded", "{status:?}");
     });
 }

@@ -64,6 +64,11 @@ pub struct Config {
     /// at start-up (no faults if it is unset). See [`crate::faults`].
     #[serde(default)]
     pub fault_plan: Option<Value>,
+    /// `enforce` (default): a function with a `role` may do only what the role's
+    /// statements allow, checked by the front, the Invoke API and the stream trigger
+    /// ([`crate::iam`]); `off`: nothing is checked.
+    #[serde(default)]
+    pub iam: crate::iam::IamMode,
 }
 
 /// How long Lambda's own waits are.
@@ -220,6 +225,12 @@ pub struct FunctionConfig {
     /// Asynchronous events are always accepted, as by AWS's event queue.
     #[serde(default)]
     pub max_queue: Option<usize>,
+    /// The execution role: the function gets its own credentials for it (as Lambda sets
+    /// `AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY` and `AWS_SESSION_TOKEN`, replacing
+    /// any in `env`) and may do only what its statements allow ([`crate::iam`]). Without
+    /// one the function's requests are not checked.
+    #[serde(default)]
+    pub role: Option<crate::iam::RoleConfig>,
 }
 
 /// A DynamoDB stream trigger (Lambda event-source mapping).

@@ -348,6 +348,7 @@ pub struct Registry {
     injector: Injector,
     credentials: Vec<Credential>,
     invoke_latency: crate::front::config::ServiceLatency,
+    iam: Arc<crate::iam::Iam>,
 }
 
 impl Registry {
@@ -388,6 +389,7 @@ impl Registry {
             functions,
             injector,
             credentials: config.credentials().to_vec(),
+            iam: Arc::new(crate::iam::Iam::new(config)),
             // The front's latency table holds Lambda's too; without a front, none.
             invoke_latency: config
                 .front
@@ -395,6 +397,16 @@ impl Registry {
                 .map(|f| f.latency.lambda.clone())
                 .unwrap_or_default(),
         }
+    }
+
+    /// What the functions' roles allow (shared with the front).
+    pub fn iam(&self) -> Arc<crate::iam::Iam> {
+        self.iam.clone()
+    }
+
+    /// The configuration of function `name`.
+    pub fn function_config(&self, name: &str) -> Option<&FunctionConfig> {
+        self.functions.get(name).map(|f| &f.config)
     }
 
     /// How long the Invoke API takes to answer an invocation of `invocation_type`.

@@ -555,6 +555,14 @@ impl Environment {
             cmd.env(k, v);
         }
         cmd.envs(&config.env);
+        // Lambda's credentials for the execution role (reserved variables: they replace
+        // any the configuration sets).
+        if let Some(role) = &config.role {
+            let c = role.credentials(&config.name);
+            cmd.env("AWS_ACCESS_KEY_ID", c.access_key)
+                .env("AWS_SECRET_ACCESS_KEY", c.secret_key)
+                .env("AWS_SESSION_TOKEN", c.session_token);
+        }
         cmd.env("AWS_LAMBDA_RUNTIME_API", runtime_api.to_string());
         // The environment's own /tmp (Rust's std::env::temp_dir and most tools honour it).
         cmd.env("TMPDIR", &self.tmp_dir);

@@ -11,8 +11,11 @@
 //! `RequestTooLargeException`, 429 `TooManyRequestsException` (synchronous invocation
 //! with `max_queue` invocations waiting, or refused by the `lambda.concurrency_limit`
 //! fault; any invocation hit by the `lambda.throttle_invoke` fault), 400
-//! `InvalidRequestContentException` (payload is not JSON). `Event` invocations are never
-//! refused for lack of concurrency: AWS queues them. The SigV4 signature is not checked.
+//! `InvalidRequestContentException` (payload is not JSON), 403 `AccessDeniedException`
+//! (the caller's execution role may not `lambda:InvokeFunction` it, see
+//! [`crate::iam`]). `Event` invocations are never
+//! refused for lack of concurrency: AWS queues them. The SigV4 signature is not checked;
+//! only the access key it names is read.
 //! Every answer comes after the `lambda` latency of the front's table (20 ms by default,
 //! none with `"latency": "off"`).
 
@@ -53,6 +56,16 @@ pub fn aws_error(status: StatusCode, error_type: &str, message: &str) -> Respons
         response.headers_mut().insert("x-amzn-errortype", v);
     }
     response
+}
+
+/// 403 `AccessDeniedException`: the caller's role may not invoke the function.
+fn access_denied(denied: &crate::iam::Denied) -> Response {
+    tracing::warn!("{}", denied.message());
+    aws_error(
+        StatusCode::FORBIDDEN,
+        "AccessDeniedException",
+        &denied.message(),
+    )
 }
 
 fn throttled() -> Response {
@@ -121,18 +134,32 @@ async fn invoke_inner(
     invocation_type: &str,
     body: Body,
 ) -> Response {
+    let caller = crate::sigv4::access_key(headers, None);
     let Some(target) = registry.resolve(function_name, query.get("Qualifier").map(String::as_str))
     else {
         let arn = format!(
             "arn:aws:lambda:{}:{}:function:{function_name}",
             registry.region, registry.account
         );
+        // As Lambda: authorization comes before whether the function exists.
+        if let Err(denied) = registry
+            .iam()
+            .check(caller.as_deref(), &crate::iam::Iam::lambda_invoke(&arn))
+        {
+            return access_denied(&denied);
+        }
         return aws_error(
             StatusCode::NOT_FOUND,
             "ResourceNotFoundException",
             &format!("Function not found: {arn}"),
         );
     };
+    if let Err(denied) = registry.iam().check(
+        caller.as_deref(),
+        &crate::iam::Iam::lambda_invoke(&target.invoked_arn),
+    ) {
+        return access_denied(&denied);
+    }
     let limit = match invocation_type {
         "RequestResponse" | "DryRun" => MAX_SYNC_PAYLOAD,
         "Event" => MAX_ASYNC_PAYLOAD,

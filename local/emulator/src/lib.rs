@@ -102,6 +102,7 @@ pub mod filter;
 pub mod front;
 pub mod function;
 pub mod function_url;
+pub mod iam;
 pub mod injection;
 pub mod instance;
 pub mod invoke_api;
@@ -244,6 +245,7 @@ impl Emulator {
                 &config.region,
                 &config.account,
                 faults.clone(),
+                registry.iam(),
             )?;
             tasks.push(serve(
                 listener,

@@ -134,6 +134,21 @@ fn parse_authorization(value: &str) -> Result<AuthHeader<'_>, AuthError> {
     })
 }
 
+/// The access key a request was signed with: from its `Authorization` header, or from
+/// the `X-Amz-Credential` of a presigned URL's query. Not verified.
+pub fn access_key(headers: &HeaderMap, query: Option<&str>) -> Option<String> {
+    if let Some(header) = headers.get("authorization").and_then(|v| v.to_str().ok()) {
+        return parse_authorization(header)
+            .ok()
+            .map(|a| a.access_key.to_string());
+    }
+    query?
+        .split('&')
+        .filter_map(|p| p.split_once('='))
+        .find(|(k, _)| k.eq_ignore_ascii_case("X-Amz-Credential"))
+        .and_then(|(_, v)| form_decode(v).split('/').next().map(str::to_string))
+}
+
 /// Checks the SigV4 signature of a request against `credentials`; returns the
 /// credential that signed it.
 pub fn verify<'c>(
@@ -305,13 +320,23 @@ fn canonical_query(query: &str) -> String {
         .join("&")
 }
 
-fn form_decode(s: &str) -> String {
+/// Decodes a query parameter (`+` is a space, `%XX` a byte).
+pub(crate) fn form_decode(s: &str) -> String {
+    decode(s, true)
+}
+
+/// Decodes a URI path (`%XX` is a byte, `+` stays `+`).
+pub(crate) fn path_decode(s: &str) -> String {
+    decode(s, false)
+}
+
+fn decode(s: &str, plus_is_space: bool) -> String {
     let bytes = s.as_bytes();
     let mut out = Vec::with_capacity(bytes.len());
     let mut i = 0;
     while i < bytes.len() {
         match bytes[i] {
-            b'+' => out.push(b' '),
+            b'+' if plus_is_space => out.push(b' '),
             b'%' if i + 2 < bytes.len() => {
                 let hexval = |b: u8| (b as char).to_digit(16);
                 match (hexval(bytes[i + 1]), hexval(bytes[i + 2])) {

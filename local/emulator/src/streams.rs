@@ -137,9 +137,27 @@ impl Lane {
     }
 }
 
-/// A DynamoDB Streams client for moto_server (or any endpoint): static `test`
-/// credentials, the given region, rustls with ring.
-pub fn streams_client(endpoint: &str, region: &str) -> Client {
+/// A DynamoDB Streams client for moto_server (or any endpoint): the given region, rustls
+/// with ring, and the credentials of `role` for `function` (Lambda reads a stream with
+/// the execution role of the function it invokes), or the static `test` ones.
+pub fn streams_client(
+    endpoint: &str,
+    region: &str,
+    role: Option<(&crate::iam::RoleConfig, &str)>,
+) -> Client {
+    let credentials = match role {
+        Some((role, function)) => {
+            let c = role.credentials(function);
+            Credentials::new(
+                c.access_key,
+                c.secret_key,
+                Some(c.session_token),
+                None,
+                "lambdafusion-local",
+            )
+        }
+        None => Credentials::new("test", "test", None, None, "lambdafusion-local"),
+    };
     let http = aws_smithy_http_client::Builder::new()
         .tls_provider(Provider::Rustls(CryptoMode::Ring))
         .build_https();
@@ -151,13 +169,7 @@ pub fn streams_client(endpoint: &str, region: &str) -> Client {
         .behavior_version(BehaviorVersion::latest())
         .region(Region::new(region.to_string()))
         .endpoint_url(endpoint)
-        .credentials_provider(Credentials::new(
-            "test",
-            "test",
-            None,
-            None,
-            "lambdafusion-local",
-        ))
+        .credentials_provider(credentials)
         .http_client(http)
         .timeout_config(timeouts)
         .build();
@@ -175,7 +187,14 @@ impl StreamPoller {
             .resolve(&config.function, None)
             .ok_or_else(|| format!("stream mapping: unknown function {:?}", config.function))?;
         let filters = filter::parse_filters(&config.filters)?;
-        let client = streams_client(&config.dynamodb_endpoint, &registry.region);
+        let role = registry
+            .function_config(&config.function)
+            .and_then(|f| f.role.as_ref());
+        let client = streams_client(
+            &config.dynamodb_endpoint,
+            &registry.region,
+            role.map(|r| (r, config.function.as_str())),
+        );
         let injector = registry.injector().clone();
         Ok(StreamPoller {
             config,

@@ -63,6 +63,7 @@ use hcl::template::{Directive, Element, Template};
 use hcl::{Body, Identifier, Value};
 use serde_json::{json, Value as Json};
 
+use crate::iam::{Effect, RoleConfig, Statement};
 use crate::Error;
 
 /// The label of the stream ARN the local stack gives its tables
@@ -300,6 +301,14 @@ const NAMED_KINDS: &[(&str, &str)] = &[
     ("aws_cloudwatch_event_rule", "name"),
 ];
 
+/// Resources the stack does not play but whose ARN it knows, from their `name`, for the
+/// IAM statements that name them ([`crate::iam`]): they cannot be renamed with `--name`.
+const ARN_KINDS: &[(&str, &str)] = &[
+    ("aws_iam_role", "name"),
+    ("aws_cloudwatch_log_group", "name"),
+    ("aws_sqs_queue", "name"),
+];
+
 fn name_attribute(kind: &str) -> Option<&'static str> {
     NAMED_KINDS
         .iter()
@@ -493,6 +502,28 @@ impl<'m> Scope<'m> {
             locals.insert(k.clone(), v.clone());
         }
         ctx.declare_var("local", Value::Object(locals));
+        // The one data source the stack answers: the partition is `aws`.
+        let partitions: hcl::Map<String, Value> = self
+            .module
+            .data
+            .keys()
+            .filter(|a| a.kind == "aws_partition")
+            .map(|a| {
+                let attrs: hcl::Map<String, Value> = [
+                    ("partition", "aws"),
+                    ("id", "aws"),
+                    ("dns_suffix", "amazonaws.com"),
+                    ("reverse_dns_prefix", "com.amazonaws"),
+                ]
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+                .collect();
+                (a.name.clone(), Value::Object(attrs))
+            })
+            .collect();
+        let mut data = hcl::Map::new();
+        data.insert("aws_partition".to_string(), Value::Object(partitions));
+        ctx.declare_var("data", Value::Object(data));
         if let Some(resources) = &self.resources {
             for (kind, by_name) in resources {
                 let Ok(ident) = Identifier::new(kind.as_str()) else {
@@ -554,10 +585,17 @@ impl<'m> Scope<'m> {
                 let name = second.ok_or("`local` must be followed by a local's name")?;
                 self.local(name).map(|_| ())
             }
-            "data" => Err(format!(
-                "{} is a data source, which Terraform reads from AWS: the local stack cannot evaluate it",
-                path.join(".")
-            )),
+            "data" => match (path.get(1).map(String::as_str), path.get(2)) {
+                (Some("aws_partition"), Some(name))
+                    if self.module.data_source("aws_partition", name).is_some() =>
+                {
+                    Ok(())
+                }
+                _ => Err(format!(
+                    "{} is a data source, which Terraform reads from AWS: the local stack cannot evaluate it",
+                    path.join(".")
+                )),
+            },
             "count" | "each" | "self" | "path" | "terraform" | "module" => Err(format!(
                 "`{}` is not supported by the local stack's Terraform reader (local/emulator/src/terraform.rs)",
                 path.join(".")
@@ -739,6 +777,24 @@ fn local_name(expr: &Expression) -> Option<&str> {
     }
 }
 
+/// `a.b.c…`: a plain traversal's names, e.g. `["aws_iam_role", "scheduler", "arn"]`.
+fn traversal_path(expr: &Expression) -> Option<Vec<String>> {
+    let Expression::Traversal(t) = expr else {
+        return None;
+    };
+    let Expression::Variable(root) = &t.expr else {
+        return None;
+    };
+    let mut path = vec![root.as_str().to_string()];
+    for op in &t.operators {
+        match op {
+            TraversalOperator::GetAttr(name) => path.push(name.as_str().to_string()),
+            _ => return None,
+        }
+    }
+    Some(path)
+}
+
 /// The attributes the stack gives a resource it plays, under the name `name`.
 fn stack_attributes(kind: &str, name: &str, inputs: &Inputs) -> hcl::Map<String, Value> {
     let (region, account) = (&inputs.region, &inputs.account);
@@ -777,6 +833,23 @@ fn stack_attributes(kind: &str, name: &str, inputs: &Inputs) -> hcl::Map<String,
             ("name", name.to_string()),
             ("id", name.to_string()),
             ("arn", crate::schedule::rule_arn(region, account, name)),
+        ],
+        "aws_iam_role" => vec![
+            ("name", name.to_string()),
+            ("id", name.to_string()),
+            ("arn", format!("arn:aws:iam::{account}:role/{name}")),
+        ],
+        "aws_cloudwatch_log_group" => vec![
+            ("name", name.to_string()),
+            ("id", name.to_string()),
+            (
+                "arn",
+                format!("arn:aws:logs:{region}:{account}:log-group:{name}"),
+            ),
+        ],
+        "aws_sqs_queue" => vec![
+            ("name", name.to_string()),
+            ("arn", format!("arn:aws:sqs:{region}:{account}:{name}")),
         ],
         _ => Vec::new(),
     };
@@ -824,7 +897,7 @@ fn deployment_scope<'m>(module: &'m Module, inputs: &Inputs) -> Result<Scope<'m>
     // Every resource the stack plays gets its name: the caller's, or its configuration's.
     let naming = Scope::new(module, vars.clone(), pinned.clone(), None);
     let mut resources: BTreeMap<String, BTreeMap<String, Known>> = BTreeMap::new();
-    for (kind, attribute) in NAMED_KINDS {
+    for (kind, attribute) in NAMED_KINDS.iter().chain(ARN_KINDS) {
         for (address, body) in module.of_kind(kind) {
             let known = if let Some(name) = inputs.names.get(address) {
                 Known {
@@ -903,13 +976,10 @@ const FUNCTION: Schema = Schema {
         "ephemeral_storage",
         "reserved_concurrent_executions",
         "environment",
+        "role",
     ],
     irrelevant: &[
         ("description", "text only"),
-        (
-            "role",
-            "IAM is not emulated: local credentials may do everything",
-        ),
         ("filename", "the stack runs target/debug binaries"),
         ("source_code_hash", "the stack runs target/debug binaries"),
         ("s3_bucket", "the stack runs target/debug binaries"),
@@ -949,6 +1019,12 @@ const INVOKE_CONFIG: Schema = Schema {
         "destination_config",
     ],
     irrelevant: &[],
+};
+
+const ROLE_POLICY: Schema = Schema {
+    kind: "aws_iam_role_policy",
+    derived: &["role", "policy"],
+    irrelevant: &[("name", "the policy's name within the role")],
 };
 
 const FUNCTION_URL: Schema = Schema {
@@ -1105,6 +1181,8 @@ pub struct Function {
     pub invoke: InvokeConfig,
     /// How HTTP reaches it, if it does.
     pub http: Option<HttpEntry>,
+    /// Its execution role with the statements of the role's policies.
+    pub role: Option<RoleConfig>,
 }
 
 /// A function's asynchronous invocation settings.
@@ -1417,6 +1495,204 @@ impl Reader<'_, '_> {
             reserved_concurrency,
             invoke: InvokeConfig::default(),
             http: None,
+            role: self.role(address, body)?,
+        })
+    }
+
+    /// A function's execution role (`role = aws_iam_role.<r>.arn`) and the statements of
+    /// every `aws_iam_role_policy` on it (`role = aws_iam_role.<r>.id`, `policy =
+    /// data.aws_iam_policy_document.<d>.json`). Managed policies and documents the local
+    /// stack cannot read fail, naming the resource.
+    fn role(&self, address: &Address, body: &Body) -> Result<Option<RoleConfig>, Error> {
+        let Some(expr) = attr(body, "role") else {
+            return Ok(None);
+        };
+        let role = match traversal_path(expr).as_deref() {
+            Some([kind, name, arn]) if kind == "aws_iam_role" && arn == "arn" => name.clone(),
+            _ => {
+                return Err(format!(
+                    "{address}: role must be aws_iam_role.<name>.arn for the local stack to                      read the role's policies"
+                )
+                .into())
+            }
+        };
+        let arn = match self.value(address, "", body, "role")? {
+            Some(v) => string(&v, &format!("{address}: role"))?,
+            None => unreachable!("attribute present"),
+        };
+        for kind in [
+            "aws_iam_role_policy_attachment",
+            "aws_iam_policy_attachment",
+            "aws_iam_role_policies_exclusive",
+        ] {
+            if let Some((a, _)) = self.scope.module.of_kind(kind).next() {
+                return Err(format!(
+                    "{a}: the local stack plays only inline policies (aws_iam_role_policy from                      aws_iam_policy_document), not {kind}"
+                )
+                .into());
+            }
+        }
+        if let Some(r) = self.scope.module.resource("aws_iam_role", &role) {
+            for key in [
+                "managed_policy_arns",
+                "inline_policy",
+                "permissions_boundary",
+            ] {
+                if attr(r, key).is_some() || block(r, key).is_some() {
+                    return Err(format!(
+                        "aws_iam_role.{role}: `{key}` is not played by the local stack's IAM"
+                    )
+                    .into());
+                }
+            }
+        }
+        let mut statements = Vec::new();
+        for (policy, pbody) in self.scope.module.of_kind("aws_iam_role_policy") {
+            ROLE_POLICY.check(policy, pbody)?;
+            let on = attr(pbody, "role").and_then(traversal_path);
+            match on.as_deref() {
+                Some([kind, name, part])
+                    if kind == "aws_iam_role" && (part == "id" || part == "name") =>
+                {
+                    if *name != role {
+                        continue;
+                    }
+                }
+                _ => {
+                    return Err(format!(
+                        "{policy}: role must be aws_iam_role.<name>.id for the local stack to                          play it"
+                    )
+                    .into())
+                }
+            }
+            if !self.exists(policy, pbody)? {
+                continue;
+            }
+            let doc = match attr(pbody, "policy").and_then(traversal_path).as_deref() {
+                Some([data, kind, name, json])
+                    if data == "data" && kind == "aws_iam_policy_document" && json == "json" =>
+                {
+                    name.clone()
+                }
+                _ => {
+                    return Err(format!(
+                        "{policy}: policy must be data.aws_iam_policy_document.<name>.json for                          the local stack to read it"
+                    )
+                    .into())
+                }
+            };
+            statements.extend(self.policy_document(&doc)?);
+        }
+        Ok(Some(RoleConfig { arn, statements }))
+    }
+
+    /// The statements of `data.aws_iam_policy_document.<name>`, `dynamic` ones included.
+    fn policy_document(&self, name: &str) -> Result<Vec<Statement>, Error> {
+        let address = Address::new("data.aws_iam_policy_document", name);
+        let Some(doc) = self
+            .scope
+            .module
+            .data_source("aws_iam_policy_document", name)
+        else {
+            return Err(format!("{address} does not exist").into());
+        };
+        for a in doc.attributes() {
+            if a.key() != "version" {
+                return Err(format!(
+                    "{address}: `{}` is not played by the local stack's IAM",
+                    a.key()
+                )
+                .into());
+            }
+        }
+        let mut statements = Vec::new();
+        for b in doc.blocks() {
+            match b.identifier() {
+                "statement" => statements.push(self.statement(&address, b.body())?),
+                "dynamic" if b.labels().first().map(|l| l.as_str()) == Some("statement") => {
+                    let copies =
+                        match self.value(&address, "dynamic.statement", b.body(), "for_each")? {
+                            Some(Value::Array(items)) => items.len(),
+                            Some(Value::Object(items)) => items.len(),
+                            Some(Value::Null) | None => 0,
+                            Some(other) => {
+                                return Err(format!(
+                                    "{address}: dynamic \"statement\" for_each is a {}",
+                                    type_name(&other)
+                                )
+                                .into())
+                            }
+                        };
+                    let Some(content) = block(b.body(), "content") else {
+                        return Err(
+                            format!("{address}: dynamic \"statement\" has no content").into()
+                        );
+                    };
+                    for _ in 0..copies {
+                        statements.push(self.statement(&address, content)?);
+                    }
+                }
+                other => {
+                    return Err(format!(
+                        "{address}: `{other}` blocks are not played by the local stack's IAM"
+                    )
+                    .into())
+                }
+            }
+        }
+        Ok(statements)
+    }
+
+    fn statement(&self, address: &Address, body: &Body) -> Result<Statement, Error> {
+        if let Some(b) = body.blocks().next() {
+            return Err(format!(
+                "{address}: statement `{}` blocks (conditions, principals) are not played by                  the local stack's IAM",
+                b.identifier()
+            )
+            .into());
+        }
+        let strings = |key: &str| -> Result<Vec<String>, Error> {
+            match self.value(address, "statement", body, key)? {
+                Some(Value::Array(items)) => items
+                    .iter()
+                    .map(|v| string(v, &format!("{address}: statement.{key}")))
+                    .collect(),
+                Some(other) => Err(format!(
+                    "{address}: statement.{key} is a {}, not a list",
+                    type_name(&other)
+                )
+                .into()),
+                None => Ok(Vec::new()),
+            }
+        };
+        for a in body.attributes() {
+            if !["sid", "effect", "actions", "resources"].contains(&a.key()) {
+                return Err(format!(
+                    "{address}: statement `{}` is not played by the local stack's IAM",
+                    a.key()
+                )
+                .into());
+            }
+        }
+        let sid = match self.value(address, "statement", body, "sid")? {
+            Some(v) => Some(string(&v, &format!("{address}: statement.sid"))?),
+            None => None,
+        };
+        let effect = match self.value(address, "statement", body, "effect")? {
+            None => Effect::Allow,
+            Some(Value::String(e)) if e == "Allow" => Effect::Allow,
+            Some(Value::String(e)) if e == "Deny" => Effect::Deny,
+            Some(other) => {
+                return Err(
+                    format!("{address}: statement.effect is {other}, not Allow or Deny").into(),
+                )
+            }
+        };
+        Ok(Statement {
+            sid,
+            effect,
+            actions: strings("actions")?,
+            resources: strings("resources")?,
         })
     }
 
@@ -1949,6 +2225,7 @@ const DERIVED_FUNCTION_FIELDS: &[(&str, &str)] = &[
         "on_failure",
         "aws_lambda_function_event_invoke_config.destination_config",
     ),
+    ("role", "role, with the aws_iam_role_policy documents on it"),
 ];
 
 /// Stream mapping fields the Terraform module decides.
@@ -2147,6 +2424,9 @@ fn function_config(
         json!(f.invoke.max_event_age_secs),
     );
     entry.insert("on_failure".into(), json!(f.invoke.on_failure));
+    if let Some(role) = &f.role {
+        entry.insert("role".into(), json!(role));
+    }
     if let Some(reserved) = f.reserved_concurrency {
         if reserved == 0 {
             return Err(format!(
@@ -2949,6 +3229,10 @@ mod tests {
         resource "aws_sqs_queue" "q" {
           name = "q"
         }
+        resource "aws_kms_key" "k" {
+          description = "k"
+        }
+        data "aws_partition" "here" {}
     "#;
 
     #[test]
@@ -3000,13 +3284,26 @@ mod tests {
             err("local.loop_a")
         );
         assert!(err("data.aws_partition.current.partition").contains("is a data source"));
+        assert!(err("data.aws_caller_identity.here.account_id").contains("is a data source"));
+        // The one data source the stack answers.
+        assert_eq!(
+            eval_in(SMALL, &inputs, "data.aws_partition.here.partition").unwrap(),
+            Value::from("aws")
+        );
         let e = err("aws_s3_bucket.nameless.id");
         assert!(
             e.contains("aws_s3_bucket.nameless.id is unknown locally")
                 && e.contains("--name aws_s3_bucket.nameless=NAME"),
             "{e}"
         );
-        assert!(err("aws_sqs_queue.q.arn").contains("does not play aws_sqs_queue"));
+        // A queue's ARN is known (for IAM statements), nothing else of it.
+        let e = err("aws_sqs_queue.q.url");
+        assert!(e.contains("knows only") && e.contains("`arn`"), "{e}");
+        assert_eq!(
+            eval_in(SMALL, &inputs, "aws_sqs_queue.q.arn").unwrap(),
+            Value::from("arn:aws:sqs:us-east-1:000000000000:q")
+        );
+        assert!(err("aws_kms_key.k.arn").contains("does not play aws_kms_key"));
         assert!(err("aws_s3_bucket.named.region").contains("knows only"));
         assert!(err("aws_s3_bucket.absent.id").contains("not a resource of the module"));
         let e = err("filebase64sha256(\"x.zip\")");
@@ -3204,6 +3501,71 @@ mod tests {
         );
         assert_eq!(function(&d, "sched-local").env, scheduler);
         assert_eq!(function(&d, "exec-local").env, executor);
+    }
+
+    #[test]
+    fn real_module_roles_are_iam_tfs() {
+        let d = deploy(&module_files(), &[("data_buckets", r#"["lake"]"#)]).unwrap();
+        let exec = function(&d, "exec-local").role.as_ref().unwrap();
+        assert_eq!(
+            exec.arn,
+            "arn:aws:iam::000000000000:role/lambdafusion-executor"
+        );
+        let sid = |role: &RoleConfig, sid: &str| {
+            role.statements
+                .iter()
+                .find(|s| s.sid.as_deref() == Some(sid))
+                .unwrap_or_else(|| panic!("no statement {sid}: {role:?}"))
+                .clone()
+        };
+        let objects = sid(exec, "ShuffleObjects");
+        assert!(objects
+            .actions
+            .contains(&"s3:AbortMultipartUpload".to_string()));
+        assert_eq!(
+            objects.resources,
+            ["arn:aws:s3:::bucket-local/lambdafusion/*"]
+        );
+        // Dynamic statements follow their variables, data.aws_partition included.
+        assert_eq!(sid(exec, "DataObjects").resources, ["arn:aws:s3:::lake/*"]);
+        let sched = function(&d, "sched-local").role.as_ref().unwrap();
+        assert_eq!(sid(sched, "DataBuckets").resources, ["arn:aws:s3:::lake"]);
+        assert_eq!(
+            sid(sched, "JobTableStream").resources,
+            ["arn:aws:dynamodb:us-east-1:000000000000:table/jobs-local/stream/local"]
+        );
+        assert_eq!(
+            sid(sched, "PoisonQueue").resources,
+            ["arn:aws:sqs:us-east-1:000000000000:lambdafusion-scheduler-dlq"]
+        );
+        let d = deploy(&module_files(), &[]).unwrap();
+        let exec = function(&d, "exec-local").role.as_ref().unwrap();
+        assert!(exec
+            .statements
+            .iter()
+            .all(|s| s.sid.as_deref() != Some("DataObjects")));
+
+        // What the local IAM cannot play is refused, by name.
+        let err = |files: Vec<(String, String)>| deploy(&files, &[]).unwrap_err().to_string();
+        let e = err(mutate(
+            &module_files(),
+            "    sid       = \"ShuffleBucket\"\n    actions   = [\"s3:ListBucket\"]\n    resources = [aws_s3_bucket.shuffle.arn]\n  }\n\n  # Shuffle output",
+            "    sid       = \"ShuffleBucket\"\n    actions   = [\"s3:ListBucket\"]\n    resources = [aws_s3_bucket.shuffle.arn]\n    condition {\n      test = \"StringLike\"\n      variable = \"s3:prefix\"\n      values = [\"x/*\"]\n    }\n  }\n\n  # Shuffle output",
+        ));
+        assert!(
+            e.contains("data.aws_iam_policy_document.executor") && e.contains("condition"),
+            "{e}"
+        );
+        let mut files = module_files();
+        files.push((
+            "extra.tf".into(),
+            "resource \"aws_iam_role_policy_attachment\" \"x\" {\n  role = aws_iam_role.executor.name\n  policy_arn = \"arn:aws:iam::aws:policy/AdministratorAccess\"\n}\n".into(),
+        ));
+        let e = err(files);
+        assert!(
+            e.contains("aws_iam_role_policy_attachment.x") && e.contains("only inline policies"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -615,7 +615,7 @@ async fn latency_is_added_unless_off() {
     );
 
     // DynamoDB Streams pass through.
-    let streams = lambdafusion_local::streams::streams_client(&off.endpoint, "us-east-1");
+    let streams = lambdafusion_local::streams::streams_client(&off.endpoint, "us-east-1", None);
     streams
         .list_streams()
         .send()

@@ -749,6 +749,16 @@ pub fn error(status: StatusCode, name: &str, message: &str) -> Response {
     json_response(status, body.to_string().into_bytes())
 }
 
+/// 400 `AccessDeniedException`, as DynamoDB answers a role that may not do the request.
+fn access_denied(denied: &crate::iam::Denied) -> Response {
+    warn!("front: {}", denied.message());
+    let body = json!({
+        "__type": "com.amazon.coral.service#AccessDeniedException",
+        "Message": denied.message(),
+    });
+    json_response(StatusCode::BAD_REQUEST, body.to_string().into_bytes())
+}
+
 /// 400 `ProvisionedThroughputExceededException` for a hot item, with its throttling
 /// reason (`Table{Read,Write}KeyRangeThroughputExceeded`, see the API reference of
 /// `ThrottlingReason`).
@@ -1008,8 +1018,17 @@ pub async fn handle(
             )
         }
     };
+    let caller = crate::sigv4::access_key(&headers, None);
     if let Some(op) = target.strip_prefix(STREAMS_TARGET) {
         let latency = front.config.latency.dynamodb_streams.get(op);
+        let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+        if let Err(denied) = front
+            .iam
+            .check(caller.as_deref(), &front.iam.dynamodb_streams(op, &request))
+        {
+            tokio::time::sleep_until(started + latency).await;
+            return access_denied(&denied);
+        }
         tokio::time::sleep_until(started + latency).await;
         return match front.dynamodb_upstream(&headers, body).await {
             Ok(answer) => answer.into_response(),
@@ -1023,6 +1042,13 @@ pub async fn handle(
     let latency = front.config.latency.dynamodb.get(&op);
     let respond_at = started + latency;
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    if let Err(denied) = front
+        .iam
+        .check(caller.as_deref(), &front.iam.dynamodb(&op, &request))
+    {
+        tokio::time::sleep_until(respond_at).await;
+        return access_denied(&denied);
+    }
 
     // Which items (key schemas first, outside any item hold).
     let mut schemas = HashMap::new();

@@ -24,6 +24,9 @@
 //!   with the conflicts and throttles the front produced on its own
 //!   ([`crate::faults`]).
 //!
+//! * **IAM**: a request signed with a function's credentials is refused with
+//!   `AccessDenied` unless its role allows it ([`crate::iam`]).
+//!
 //! Configuration: the config's `front` section ([`FrontConfig`]).
 
 pub mod capacity;
@@ -50,18 +53,20 @@ pub struct Shared {
     account: String,
     upstream: upstream::Upstream,
     faults: Arc<Faults>,
+    iam: Arc<crate::iam::Iam>,
     dynamodb: dynamodb::DynamoFront,
     s3: s3::S3Front,
 }
 
 impl Shared {
-    /// A front for `config`, injecting the faults of `faults` (ARNs in errors use
-    /// `region` and `account`).
+    /// A front for `config`, injecting the faults of `faults` and refusing what `iam`
+    /// does not allow (ARNs in errors use `region` and `account`).
     pub fn new(
         config: FrontConfig,
         region: &str,
         account: &str,
         faults: Arc<Faults>,
+        iam: Arc<crate::iam::Iam>,
     ) -> Result<Shared, Error> {
         config.validate().map_err(|e| format!("front: {e}"))?;
         if let Some(f) = faults.plan.current().get(FaultKind::S3Bandwidth) {
@@ -79,6 +84,7 @@ impl Shared {
             region: region.to_string(),
             account: account.to_string(),
             faults,
+            iam,
             config,
         })
     }

@@ -11,6 +11,10 @@
 //! * `s3.bandwidth`: a `GET`'s body streams at no more than `mb_per_s` (10^6 bytes/s) on
 //!   its connection.
 //!
+//! A request signed with a function's credentials that its role does not allow is
+//! answered 403 `AccessDenied` with IAM's message, before anything else
+//! ([`crate::iam`]).
+//!
 //! Decision keys are `<METHOD> <path>[?<query>] #<n>`, the query without per-attempt
 //! parameters (`uploadId`, presigned `X-Amz-*`) and sorted, `n` counting the earlier
 //! requests with the same method, path and query.
@@ -29,6 +33,9 @@ use tokio::time::Instant;
 use tracing::{debug, warn};
 
 use super::Shared;
+
+/// The largest multi-object delete body read (1,000 keys of 1,024 bytes, with markup).
+const MAX_DELETE_BODY: usize = 2 * 1024 * 1024;
 
 /// Pieces a bandwidth-capped body is sent in.
 const PACE_CHUNK: usize = 16 * 1024;
@@ -76,7 +83,8 @@ fn s3_error(status: StatusCode, code: &str, message: &str, method: &Method) -> R
         String::new()
     } else {
         format!(
-            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{message}</Message><RequestId>{request_id}</RequestId><HostId>{host_id}</HostId></Error>"
+            "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n<Error><Code>{code}</Code><Message>{}</Message><RequestId>{request_id}</RequestId><HostId>{host_id}</HostId></Error>",
+            xml_escape(message)
         )
     };
     let mut response = (status, body).into_response();
@@ -88,6 +96,13 @@ fn s3_error(status: StatusCode, code: &str, message: &str, method: &Method) -> R
         }
     }
     response
+}
+
+fn xml_escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
 }
 
 fn base64_of(bytes: &[u8]) -> String {
@@ -143,12 +158,56 @@ fn paced(body: hyper::body::Incoming, bytes_per_s: f64) -> Body {
 /// Handles one S3 request.
 pub async fn handle(front: Arc<Shared>, request: axum::extract::Request) -> Response {
     let started = Instant::now();
-    let (parts, body) = request.into_parts();
+    let (parts, mut body) = request.into_parts();
     let method = parts.method.clone();
+    let first_byte = front.config.latency.s3.get(method.as_str());
+
+    // IAM, first: a multi-object delete needs DeleteObject on each key of its body.
+    let caller = crate::sigv4::access_key(&parts.headers, parts.uri.query());
+    let mut deleted = Vec::new();
+    let multi_delete = method == Method::POST
+        && parts.uri.query().is_some_and(|q| {
+            q.split('&')
+                .any(|p| p == "delete" || p.starts_with("delete="))
+        });
+    if multi_delete {
+        match axum::body::to_bytes(body, MAX_DELETE_BODY).await {
+            Ok(bytes) => {
+                deleted = crate::iam::delete_keys(&bytes);
+                body = Body::from(bytes);
+            }
+            Err(e) => {
+                return s3_error(
+                    StatusCode::BAD_REQUEST,
+                    "MalformedXML",
+                    &format!("cannot read the delete request: {e}"),
+                    &method,
+                )
+            }
+        }
+    }
+    let needed = front.iam.s3(
+        &method,
+        parts.uri.path(),
+        parts.uri.query(),
+        &parts.headers,
+        &deleted,
+    );
+    if let Err(denied) = front.iam.check(caller.as_deref(), &needed) {
+        warn!("front: {}", denied.message());
+        drain(body).await;
+        tokio::time::sleep_until(started + first_byte).await;
+        return s3_error(
+            StatusCode::FORBIDDEN,
+            "AccessDenied",
+            &denied.message(),
+            &method,
+        );
+    }
+
     let key = front
         .s3
         .decision_key(decision_base(&method, parts.uri.path(), parts.uri.query()));
-    let first_byte = front.config.latency.s3.get(method.as_str());
 
     for (kind, status, code, message) in [
         (
