@@ -285,7 +285,7 @@ impl Executor {
         let path = task_output_path(
             &services.shuffle.prefix,
             &task.job_id,
-            (task.stage, stage.tasks),
+            (task.stage, stage.tasks, stage.output_partitions),
             task.partition,
             task.attempt,
             &execution[..12],

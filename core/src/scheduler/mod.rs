@@ -41,7 +41,7 @@ use crate::time::now_ms;
 use crate::{EngineConfig, Error, Result, Services};
 
 use invoke::{context_for, with_handoff};
-use step::widest;
+use step::job_shards;
 
 /// What a submission created.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -175,16 +175,20 @@ impl Scheduler {
             )
             .await?;
         if cancelled {
-            let widest = match store.load_job(job_id).await {
+            let shards = match store.load_job(job_id).await {
                 Ok(Some(snapshot)) => {
                     let job = &snapshot.job;
                     let (error, ended) = (job.error.clone(), job.finished_ms.unwrap_or_default());
                     self.job_ended(&snapshot, JobState::Cancelled, error, ended);
-                    widest(&snapshot)
+                    job_shards(&snapshot)
                 }
-                _ => self.config().max_tasks_per_stage as u32,
+                // Unknown stages: as many shards as the widest stage allowed may use.
+                _ => {
+                    let widest = self.config().max_tasks_per_stage as u32;
+                    crate::shuffle::shards_for(widest, widest)
+                }
             };
-            self.cleanup(job_id, widest, &[]).await;
+            self.cleanup(job_id, shards, &[]).await;
             return Ok(JobState::Cancelled);
         }
         // It ended meanwhile (a success racing the cancel): leave it and its result be.

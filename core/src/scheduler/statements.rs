@@ -202,7 +202,14 @@ pub(super) async fn record_result(
     let rows = builder.rows()[0];
     let object = builder.finish()?;
     let (bytes, ends) = (object.bytes(), object.ends.clone());
-    let path = task_output_path(&services.shuffle.prefix, job_id, (0, 1), 0, 1, "statement");
+    let path = task_output_path(
+        &services.shuffle.prefix,
+        job_id,
+        (0, 1, 1),
+        0,
+        1,
+        "statement",
+    );
     object.upload(&services.shuffle_store()?, &path).await?;
     let now = now_ms();
     let expires_at = services.expires_at();

@@ -134,7 +134,7 @@ impl Scheduler {
         {
             info!(job_id = %job_id, %error, "job failed");
             self.job_ended(snapshot, JobState::Failed, Some(error), now);
-            self.cleanup(job_id, widest(snapshot), &[]).await;
+            self.cleanup(job_id, job_shards(snapshot), &[]).await;
         }
         Ok(())
     }
@@ -154,7 +154,7 @@ impl Scheduler {
                 .tasks_of(job.final_stage())
                 .filter_map(|t| t.output.as_ref().map(|o| o.object.clone()))
                 .collect();
-            self.cleanup(&job.job_id, widest(snapshot), &keep).await;
+            self.cleanup(&job.job_id, job_shards(snapshot), &keep).await;
         }
         Ok(())
     }
@@ -430,9 +430,9 @@ impl Scheduler {
     }
 
     /// Deletes a finished job's objects except `keep` (its result's committed objects);
-    /// `widest` is the most tasks any of its stages ran. Best effort: object storage
-    /// lifecycle rules catch whatever is left.
-    pub(super) async fn cleanup(&self, job_id: &str, widest: u32, keep: &[String]) {
+    /// `shards` is the most shards any of its stages wrote to ([`job_shards`]). Best
+    /// effort: object storage lifecycle rules catch whatever is left.
+    pub(super) async fn cleanup(&self, job_id: &str, shards: u32, keep: &[String]) {
         let Ok(store) = self.services.shuffle_store() else {
             return;
         };
@@ -440,7 +440,7 @@ impl Scheduler {
             store.as_ref(),
             &self.services.shuffle.prefix,
             job_id,
-            widest,
+            shards,
             keep,
         )
         .await;
@@ -448,9 +448,14 @@ impl Scheduler {
     }
 }
 
-/// The most tasks any stage of the job runs (says which object shards it wrote to).
-pub(super) fn widest(snapshot: &JobSnapshot) -> u32 {
-    snapshot.stages.iter().map(|s| s.tasks).max().unwrap_or(1)
+/// The most object shards any stage of the job wrote to (says which to list).
+pub(super) fn job_shards(snapshot: &JobSnapshot) -> u32 {
+    snapshot
+        .stages
+        .iter()
+        .map(|s| crate::shuffle::shards_for(s.tasks, s.output_partitions))
+        .max()
+        .unwrap_or(1)
 }
 
 /// Whether a throttled or running task should be sent again now (see
