@@ -14,6 +14,7 @@ pub mod backoff;
 pub mod clients;
 pub mod config;
 pub mod contract;
+pub mod doctor;
 pub mod emf;
 pub mod events;
 pub mod function;

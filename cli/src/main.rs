@@ -40,6 +40,9 @@ enum Command {
     /// One query's log lines from a deployment's two functions (CloudWatch Logs), in
     /// time order; needs logs:FilterLogEvents on their log groups.
     Logs(LogsArgs),
+    /// A deployment's preflight: reads the account's Lambda concurrency and the two
+    /// functions' settings, and says what will and will not work. Exits 1 on a problem.
+    Doctor(DoctorArgs),
     /// TPC-H data generation.
     Tpch {
         #[command(subcommand)]
@@ -218,6 +221,14 @@ struct LogsArgs {
 }
 
 #[derive(Args)]
+struct DoctorArgs {
+    /// The deployment's `name_prefix` (Terraform): the functions are <prefix>-scheduler
+    /// and <prefix>-executor.
+    #[arg(long, default_value = "lambdafusion")]
+    name_prefix: String,
+}
+
+#[derive(Args)]
 struct ShellArgs {
     /// A time limit for each statement, in seconds (at most the engine's).
     #[arg(long)]
@@ -385,6 +396,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Query(args) => query(args).await,
         Command::Console(args) => console(args).await,
         Command::Logs(args) => logs(args).await,
+        Command::Doctor(args) => doctor(args).await,
         Command::Shell(args) => {
             let session = args.target.session(args.max_seconds).await?;
             shell::run(&session, args.max_seconds).await
@@ -628,6 +640,33 @@ async fn logs(args: LogsArgs) -> Result<(), CliError> {
     for line in lines {
         let function = line.group.rsplit('-').next().unwrap_or(line.group.as_str());
         println!("{function}\t{}", line.message);
+    }
+    Ok(())
+}
+
+/// Prints the preflight's findings, worst first; fails when one is a problem.
+async fn doctor(args: DoctorArgs) -> Result<(), CliError> {
+    use lambdafusion_aws::doctor::{assess, client, gather, Level};
+    let client = client().await;
+    let facts = gather(&client, &args.name_prefix).await?;
+    let findings = assess(&facts, &args.name_prefix);
+    for f in &findings {
+        let label = match f.level {
+            Level::Ok => "ok     ",
+            Level::Warn => "warn   ",
+            Level::Problem => "PROBLEM",
+        };
+        println!("{label} {}", f.text);
+    }
+    let problems = findings
+        .iter()
+        .filter(|f| f.level == Level::Problem)
+        .count();
+    if problems > 0 {
+        return Err(format!(
+            "{problems} problem(s): the deployment will not work as configured (see above)"
+        )
+        .into());
     }
     Ok(())
 }

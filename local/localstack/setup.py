@@ -214,6 +214,12 @@ def front_config(front_port: str, moto: str) -> dict:
     }
 
 
+def positive(var: str, value: str) -> int:
+    if not value.isdigit() or int(value) < 1:
+        raise SystemExit(f"setup.py: {var} must be a positive integer, not {value!r}")
+    return int(value)
+
+
 def iam_mode(value: str) -> str:
     if value not in ("enforce", "off"):
         raise SystemExit(f"setup.py: LOCAL_IAM must be enforce or off, not {value!r}")
@@ -277,6 +283,9 @@ def config(args: argparse.Namespace) -> int:
         "timing": env.get("LAMBDA_TIMING", "aws"),
         # Whether the functions may do only what their roles allow (LOCAL_IAM=off: all).
         "iam": iam_mode(env.get("LOCAL_IAM", "enforce")),
+        # The account's concurrency quota GetAccountSettings reports (lambdafusion doctor):
+        # AWS's default 1000, or e.g. 10 as new accounts get.
+        "account_concurrency": positive("LAMBDA_ACCOUNT_CONCURRENCY", env.get("LAMBDA_ACCOUNT_CONCURRENCY", "1000")),
         "account": "000000000000",
         "invoke_listen": f"127.0.0.1:{args.invoke_port}",
         "state_dir": args.state_dir,

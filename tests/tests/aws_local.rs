@@ -835,3 +835,56 @@ fn a_permission_the_module_does_not_grant_fails_the_query_by_name() {
         assert_eq!(status.state, "succeeded", "{status:?}");
     });
 }
+
+/// `lambdafusion doctor` against the stack's Lambda API: exit status and output.
+fn doctor(stack: &Stack) -> (bool, String) {
+    let run = std::process::Command::new(
+        lambdafusion_tests::stack::repo_root().join("target/debug/lambdafusion"),
+    )
+    .args(["doctor", "--name-prefix", "lambdafusion"])
+    .envs(stack.env.iter())
+    .env_remove("AWS_PROFILE")
+    .output()
+    .expect("target/debug/lambdafusion (cargo build --workspace)");
+    (
+        run.status.success(),
+        format!(
+            "{}{}",
+            String::from_utf8_lossy(&run.stdout),
+            String::from_utf8_lossy(&run.stderr)
+        ),
+    )
+}
+
+#[test]
+fn doctor_reads_the_accounts_quotas_and_says_what_will_not_work() {
+    // A new account: 10 concurrent executions, nothing can be reserved.
+    let stack = Stack::up(&[("LAMBDA_ACCOUNT_CONCURRENCY", "10")]);
+    let (ok, out) = doctor(&stack);
+    assert!(!ok, "{out}");
+    assert!(
+        out.contains("PROBLEM a stage of up to 1000 tasks can take all 10 of the account's concurrent executions")
+            && out.contains("no reservation is possible"),
+        "{out}"
+    );
+    assert!(
+        out.contains("lambdafusion-executor: 3008 MB (1.7 vCPU)"),
+        "{out}"
+    );
+    drop(stack);
+
+    // The module with a reservation that leaves the scheduler room, and stages that fit.
+    let stack = Stack::up(&[
+        ("TF_VAR_executor_reserved_concurrency", "800"),
+        ("TF_VAR_max_tasks_per_stage", "800"),
+    ]);
+    let (ok, out) = doctor(&stack);
+    assert!(ok, "{out}");
+    assert!(!out.contains("PROBLEM"), "{out}");
+    assert!(
+        out.contains(
+            "account: 1000 concurrent executions, 200 unreserved; a stage runs at most 800 tasks"
+        ) && out.contains("800 reserved"),
+        "{out}"
+    );
+}

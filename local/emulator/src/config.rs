@@ -69,6 +69,14 @@ pub struct Config {
     /// ([`crate::iam`]); `off`: nothing is checked.
     #[serde(default)]
     pub iam: crate::iam::IamMode,
+    /// The account's concurrency quota that `GetAccountSettings` reports (AWS's default
+    /// 1,000; new accounts may get 10). Only reported: `instances` bound each function.
+    #[serde(default = "default_account_concurrency")]
+    pub account_concurrency: u64,
+}
+
+fn default_account_concurrency() -> u64 {
+    1_000
 }
 
 /// How long Lambda's own waits are.
@@ -231,6 +239,10 @@ pub struct FunctionConfig {
     /// one the function's requests are not checked.
     #[serde(default)]
     pub role: Option<crate::iam::RoleConfig>,
+    /// Reserved concurrency, as `GetFunctionConcurrency` reports it; it also caps
+    /// `instances` when the configuration comes from Terraform. None: unreserved.
+    #[serde(default)]
+    pub reserved_concurrency: Option<u64>,
 }
 
 /// A DynamoDB stream trigger (Lambda event-source mapping).

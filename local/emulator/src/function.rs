@@ -349,6 +349,7 @@ pub struct Registry {
     credentials: Vec<Credential>,
     invoke_latency: crate::front::config::ServiceLatency,
     iam: Arc<crate::iam::Iam>,
+    account_concurrency: u64,
 }
 
 impl Registry {
@@ -390,6 +391,7 @@ impl Registry {
             injector,
             credentials: config.credentials().to_vec(),
             iam: Arc::new(crate::iam::Iam::new(config)),
+            account_concurrency: config.account_concurrency,
             // The front's latency table holds Lambda's too; without a front, none.
             invoke_latency: config
                 .front
@@ -402,6 +404,20 @@ impl Registry {
     /// What the functions' roles allow (shared with the front).
     pub fn iam(&self) -> Arc<crate::iam::Iam> {
         self.iam.clone()
+    }
+
+    /// `GetAccountSettings`' `AccountLimit`: the account's concurrency quota and what the
+    /// functions' reservations leave unreserved.
+    pub fn account_limit(&self) -> (u64, u64) {
+        let reserved: u64 = self
+            .functions
+            .values()
+            .filter_map(|f| f.config.reserved_concurrency)
+            .sum();
+        (
+            self.account_concurrency,
+            self.account_concurrency.saturating_sub(reserved),
+        )
     }
 
     /// The configuration of function `name`.

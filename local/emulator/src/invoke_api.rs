@@ -1,5 +1,7 @@
 //! The Lambda Invoke API, as `aws-sdk-lambda`'s `invoke()` calls it:
-//! `POST /2015-03-31/functions/{FunctionName}/invocations`.
+//! `POST /2015-03-31/functions/{FunctionName}/invocations`; and the three reads
+//! `lambdafusion doctor` makes: `GetAccountSettings` (the config's `account_concurrency`),
+//! `GetFunctionConfiguration` and `GetFunctionConcurrency`.
 //!
 //! * `X-Amz-Invocation-Type: RequestResponse` (default): waits; 200 with the response, or
 //!   200 with `X-Amz-Function-Error: Unhandled` and the error document.
@@ -23,7 +25,7 @@ use axum::body::Body;
 use axum::extract::{Path as UrlPath, Query, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
-use axum::routing::post;
+use axum::routing::{get, post};
 use axum::Router;
 use base64::Engine;
 use bytes::Bytes;
@@ -40,6 +42,16 @@ pub fn router(registry: Arc<Registry>) -> Router {
         .route(
             "/2015-03-31/functions/{function_name}/invocations",
             post(invoke),
+        )
+        .route("/2016-08-19/account-settings", get(account_settings))
+        .route("/2016-08-19/account-settings/", get(account_settings))
+        .route(
+            "/2015-03-31/functions/{function_name}/configuration",
+            get(function_configuration),
+        )
+        .route(
+            "/2019-09-30/functions/{function_name}/concurrency",
+            get(function_concurrency),
         )
         .fallback(unknown_operation)
         .with_state(registry)
@@ -91,8 +103,86 @@ async fn unknown_operation() -> Response {
     aws_error(
         StatusCode::NOT_FOUND,
         "UnknownOperationException",
-        "lambdafusion-local emulates only Invoke (POST /2015-03-31/functions/{name}/invocations)",
+        "lambdafusion-local emulates only Invoke, GetAccountSettings, \
+         GetFunctionConfiguration and GetFunctionConcurrency",
     )
+}
+
+/// `GetAccountSettings`: the account's concurrency quota (`account_concurrency`) and
+/// what the functions' reserved concurrency leaves unreserved.
+async fn account_settings(State(registry): State<Arc<Registry>>) -> Response {
+    let (limit, unreserved) = registry.account_limit();
+    axum::Json(json!({
+        "AccountLimit": {
+            "TotalCodeSize": 80_530_636_800u64,
+            "CodeSizeUnzipped": 262_144_000u64,
+            "CodeSizeZipped": 52_428_800u64,
+            "ConcurrentExecutions": limit,
+            "UnreservedConcurrentExecutions": unreserved,
+        },
+        "AccountUsage": {"TotalCodeSize": 0, "FunctionCount": registry.functions().count()},
+    }))
+    .into_response()
+}
+
+fn not_found(registry: &Registry, name: &str) -> Response {
+    aws_error(
+        StatusCode::NOT_FOUND,
+        "ResourceNotFoundException",
+        &format!(
+            "Function not found: arn:aws:lambda:{}:{}:function:{name}",
+            registry.region, registry.account
+        ),
+    )
+}
+
+/// `GetFunctionConfiguration`: the function's sizes, environment and role.
+async fn function_configuration(
+    State(registry): State<Arc<Registry>>,
+    UrlPath(function_name): UrlPath<String>,
+) -> Response {
+    let Some(target) = registry.resolve(&function_name, None) else {
+        return not_found(&registry, &function_name);
+    };
+    let f = &target.function;
+    let c = &f.config;
+    // The stack runs binaries built for this machine.
+    let architecture = match std::env::consts::ARCH {
+        "aarch64" => "arm64",
+        _ => "x86_64",
+    };
+    axum::Json(json!({
+        "FunctionName": c.name,
+        "FunctionArn": f.arn,
+        "Runtime": "provided.al2023",
+        "Handler": "bootstrap",
+        "Role": c.role.as_ref().map(|r| r.arn.clone()),
+        "MemorySize": c.memory_mb,
+        "Timeout": c.timeout_secs,
+        "EphemeralStorage": {"Size": c.ephemeral_storage_mb},
+        "Architectures": [architecture],
+        "Environment": {"Variables": c.env},
+        "State": "Active",
+        "LastUpdateStatus": "Successful",
+        "PackageType": "Zip",
+        "Version": "$LATEST",
+    }))
+    .into_response()
+}
+
+/// `GetFunctionConcurrency`: the reserved concurrency, absent when unreserved.
+async fn function_concurrency(
+    State(registry): State<Arc<Registry>>,
+    UrlPath(function_name): UrlPath<String>,
+) -> Response {
+    let Some(target) = registry.resolve(&function_name, None) else {
+        return not_found(&registry, &function_name);
+    };
+    match target.function.config.reserved_concurrency {
+        Some(n) => axum::Json(json!({"ReservedConcurrentExecutions": n})),
+        None => axum::Json(json!({})),
+    }
+    .into_response()
 }
 
 async fn invoke(

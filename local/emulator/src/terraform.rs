@@ -2226,6 +2226,7 @@ const DERIVED_FUNCTION_FIELDS: &[(&str, &str)] = &[
         "aws_lambda_function_event_invoke_config.destination_config",
     ),
     ("role", "role, with the aws_iam_role_policy documents on it"),
+    ("reserved_concurrency", "reserved_concurrent_executions"),
 ];
 
 /// Stream mapping fields the Terraform module decides.
@@ -2438,6 +2439,7 @@ fn function_config(
         }
         let instances = entry.get("instances").and_then(Json::as_u64).unwrap_or(1);
         entry.insert("instances".into(), json!(instances.min(reserved)));
+        entry.insert("reserved_concurrency".into(), json!(reserved));
     }
     if let Some(url) = url_config(f, name, &mut entry)? {
         entry.insert("url".into(), url);
