@@ -512,6 +512,7 @@ async fn a_result_with_missing_task_outputs_is_refused() {
     store
         .create_job(&NewJob {
             job: JobRecord {
+                task_limit: None,
                 job_id: "short".into(),
                 sql: "SELECT 1".into(),
                 kind: JobKind::Query,

@@ -774,6 +774,7 @@ async fn a_waiter_wakes_when_the_job_ends() {
         ..services
     };
     let job = lambdafusion::state::JobRecord {
+        task_limit: None,
         job_id: "0123456789abcdef0123456789abcdef".into(),
         sql: "SELECT 1".into(),
         kind: lambdafusion::state::JobKind::Query,

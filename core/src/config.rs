@@ -230,6 +230,7 @@ macro_rules! settings {
         ];
 
         impl EngineConfig {
+
             $( $(
                 #[doc = concat!("Sets [`EngineConfig::", stringify!($field), "`], within its bounds.")]
                 pub fn $with(mut self, value: $ty) -> Self {
@@ -391,6 +392,13 @@ settings! {
     /// [`HISTORY_SCAN`] queries. `none`: no limit.
     max_queries_per_caller: Option<usize> = None; Count [1, u64::MAX],
         env "LAMBDAFUSION_MAX_QUERIES_PER_CALLER", terraform "max_queries_per_caller";
+    /// Most tasks one caller's running queries may have in flight together. Each query
+    /// reserves its widest stage (planned no wider than this) and dispatches a stage only
+    /// while its tasks in flight fit its reservation; a query whose reservation does not
+    /// fit beside the caller's running ones (among their newest [`HISTORY_SCAN`]) is
+    /// refused with a 429. `none`: no limit.
+    max_tasks_per_caller: Option<usize> = None; Count [1, u64::MAX],
+        env "LAMBDAFUSION_MAX_TASKS_PER_CALLER", terraform "max_tasks_per_caller";
     /// Longest SQL text accepted (the job record holds it; a DynamoDB item holds 400 KB).
     max_sql_bytes: usize = (256 * KIB) as usize; Bytes [1, u64::MAX];
     /// Time one sweep may spend; it continues where it stopped at the next run (the
@@ -446,6 +454,16 @@ settings! {
 }
 
 impl EngineConfig {
+    /// The most tasks a stage is planned with: `max_tasks_per_stage`, or
+    /// `max_tasks_per_caller` when that is lower (no query may need more than a caller
+    /// is allowed).
+    pub fn stage_width(&self) -> usize {
+        self.max_tasks_per_caller
+            .map_or(self.max_tasks_per_stage, |cap| {
+                cap.min(self.max_tasks_per_stage)
+            })
+    }
+
     /// Adds a location tables may be read from (see [`crate::access::AccessPolicy`]).
     pub fn with_data_location(mut self, location: impl Into<String>) -> Self {
         self.access.data_locations.push(location.into());
@@ -463,7 +481,7 @@ impl EngineConfig {
     /// `1..=max_tasks_per_stage`.
     pub fn tasks_for_bytes(&self, bytes: u64) -> usize {
         let tasks = bytes.div_ceil(self.bytes_per_task.max(1));
-        (tasks as usize).clamp(1, self.max_tasks_per_stage.max(1))
+        (tasks as usize).clamp(1, self.stage_width().max(1))
     }
 }
 

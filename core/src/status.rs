@@ -566,6 +566,7 @@ mod tests {
     fn failed(error: Option<&str>) -> JobSnapshot {
         JobSnapshot {
             job: JobRecord {
+                task_limit: None,
                 job_id: "j".into(),
                 sql: "SELECT 1".into(),
                 kind: JobKind::Query,

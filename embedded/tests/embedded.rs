@@ -999,6 +999,127 @@ async fn a_caller_past_its_running_queries_cap_waits_its_turn() {
     assert_eq!(wait_as(next.job_id, "alice").await.state, "succeeded");
 }
 
+/// `max_tasks_per_caller`: a query is planned no wider than the cap and never has more
+/// tasks running at once than it reserved; a caller whose running queries hold the cap is
+/// refused (429) a query that does not fit beside them, and one that fits is taken.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_callers_tasks_in_flight_stay_within_its_cap() {
+    use lambdafusion::access::Caller;
+    use lambdafusion::scheduler::SubmitOptions;
+    let dir = tempfile::tempdir().unwrap();
+    write_tables(dir.path()).await;
+    // Two aggregations joined: both scans are ready at once.
+    let wide = "SELECT a.k, a.n, b.total FROM (SELECT k, count(*) AS n FROM facts GROUP BY k) a \
+                JOIN (SELECT k, sum(v) AS total FROM facts GROUP BY k) b ON a.k = b.k \
+                ORDER BY a.k";
+    // Without the cap, one byte per task makes the scan as wide as it can be.
+    let fan_out = || {
+        EngineConfig::default()
+            .with_bytes_per_task(1)
+            .with_min_scan_bytes_per_task(1)
+    };
+    let uncapped = engine(fan_out().with_max_tasks_per_stage(8), dir.path()).await;
+    register(&uncapped, dir.path()).await;
+    let out = uncapped.sql(wide).await.unwrap();
+    let widest = out.status.stages.iter().map(|s| s.tasks).max().unwrap();
+    assert!(widest > 3, "{widest}");
+
+    let mut config = fan_out();
+    config.set("max_tasks_per_caller", "3").unwrap();
+    let engine = engine(config, dir.path()).await;
+    register(&engine, dir.path()).await;
+    let capped = engine.sql(wide).await.unwrap();
+    assert_eq!(capped.status.state, "succeeded");
+    let pretty = |b: &[datafusion::arrow::record_batch::RecordBatch]| {
+        datafusion::arrow::util::pretty::pretty_format_batches(b)
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(pretty(&capped.batches), pretty(&out.batches));
+    let planned = capped.status.stages.iter().map(|s| s.tasks).max().unwrap();
+    assert!(planned <= 3, "{planned}");
+    // Every attempt's run, from the records: never more than 3 at once.
+    let snapshot = engine
+        .services()
+        .store
+        .load_job(&capped.status.id)
+        .await
+        .unwrap()
+        .unwrap();
+    // It reserved its widest planned stage (adaptive stages may run narrower).
+    let limit = snapshot.job.task_limit.unwrap();
+    assert!((planned..=3).contains(&limit), "{limit}");
+    let mut edges: Vec<(u64, i32)> = snapshot
+        .tasks
+        .iter()
+        .filter_map(|t| t.output.as_ref())
+        .flat_map(|o| [(o.started_ms, 1), (o.finished_ms, -1)])
+        .collect();
+    edges.sort_by_key(|&(at, delta)| (at, delta));
+    let most = edges
+        .iter()
+        .scan(0, |running, &(_, delta)| {
+            *running += delta;
+            Some(*running)
+        })
+        .max()
+        .unwrap();
+    assert!(
+        (1..=limit as i32).contains(&most),
+        "{most} tasks ran at once"
+    );
+
+    // alice holds one task with a long query; a query of 3 does not fit, one of 1 does.
+    let as_caller = |who: &str| SubmitOptions {
+        caller: Caller(who.to_string()),
+        max_seconds: None,
+    };
+    let scheduler = engine.scheduler();
+    let long = "SELECT count(*) FROM generate_series(1, 100000000000) WHERE value % 7 = 100";
+    let first = scheduler
+        .submit(long, &as_caller("alice"))
+        .await
+        .unwrap()
+        .job_id;
+    match scheduler.submit(wide, &as_caller("alice")).await {
+        Err(lambdafusion::Error::Overloaded { message, .. }) => assert!(
+            message.contains(&first)
+                && message.contains("hold 1 of the 3 tasks")
+                && message.contains("max_tasks_per_caller"),
+            "{message}"
+        ),
+        other => panic!("expected a refusal, got {other:?}"),
+    }
+    let narrow = scheduler
+        .submit(
+            "SELECT count(*) FROM generate_series(1, 10)",
+            &as_caller("alice"),
+        )
+        .await;
+    // Bob's tasks are his own.
+    let bobs = scheduler.submit(wide, &as_caller("bob")).await.unwrap();
+    scheduler
+        .cancel(&first, &Caller("alice".into()))
+        .await
+        .unwrap();
+    let wait_as = |id: String, who: &'static str| {
+        let services = engine.services().clone();
+        async move {
+            lambdafusion::status::wait_for_status_as(
+                &services,
+                &id,
+                Duration::from_secs(60),
+                &Caller(who.to_string()),
+            )
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(wait_as(bobs.job_id, "bob").await.state, "succeeded");
+    let narrow = narrow.expect("a query reserving what is left fits");
+    assert_eq!(wait_as(narrow.job_id, "alice").await.state, "succeeded");
+}
+
 /// An in-memory engine with two slots and `config`.
 async fn two_slots(config: EngineConfig) -> Arc<Embedded> {
     Embedded::start(EmbeddedOptions {

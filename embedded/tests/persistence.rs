@@ -54,6 +54,7 @@ async fn catalog_and_results_survive_a_restart() {
     let job = first.status.id.clone();
     // A job left running, as if the process died in the middle of it.
     let orphan = JobRecord {
+        task_limit: None,
         job_id: "orphan".into(),
         sql: "SELECT 1".into(),
         kind: JobKind::Query,

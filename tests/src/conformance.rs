@@ -28,6 +28,7 @@ const TTL: u64 = 4_000_000_000;
 
 fn job(job_id: &str, stages: u32) -> JobRecord {
     JobRecord {
+        task_limit: None,
         job_id: job_id.to_string(),
         sql: "SELECT 1".into(),
         kind: JobKind::Query,

@@ -43,6 +43,7 @@ fn wide_records(tasks: u32) -> NewJob {
     // ones past their timeout while the test commits them.
     let now = lambdafusion::time::now_ms();
     let job = JobRecord {
+        task_limit: None,
         job_id: id.clone(),
         sql: "SELECT 1".into(),
         kind: JobKind::Query,

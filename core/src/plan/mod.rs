@@ -121,7 +121,7 @@ pub async fn physical_plan(
             .enable_physical_uncorrelated_scalar_subquery = true;
         planning
     };
-    let widest = config.max_tasks_per_stage;
+    let widest = config.stage_width();
     let first = plan_with(widest);
     let plan = first
         .query_planner()

@@ -184,7 +184,7 @@ impl Scheduler {
                 }
                 // Unknown stages: as many shards as the widest stage allowed may use.
                 _ => {
-                    let widest = self.config().max_tasks_per_stage as u32;
+                    let widest = self.config().stage_width() as u32;
                     crate::shuffle::shards_for(widest, widest)
                 }
             };

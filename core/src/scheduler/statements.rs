@@ -214,6 +214,7 @@ pub(super) async fn record_result(
     let now = now_ms();
     let expires_at = services.expires_at();
     let job = JobRecord {
+        task_limit: None,
         job_id: job_id.to_string(),
         sql: sql.to_string(),
         kind: JobKind::Statement,

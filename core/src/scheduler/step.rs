@@ -251,11 +251,33 @@ impl Scheduler {
                             return self.fail_job(&snapshot, error, now).await;
                         }
                     };
+                    // Within the job's reserved tasks (max_tasks_per_caller): the stage
+                    // waits for a running one to finish, whose completion wakes this step.
+                    if let Some(limit) = snapshot.job.task_limit {
+                        let in_flight = tasks_in_flight(&snapshot);
+                        if in_flight > 0 && in_flight + decision.tasks > limit {
+                            debug!(job_id = %snapshot.job.job_id, stage = stage.stage,
+                                in_flight, tasks = decision.tasks, limit,
+                                "stage waits for the job's tasks in flight");
+                            continue;
+                        }
+                    }
+                    let tasks = decision.tasks;
                     let claim = self
                         .claim_and_dispatch(&mut snapshot, index, decision, origin, now)
                         .await?;
-                    if let Claim::Fused = claim {
-                        complete.insert(stage.stage);
+                    match claim {
+                        Claim::Fused => {
+                            complete.insert(stage.stage);
+                        }
+                        // Another step claimed it first: its tasks are in flight too, which
+                        // the reservation check of the stages after it must count.
+                        Claim::Lost => {
+                            let claimed = &mut snapshot.stages[index];
+                            claimed.state = StageState::Dispatched;
+                            claimed.tasks = tasks;
+                        }
+                        Claim::Dispatched => {}
                     }
                 }
                 StageState::Dispatched if stage.confirmed_ms.is_none() && unconfirmed => {
@@ -446,6 +468,16 @@ impl Scheduler {
         .await;
         debug!(job_id = %job_id, objects = deleted, "cleaned up shuffle data");
     }
+}
+
+/// Tasks of the job's dispatched stages that are not complete yet.
+fn tasks_in_flight(snapshot: &JobSnapshot) -> u32 {
+    snapshot
+        .stages
+        .iter()
+        .filter(|s| s.state == StageState::Dispatched && !snapshot.stage_complete(s))
+        .map(|s| s.tasks)
+        .sum()
 }
 
 /// The most object shards any stage of the job wrote to (says which to list).

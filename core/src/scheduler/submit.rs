@@ -131,9 +131,7 @@ impl Scheduler {
     /// catalog reads, bounded by `deadline`), catalog DDL as its plan. Runs on a planning
     /// thread.
     async fn plan(&self, sql: &str, deadline: tokio::time::Instant) -> Result<Planned> {
-        let mut state = self
-            .services
-            .session_state(self.config().max_tasks_per_stage);
+        let mut state = self.services.session_state(self.config().stage_width());
         // The statement's start time: what now(), current_date() and their kin fold to
         // while planning (unset, they stay functions that cannot run in a task).
         state.mark_start_execution();
@@ -195,6 +193,67 @@ impl Scheduler {
         let Some(cap) = self.config().max_queries_per_caller else {
             return Ok(());
         };
+        let running = self.running_jobs(caller, Some(cap)).await?;
+        if running.len() >= cap {
+            return Err(Error::Overloaded {
+                message: format!(
+                    "{} of your queries are running ({}); this deployment runs at most \
+                     {cap} per caller at once (max_queries_per_caller): wait for one to \
+                     end, or cancel one",
+                    running.len(),
+                    running.join(", ")
+                ),
+                retry_after: std::time::Duration::from_secs(5),
+            });
+        }
+        Ok(())
+    }
+
+    /// Refuses (429) a query reserving `limit` tasks when the caller's running queries
+    /// already reserve more of `max_tasks_per_caller` than leaves room for it.
+    async fn check_caller_tasks(&self, caller: &crate::access::Caller, limit: u32) -> Result<()> {
+        let Some(cap) = self.config().max_tasks_per_caller else {
+            return Ok(());
+        };
+        let running = self.running_jobs(caller, None).await?;
+        // Alone, a query runs whatever its width (a UNION's stage may pass the cap).
+        if running.is_empty() {
+            return Ok(());
+        }
+        let store = &self.services.store;
+        let mut reserved = 0u64;
+        for id in &running {
+            // A job without a reservation (started before the cap) may use a whole stage.
+            reserved += store
+                .get_job(id)
+                .await?
+                .filter(|j| j.state == JobState::Running)
+                .map_or(0, |j| {
+                    j.task_limit
+                        .map_or(self.config().stage_width() as u64, u64::from)
+                });
+        }
+        if reserved + u64::from(limit) > cap as u64 {
+            return Err(Error::Overloaded {
+                message: format!(
+                    "this query runs up to {limit} tasks at once and your running queries \
+                     ({}) hold {reserved} of the {cap} tasks a caller may have in flight \
+                     (max_tasks_per_caller): wait for one to end, or cancel one",
+                    running.join(", ")
+                ),
+                retry_after: std::time::Duration::from_secs(5),
+            });
+        }
+        Ok(())
+    }
+
+    /// The caller's running queries among their newest
+    /// [`HISTORY_SCAN`](crate::config::HISTORY_SCAN), newest first; at most `enough`.
+    async fn running_jobs(
+        &self,
+        caller: &crate::access::Caller,
+        enough: Option<usize>,
+    ) -> Result<Vec<String>> {
         let store = &self.services.store;
         let recent = store
             .job_history(caller.principal(), None, crate::config::HISTORY_SCAN)
@@ -217,21 +276,12 @@ impl Scheduler {
         while let Some((id, state)) = states.next().await {
             if state? == Some(JobState::Running) {
                 running.push(id);
-                if running.len() >= cap {
-                    return Err(Error::Overloaded {
-                        message: format!(
-                            "{} of your queries are running ({}); this deployment runs at most \
-                             {cap} per caller at once (max_queries_per_caller): wait for one to \
-                             end, or cancel one",
-                            running.len(),
-                            running.join(", ")
-                        ),
-                        retry_after: std::time::Duration::from_secs(5),
-                    });
+                if enough.is_some_and(|n| running.len() >= n) {
+                    break;
                 }
             }
         }
-        Ok(())
+        Ok(running)
     }
 
     /// Refuses a query that would read more bytes of table files than
@@ -306,6 +356,9 @@ impl Scheduler {
             .records(job_id, sql, &graph, plans, &options.caller, limits, kind)
             .await?;
         new.job.requests = tally.counts();
+        if let Some(limit) = new.job.task_limit {
+            self.check_caller_tasks(&options.caller, limit).await?;
+        }
         self.services
             .faults
             .crash_point(FaultKind::SchedulerCrashMidSubmit, &job_key(sql))?;
@@ -403,6 +456,7 @@ impl Scheduler {
             finished_ms: None,
             error: None,
             requests: Default::default(),
+            task_limit: task_limit(graph, self.config()),
             expires_at,
         };
         Ok(NewJob {
@@ -412,6 +466,15 @@ impl Scheduler {
             tasks: vec![],
         })
     }
+}
+
+/// The tasks a query of `graph` reserves out of its caller's `max_tasks_per_caller`: its
+/// widest stage. Stages are planned no wider than the cap, except a `UNION`'s, which runs
+/// its branches' tasks together.
+fn task_limit(graph: &StageGraph, config: &crate::config::EngineConfig) -> Option<u32> {
+    config.max_tasks_per_caller?;
+    let widest = graph.stages.iter().map(|s| s.tasks).max().unwrap_or(1);
+    Some(widest.max(1) as u32)
 }
 
 /// Planning failures that are the query's fault become 400s with DataFusion's message.

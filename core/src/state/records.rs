@@ -88,6 +88,10 @@ pub struct JobRecord {
     /// plans ([`crate::requests`]).
     #[serde(default, skip_serializing_if = "RequestCounts::is_zero")]
     pub requests: RequestCounts,
+    /// The tasks the job may have in flight at once, reserved out of its caller's
+    /// `max_tasks_per_caller` (its widest stage, at most the cap); `None` without a cap.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub task_limit: Option<u32>,
     /// Expiry (seconds since epoch) for the store's TTL.
     pub expires_at: u64,
 }

@@ -385,6 +385,7 @@ mod tests {
         };
         JobSnapshot {
             job: JobRecord {
+                task_limit: None,
                 job_id: "j".into(),
                 sql: String::new(),
                 kind: JobKind::Query,

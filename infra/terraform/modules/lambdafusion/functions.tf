@@ -68,6 +68,7 @@ locals {
         LAMBDAFUSION_DISPATCH_DEADLINE_SECS   = var.dispatch_deadline_seconds
         LAMBDAFUSION_MAX_SCAN_BYTES_PER_QUERY = var.max_scan_bytes_per_query
         LAMBDAFUSION_MAX_QUERIES_PER_CALLER   = var.max_queries_per_caller
+        LAMBDAFUSION_MAX_TASKS_PER_CALLER     = var.max_tasks_per_caller
         LAMBDAFUSION_MAX_QUERY_COST_USD       = var.max_query_cost_usd
       } : name => tostring(value) if value != null
     },

@@ -560,6 +560,17 @@ variable "max_queries_per_caller" {
   }
 }
 
+variable "max_tasks_per_caller" {
+  description = "Most tasks one caller's running queries may have in flight together (LAMBDAFUSION_MAX_TASKS_PER_CALLER): each query reserves its widest stage (at most this many tasks), runs no more than that at once, and a query whose reservation does not fit beside the caller's running ones is refused with a 429. null (the default): no limit."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.max_tasks_per_caller == null ? true : var.max_tasks_per_caller >= 1
+    error_message = "max_tasks_per_caller must be null or at least 1."
+  }
+}
+
 variable "max_scan_bytes_per_query" {
   description = "Most bytes of table files one query may read (LAMBDAFUSION_MAX_SCAN_BYTES_PER_QUERY), as Athena's per-query data usage limit: a query planned to read more is refused with both figures, and one whose tasks read more while running fails. null (the default): no limit. 1099511627776 caps a query at 1 TiB, about $5 of Athena scanning."
   type        = number
