@@ -334,7 +334,7 @@ pub fn assess(facts: &Facts, name_prefix: &str) -> Vec<Finding> {
             ),
         ));
     }
-    out.sort_by(|a, b| b.level.cmp(&a.level));
+    out.sort_by_key(|f| std::cmp::Reverse(f.level));
     out
 }
 
