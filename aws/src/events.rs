@@ -21,7 +21,12 @@ pub enum SchedulerEvent {
     /// The scheduled sweep.
     Sweep,
     /// An executor finished a stage: advance this job now.
-    Wake(String),
+    Wake {
+        /// The job.
+        job: String,
+        /// Not before this time (ms since epoch), if given.
+        at_ms: Option<u64>,
+    },
     /// A node of an invocation tree: dispatch this range of a stage's tasks.
     Dispatch(DispatchRange),
     /// An executor invocation failed without recording it (crash, timeout, dropped).
@@ -56,7 +61,10 @@ impl SchedulerEvent {
         if object.contains_key("wake") {
             let wake: WakeEvent = serde_json::from_value(event.clone())
                 .map_err(|e| UnknownEvent(format!("bad wake-up: {e}")))?;
-            return Ok(Self::Wake(wake.wake));
+            return Ok(Self::Wake {
+                job: wake.wake,
+                at_ms: wake.at_ms,
+            });
         }
         if let Some(records) = object.get("Records").and_then(Value::as_array) {
             let from_dynamodb = records
@@ -157,7 +165,7 @@ mod tests {
     #[test]
     fn every_shape_is_recognized() {
         assert!(
-            matches!(SchedulerEvent::classify(json!({"wake": "j1"})), Ok(SchedulerEvent::Wake(j)) if j == "j1")
+            matches!(SchedulerEvent::classify(json!({"wake": "j1"})), Ok(SchedulerEvent::Wake { job, at_ms: None }) if job == "j1")
         );
         let scheduled = json!({"version": "0", "id": "x", "detail-type": "Scheduled Event", "source": "aws.events",
                                "account": "1", "time": "2026-01-01T00:00:00Z", "region": "us-east-1", "resources": [], "detail": {}});

@@ -28,6 +28,10 @@ const THROTTLE_ATTEMPTS: u32 = 8;
 pub struct WakeEvent {
     /// Job to advance.
     pub wake: String,
+    /// Not before this time (ms since epoch): the scheduler waits for it, within its own
+    /// timeout (a check for stragglers).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub at_ms: Option<u64>,
 }
 
 /// [`Invoker`] over the Lambda `Invoke` API. See the [module docs](self).
@@ -171,6 +175,22 @@ impl Invoker for LambdaInvoker {
             scheduler,
             &WakeEvent {
                 wake: job_id.to_string(),
+                at_ms: None,
+            },
+        )
+        .await
+    }
+
+    async fn wake_scheduler_at(&self, job_id: &str, at_ms: u64) -> Result<()> {
+        let scheduler = self
+            .scheduler
+            .as_deref()
+            .ok_or_else(|| Error::invoke("no scheduler function configured for wake-ups"))?;
+        self.invoke_event(
+            scheduler,
+            &WakeEvent {
+                wake: job_id.to_string(),
+                at_ms: Some(at_ms),
             },
         )
         .await

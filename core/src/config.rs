@@ -336,6 +336,17 @@ settings! {
     /// Attempts a task gets (first run included) before its job fails.
     max_attempts: u32 = 3; Count [1, u32::MAX as u64], builder with_max_attempts,
         env "LAMBDAFUSION_MAX_ATTEMPTS", terraform "max_attempts";
+    /// Speculative attempts for stragglers: once half of a stage's tasks have committed,
+    /// a task not done `speculation_percent`% of their median time after the stage was
+    /// dispatched (and at least `speculation_floor` after) gets a second attempt. The
+    /// first commit wins; the other attempt stops at its next batch.
+    speculation: bool = true; Flag, builder with_speculation, env "LAMBDAFUSION_SPECULATION";
+    /// When a straggler is speculated: this percentage of the median time the stage's
+    /// committed tasks took from its dispatch (150: half as long again).
+    speculation_percent: u32 = 150; Count [100, 100_000], env "LAMBDAFUSION_SPECULATION_PERCENT";
+    /// No task is speculated sooner than this after its stage was dispatched.
+    speculation_floor: Duration = Duration::from_secs(2); Seconds [1, 86_400],
+        env "LAMBDAFUSION_SPECULATION_FLOOR_SECS";
     /// A dispatched task with no completion record after this long is presumed lost
     /// and re-dispatched by the sweep.
     task_timeout: Duration = Duration::from_secs(15 * 60); Seconds [1, u64::MAX],

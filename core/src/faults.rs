@@ -81,6 +81,36 @@ impl Faults {
     }
 }
 
+impl Faults {
+    /// How much longer than the `worked_ms` it took task `partition`'s attempt `attempt`
+    /// waits before its commit, when the `executor.slow_task` fault hits it: `factor - 1`
+    /// times its work, at least `ms`. First attempts only (a straggler is one slow
+    /// invocation); the fault's `partition`, when given, picks the task.
+    pub fn slow_task_delay(
+        &self,
+        key: &str,
+        partition: u32,
+        attempt: u32,
+        worked_ms: u64,
+    ) -> Option<std::time::Duration> {
+        let plan = self.plan.current();
+        let fault = plan.get(FaultKind::ExecutorSlowTask)?;
+        if attempt != 1 || fault.partition.is_some_and(|p| p != partition) {
+            return None;
+        }
+        if !plan.fires(FaultKind::ExecutorSlowTask, key) {
+            return None;
+        }
+        lambdafusion_faults::log_injected(FaultKind::ExecutorSlowTask, key);
+        tracing::warn!(key, "injected slow task");
+        let factor = fault.factor.unwrap_or(10.0).max(1.0);
+        let extra = ((factor - 1.0) * worked_ms as f64) as u64;
+        Some(std::time::Duration::from_millis(
+            extra.max(fault.ms.unwrap_or(0)),
+        ))
+    }
+}
+
 /// The stable part of a fault key for a job: a hash of its SQL text (job ids are random,
 /// so they cannot key reproducible faults).
 pub fn job_key(sql: &str) -> String {

@@ -69,6 +69,16 @@ pub struct StageStatus {
     pub tasks_done: u32,
     /// Failed attempts so far.
     pub failed_attempts: u32,
+    /// Speculative attempts started beside stragglers.
+    #[serde(default)]
+    pub speculative_attempts: u32,
+    /// Of those, the ones whose commit won.
+    #[serde(default)]
+    pub speculative_wins: u32,
+    /// Run time of the attempts that lost to another (ms, up to the winner's commit):
+    /// what speculation cost.
+    #[serde(default)]
+    pub wasted_ms: u64,
     /// Rows written by committed tasks.
     pub rows: u64,
     /// Bytes written by committed tasks.
@@ -334,11 +344,27 @@ pub fn job_status(snapshot: &JobSnapshot, config: &crate::EngineConfig) -> JobSt
     let mut requests = job_requests(snapshot);
     for s in &snapshot.stages {
         let (mut rows, mut bytes, mut objects, mut task_ms, mut failed) = (0, 0, 0, 0, 0);
+        let (mut speculative, mut wins, mut wasted_ms) = (0, 0, 0u64);
         let mut first_start: Option<u64> = None;
         let mut first_handoff = None;
         let mut stage_requests = scheduler_requests(snapshot, s, fast_path);
         for t in snapshot.tasks_of(s.stage) {
             failed += t.failures;
+            if let Some(attempt) = t.speculative {
+                speculative += 1;
+                if let Some(o) = &t.output {
+                    // The loser ran until the winner committed (then stopped at its
+                    // next batch): the straggler since the stage's dispatch, or the
+                    // speculative attempt since its own.
+                    let loser_from = if o.attempt == attempt {
+                        wins += 1;
+                        s.dispatched_ms.unwrap_or(o.started_ms)
+                    } else {
+                        t.dispatched_ms.unwrap_or(o.finished_ms)
+                    };
+                    wasted_ms += o.finished_ms.saturating_sub(loser_from);
+                }
+            }
             if let (TaskState::Succeeded, Some(o)) = (t.state, &t.output) {
                 if first_start.is_none_or(|f| o.started_ms < f) {
                     first_handoff = o.handoff;
@@ -351,8 +377,8 @@ pub fn job_status(snapshot: &JobSnapshot, config: &crate::EngineConfig) -> JobSt
                 stage_requests += o.requests;
             }
         }
-        task_seconds += task_ms as f64 / 1000.0;
-        tasks_run += objects + u64::from(failed);
+        task_seconds += (task_ms + wasted_ms) as f64 / 1000.0;
+        tasks_run += objects + u64::from(failed) + u64::from(speculative);
         requests += stage_requests;
         let complete = snapshot.stage_complete(s);
         let state = if complete {
@@ -370,6 +396,9 @@ pub fn job_status(snapshot: &JobSnapshot, config: &crate::EngineConfig) -> JobSt
             tasks: s.tasks,
             tasks_done: snapshot.succeeded(s.stage).min(s.tasks),
             failed_attempts: failed,
+            speculative_attempts: speculative,
+            speculative_wins: wins,
+            wasted_ms,
             rows,
             bytes,
             objects,

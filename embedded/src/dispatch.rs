@@ -422,6 +422,17 @@ impl Invoker for LocalInvoker {
         Ok(())
     }
 
+    async fn wake_scheduler_at(&self, job_id: &str, at_ms: u64) -> Result<()> {
+        let target = self.target()?;
+        let wait = Duration::from_millis(at_ms.saturating_sub(now_ms()));
+        let step = target.wake_scheduler(job_id.to_string());
+        self.control.spawn(async move {
+            tokio::time::sleep(wait).await;
+            step.await;
+        });
+        Ok(())
+    }
+
     fn state(&self, task: &TaskSpec) -> InvocationState {
         match self.lock().get(task) {
             Some(Presence {

@@ -59,6 +59,9 @@ pub struct EmbeddedOptions {
     /// How often the engine sweeps (re-sends throttled and lost tasks, enforces
     /// deadlines) and expires old jobs.
     pub sweep_interval: Duration,
+    /// The fault plan the engine's tasks and scheduler steps inject (tests: crashes stay
+    /// in the process). None by default.
+    pub faults: lambdafusion::faults::Faults,
 }
 
 impl Default for EmbeddedOptions {
@@ -71,6 +74,7 @@ impl Default for EmbeddedOptions {
             max_queued_tasks: slots * 256,
             memory_limit: None,
             sweep_interval: Duration::from_secs(5),
+            faults: Default::default(),
         }
     }
 }
@@ -184,7 +188,7 @@ impl Embedded {
             shuffle,
             config,
             presigner: None,
-            faults: Default::default(),
+            faults: options.faults.clone(),
             on_job_end: None,
         };
         let stream = store

@@ -514,6 +514,43 @@ impl JobStore for EmbeddedStore {
         .await
     }
 
+    async fn speculate_task(
+        &self,
+        job_id: &str,
+        stage: u32,
+        partition: u32,
+        attempt: u32,
+        now_ms: u64,
+        expires_at: u64,
+    ) -> Result<bool> {
+        let owned = job_id.to_string();
+        self.update_task(job_id, stage, partition, move |current| {
+            let allowed = match current {
+                None => attempt == 2,
+                Some(task) => {
+                    task.state == TaskState::Running
+                        && task.attempt + 1 == attempt
+                        && task.speculative.is_none()
+                }
+            };
+            if !allowed {
+                return None;
+            }
+            let mut task = current.cloned().unwrap_or_else(|| {
+                TaskRecord::new(&owned, stage, partition, TaskState::Running, attempt, 0)
+            });
+            task.state = TaskState::Running;
+            task.attempt = attempt;
+            task.speculative = Some(attempt);
+            task.dispatched_ms = Some(now_ms);
+            task.confirmed_ms = None;
+            task.retry_at_ms = None;
+            task.expires_at = expires_at;
+            Some(task)
+        })
+        .await
+    }
+
     async fn confirm_attempt(
         &self,
         job_id: &str,

@@ -1131,3 +1131,94 @@ async fn two_slots(config: EngineConfig) -> Arc<Embedded> {
     .await
     .unwrap()
 }
+
+/// Speculative attempts: task 7 of a 50-task stage, slowed by the fault plan's
+/// `executor.slow_task` (10× its work, at least 3 s more), gets a second attempt once half the stage has committed and it
+/// has run 1.5× their median; the second attempt commits first, the straggler stops, and
+/// the results are those of a run without the fault. Without speculation nothing is
+/// started beside it. The three runs' times are printed (the figure, not a check).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_straggler_is_overtaken_by_a_speculative_attempt() {
+    use lambdafusion::faults::{FaultPlan, Faults};
+    let dir = tempfile::tempdir().unwrap();
+    write_tables(dir.path()).await;
+    // Some CPU per row, so that a task takes a while.
+    let sql = "SELECT k, count(*) AS n, max(md5(repeat(s, 400))) AS h FROM facts \
+               GROUP BY k ORDER BY k";
+    // 10 times its work, and at least 3 s more: tasks of this stage take milliseconds.
+    let slow = r#"{"faults": {"executor.slow_task": {"factor": 10, "ms": 3000, "partition": 7}}}"#;
+    let run = |speculation: bool, plan: Option<&'static str>| {
+        let dir = dir.path().to_path_buf();
+        async move {
+            let mut config = EngineConfig::default()
+                .with_bytes_per_task(1)
+                .with_min_scan_bytes_per_task(1)
+                .with_max_tasks_per_stage(50);
+            config.speculation = speculation;
+            config.speculation_floor = Duration::from_millis(300);
+            let engine = Embedded::start(EmbeddedOptions {
+                data_dir: None,
+                config: common::allow(config, &dir),
+                // Every task of the stage at once, as on Lambda.
+                slots: 64,
+                faults: plan.map_or_else(Faults::default, |p| {
+                    Faults::in_process(FaultPlan::parse(p).unwrap())
+                }),
+                ..EmbeddedOptions::default()
+            })
+            .await
+            .unwrap();
+            register(&engine, &dir).await;
+            let started = std::time::Instant::now();
+            let out = engine.sql(sql).await.unwrap();
+            let elapsed = started.elapsed();
+            // Task 7 of the scan: which attempt committed, and whether one was speculative.
+            let snapshot = engine
+                .services()
+                .store
+                .load_job(&out.status.id)
+                .await
+                .unwrap()
+                .unwrap();
+            let seventh = snapshot
+                .tasks_of(0)
+                .find(|t| t.partition == 7)
+                .map(|t| (t.speculative, t.output.as_ref().map(|o| o.attempt)));
+            (elapsed, out, seventh)
+        }
+    };
+    let pretty = |b: &[datafusion::arrow::record_batch::RecordBatch]| {
+        datafusion::arrow::util::pretty::pretty_format_batches(b)
+            .unwrap()
+            .to_string()
+    };
+    let (plain, baseline, _) = run(true, None).await;
+    let (speculated, out, seventh) = run(true, Some(slow)).await;
+    let (waited, unspeculated, unsped) = run(false, Some(slow)).await;
+    eprintln!(
+        "50-task stage, task 7 slowed by 3 s: no fault {plain:?}, speculation {speculated:?}, \
+         no speculation {waited:?}"
+    );
+    // The straggler was overtaken: its second, speculative attempt committed.
+    assert_eq!(seventh, Some((Some(2), Some(2))));
+    assert_eq!(unsped.and_then(|(s, _)| s), None);
+    assert_eq!(pretty(&out.batches), pretty(&baseline.batches));
+    assert_eq!(pretty(&unspeculated.batches), pretty(&baseline.batches));
+    let scan = &out.status.stages[0];
+    assert_eq!(scan.tasks, 50, "{scan:?}");
+    assert!(
+        scan.speculative_attempts >= 1 && scan.speculative_wins >= 1 && scan.wasted_ms > 0,
+        "{scan:?}"
+    );
+    let plain_scan = &baseline.status.stages[0];
+    assert_eq!(plain_scan.failed_attempts, 0, "{plain_scan:?}");
+    assert!(
+        unspeculated
+            .status
+            .stages
+            .iter()
+            .all(|s| s.speculative_attempts == 0),
+        "{:?}",
+        unspeculated.status.stages
+    );
+}

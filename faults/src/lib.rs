@@ -14,7 +14,8 @@
 //! ```
 //!
 //! A bare number is a rate; an object carries a `rate` (default 1 when only parameters
-//! are given) and the fault's parameters (`ms`, `max_ms`, `mb_per_s`, `limit`). Unknown
+//! are given) and the fault's parameters (`ms`, `max_ms`, `mb_per_s`, `limit`, `factor`,
+//! `partition`). Unknown
 //! fault names are errors that list the known ones.
 //!
 //! **Decisions are a pure function of the seed, the fault and a key** the injection site
@@ -87,6 +88,10 @@ kinds! {
     ExecutorCrashAfterPut = "executor.crash_after_put",
     /// The executor process dies after its commit, before the fast-path wake-up.
     ExecutorCrashAfterCommit = "executor.crash_after_commit",
+    /// A task's first attempt takes `factor` times as long as its work, and at least `ms`
+    /// more (it waits before its commit): a straggler. `partition` picks one task of each
+    /// stage.
+    ExecutorSlowTask = "executor.slow_task",
     /// The scheduler process dies after claiming a stage, before dispatching it.
     SchedulerCrashAfterClaim = "scheduler.crash_after_claim",
     /// The scheduler process dies after part of a stage's invocations.
@@ -202,6 +207,12 @@ pub struct Fault {
     /// A count limit (concurrency).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub limit: Option<u32>,
+    /// How many times longer (a slow task).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub factor: Option<f64>,
+    /// Only this task (partition) of a stage.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<u32>,
 }
 
 fn one() -> f64 {
@@ -217,6 +228,8 @@ impl Fault {
             max_ms: None,
             mb_per_s: None,
             limit: None,
+            factor: None,
+            partition: None,
         }
     }
 }

@@ -73,7 +73,17 @@ async fn route(
             info!(jobs = report.jobs, lost = report.lost_attempts, "sweep");
             Ok(json!({"jobs": report.jobs, "lost_attempts": report.lost_attempts}))
         }
-        Ok(SchedulerEvent::Wake(job)) => {
+        Ok(SchedulerEvent::Wake { job, at_ms }) => {
+            // A later check (stragglers): wait for it, but stop 5 s before this
+            // invocation's own deadline.
+            if let Some(at) = at_ms {
+                let deadline = context.deadline.saturating_sub(5_000);
+                let until = at.min(deadline);
+                let now = lambdafusion::time::now_ms();
+                if until > now {
+                    tokio::time::sleep(std::time::Duration::from_millis(until - now)).await;
+                }
+            }
             scheduler.wake(&job).await?;
             Ok(json!({"woken": job}))
         }

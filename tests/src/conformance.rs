@@ -189,6 +189,14 @@ pub const CASES: &[(&str, Case)] = &[
     ("failures_and_retries_follow_the_attempt_chain", |s| {
         Box::pin(failures_and_retries_follow_the_attempt_chain(s))
     }),
+    (
+        "a_straggler_gets_one_speculative_attempt_and_either_may_win",
+        |s| {
+            Box::pin(a_straggler_gets_one_speculative_attempt_and_either_may_win(
+                s,
+            ))
+        },
+    ),
     ("throttled_and_unconfirmed_attempts_are_resent", |s| {
         Box::pin(throttled_and_unconfirmed_attempts_are_resent(s))
     }),
@@ -453,6 +461,56 @@ pub async fn racing_attempts_commit_exactly_one(store: &dyn JobStore) {
     );
     let counters = store.list_counters(&id, 0).await.unwrap();
     assert_eq!(counters[0].remaining, 1, "one of two tasks counted, once");
+}
+
+/// A running attempt gets at most one speculative attempt beside it (racing starts: one
+/// wins); the straggler's failure then changes nothing, the speculative one's fails the
+/// task; either may commit, the first wins; nothing is speculated once succeeded.
+pub async fn a_straggler_gets_one_speculative_attempt_and_either_may_win(store: &dyn JobStore) {
+    let id = create(store, "speculate", &[3]).await;
+    // Attempt 1 runs without an item: speculating means attempt 2.
+    assert!(
+        !store.speculate_task(&id, 0, 0, 3, 10, TTL).await.unwrap(),
+        "skips 2"
+    );
+    let starts = join_all((0..4).map(|_| store.speculate_task(&id, 0, 0, 2, 10, TTL))).await;
+    assert_eq!(
+        starts.into_iter().filter(|r| *r.as_ref().unwrap()).count(),
+        1,
+        "one racing speculation wins"
+    );
+    let t = task(store, &id, 0).await;
+    assert_eq!(
+        (t.state, t.attempt, t.speculative, t.dispatched_ms),
+        (TaskState::Running, 2, Some(2), Some(10))
+    );
+    assert!(
+        !store.speculate_task(&id, 0, 0, 3, 20, TTL).await.unwrap(),
+        "only one"
+    );
+    // The straggler failing does not fail the task; its commit would still win.
+    assert!(!store.fail_attempt(&failure(&id, 0, 1, true)).await.unwrap());
+    let won = store
+        .commit_task(&commit(&id, 0, 0, 3, "straggler"))
+        .await
+        .unwrap();
+    assert!(matches!(won, CommitOutcome::Committed { .. }), "{won:?}");
+    let late = store
+        .commit_task(&commit(&id, 0, 0, 3, "speculative"))
+        .await
+        .unwrap();
+    assert_eq!(late, CommitOutcome::AlreadySucceeded);
+    assert!(
+        !store.speculate_task(&id, 0, 0, 2, 30, TTL).await.unwrap(),
+        "succeeded"
+    );
+    // On another task the speculative attempt wins, and its failure is the task's.
+    assert!(store.speculate_task(&id, 0, 1, 2, 40, TTL).await.unwrap());
+    assert!(store.fail_attempt(&failure(&id, 1, 2, true)).await.unwrap());
+    assert_eq!(task(store, &id, 1).await.state, TaskState::Failed);
+    // A failed task is retried, not speculated.
+    assert!(!store.speculate_task(&id, 0, 1, 3, 50, TTL).await.unwrap());
+    assert!(store.start_attempt(&id, 0, 1, 3, 50, TTL).await.unwrap());
 }
 
 /// Failures apply to the latest running attempt only; a retry starts only after the

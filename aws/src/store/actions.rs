@@ -13,8 +13,9 @@ pub fn actions_of(operation: &str) -> &'static [&'static str] {
         "task_view" => &["dynamodb:BatchGetItem"],
         "load_job" | "list_tasks" | "list_task_range" | "list_counters" | "active_jobs"
         | "list_tables" => &["dynamodb:Query"],
-        "claim_stage" | "confirm_stage" | "start_attempt" | "confirm_attempt" | "defer_task"
-        | "resend_task" | "fail_attempt" | "confirm_dispatch" => &["dynamodb:UpdateItem"],
+        "claim_stage" | "confirm_stage" | "start_attempt" | "speculate_task"
+        | "confirm_attempt" | "defer_task" | "resend_task" | "fail_attempt"
+        | "confirm_dispatch" => &["dynamodb:UpdateItem"],
         "commit_task" => &["dynamodb:UpdateItem", "dynamodb:GetItem"],
         "finish_job" => &[
             "dynamodb:UpdateItem",
@@ -51,6 +52,7 @@ mod contract_tests {
         "confirm_stage",
         "confirm_dispatch",
         "start_attempt",
+        "speculate_task",
         "confirm_attempt",
         "defer_task",
         "resend_task",

@@ -690,6 +690,39 @@ impl JobStore for DynamoDbJobStore {
         .await
     }
 
+    async fn speculate_task(
+        &self,
+        job_id: &str,
+        stage: u32,
+        partition: u32,
+        attempt: u32,
+        now_ms: u64,
+        expires_at: u64,
+    ) -> Result<bool> {
+        let mut expr = task_identity(Expr::default(), job_id, stage, partition, expires_at, &[])
+            .set("state", state_value(TaskState::Running))
+            .set("attempt", n(attempt))
+            .set("speculative", n(attempt))
+            .set("dispatched_ms", n(now_ms))
+            .remove("confirmed_ms")
+            .remove("retry_at_ms");
+        let running = expr.eq("state", state_value(TaskState::Running));
+        let previous = expr.eq("attempt", n(attempt.saturating_sub(1)));
+        let first = expr.absent("speculative");
+        // Attempt 1 runs without an item.
+        let condition = or_no_item(
+            attempt == 2,
+            format!("{running} AND {previous} AND {first}"),
+        );
+        self.update(
+            "UpdateItem (speculate)",
+            key(&job_pk(job_id), &task_sk(stage, partition)),
+            expr,
+            condition,
+        )
+        .await
+    }
+
     async fn confirm_attempt(
         &self,
         job_id: &str,
@@ -1056,6 +1089,7 @@ mod tests {
             error: None,
             retryable: false,
             failures: 1,
+            speculative: Some(2),
             expires_at: 99,
         };
         let item = to_item(&job_pk("j"), &task_sk(3, 7), &task).unwrap();

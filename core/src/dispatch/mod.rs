@@ -224,6 +224,13 @@ pub trait Invoker: Send + Sync + std::fmt::Debug {
     /// Invokes the scheduler for one job (the fast path after a stage completes).
     async fn wake_scheduler(&self, job_id: &str) -> Result<()>;
 
+    /// Has the scheduler step run for one job no sooner than `at_ms` (the next check for
+    /// stragglers, [`crate::scheduler`]'s speculation). Default: nothing; the job's next
+    /// event checks instead.
+    async fn wake_scheduler_at(&self, _job_id: &str, _at_ms: u64) -> Result<()> {
+        Ok(())
+    }
+
     /// What is known of an invocation of `task` (default: nothing).
     fn state(&self, _task: &TaskSpec) -> InvocationState {
         InvocationState::Unknown

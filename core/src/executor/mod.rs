@@ -277,7 +277,14 @@ impl Executor {
             .and_then(|c| c.handoff)
             .map(|h| h.plus(reads));
 
-        let watcher = Self::watch_job(services, &task.job_id, job.deadline_ms, stop.clone());
+        let superseded = Arc::new(AtomicBool::new(false));
+        let watcher = Self::watch_job(
+            services,
+            task,
+            job.deadline_ms,
+            stop.clone(),
+            superseded.clone(),
+        );
         let out_of_time = invocation.deadline_ms.map(|deadline| {
             Self::watch_deadline(deadline, services.config.deadline_margin, stop.clone())
         });
@@ -309,7 +316,35 @@ impl Executor {
                 &before_batch,
             )
             .await;
+        // A straggler (the fault plan's slow task) takes `factor` times its work time:
+        // it waits before its commit, and stops if another attempt commits meanwhile.
+        let written = match written {
+            Ok(summary) => {
+                let worked = now_ms().saturating_sub(started_ms);
+                if let Some(delay) =
+                    faults.slow_task_delay(&key, task.partition, task.attempt, worked)
+                {
+                    let until = now_ms() + delay.as_millis() as u64;
+                    while now_ms() < until && !stop.load(Ordering::Relaxed) {
+                        tokio::time::sleep(Duration::from_millis(20)).await;
+                    }
+                }
+                if stop.load(Ordering::Relaxed) {
+                    Err(Error::Cancelled("stopped before its commit".into()))
+                } else {
+                    Ok(summary)
+                }
+            }
+            Err(e) => Err(e),
+        };
         watcher.abort();
+        if written.is_err() && superseded.load(Ordering::Relaxed) {
+            // Another attempt of this task committed first (a speculative one, or the
+            // straggler it was started beside): this one's work is not needed.
+            debug!("another attempt committed first; stopped");
+            let _ = shuffle.delete(&path).await;
+            return Ok(TaskReport::Duplicate);
+        }
         if let Some((timer, fired)) = out_of_time {
             timer.abort();
             if written.is_err() && fired.load(Ordering::Relaxed) {
@@ -723,14 +758,21 @@ impl Executor {
     /// `cancel_check_interval`, ±20% so that a stage's tasks spread their reads.
     fn watch_job(
         services: &Services,
-        job_id: &str,
+        task: &TaskSpec,
         deadline_ms: Option<u64>,
         stop: Arc<AtomicBool>,
+        superseded: Arc<AtomicBool>,
     ) -> tokio::task::JoinHandle<()> {
         let store = services.store.clone();
         let invoker = services.invoker.clone();
         let every = services.config.cancel_check_interval;
-        let job_id = job_id.to_string();
+        let job_id = task.job_id.clone();
+        let task = task.clone();
+        // Past the speculation floor another attempt of this task may run beside it.
+        let speculated_after = services
+            .config
+            .speculation
+            .then(|| now_ms() + services.config.speculation_floor.as_millis() as u64);
         tokio::spawn(async move {
             // A random seed per task, so that a stage's tasks do not read in step.
             let mut draw = uuid::Uuid::new_v4().as_u64_pair().0;
@@ -758,6 +800,18 @@ impl Executor {
                         return;
                     }
                     _ => {}
+                }
+                if speculated_after.is_some_and(|t| now_ms() >= t) {
+                    if let Ok(Some(item)) = store
+                        .get_task(&task.job_id, task.stage, task.partition)
+                        .await
+                    {
+                        if item.state == TaskState::Succeeded {
+                            superseded.store(true, Ordering::Relaxed);
+                            stop.store(true, Ordering::Relaxed);
+                            return;
+                        }
+                    }
                 }
             }
         })

@@ -20,6 +20,7 @@
 //! duplicates are harmless, the commit is conditional.
 
 mod invoke;
+mod speculation;
 mod statements;
 mod step;
 mod submit;

@@ -62,7 +62,66 @@ impl Scheduler {
         if snapshot.stages.iter().all(|s| snapshot.stage_complete(s)) {
             return self.succeed_job(&snapshot, now).await;
         }
+        self.speculate(&snapshot, now).await?;
         self.advance_stages(snapshot, origin, now).await
+    }
+
+    /// Starts a speculative attempt of each straggler of the running stages and asks for
+    /// the next check ([`super::speculation`]).
+    async fn speculate(&self, snapshot: &JobSnapshot, now: u64) -> Result<()> {
+        let config = self.config();
+        if !config.speculation {
+            return Ok(());
+        }
+        let job_id = &snapshot.job.job_id;
+        let invoker = self.services.invoker.clone();
+        let mut pending = Vec::new();
+        let mut next: Option<u64> = None;
+        for stage in snapshot
+            .stages
+            .iter()
+            .filter(|s| s.state == StageState::Dispatched)
+        {
+            let check =
+                super::speculation::check(snapshot, stage, now, config, |partition, attempt| {
+                    invoker.state(&TaskSpec {
+                        job_id: job_id.clone(),
+                        stage: stage.stage,
+                        partition,
+                        attempt,
+                    })
+                });
+            for (partition, attempt) in check.due {
+                let expires_at = self.services.expires_at();
+                if self
+                    .services
+                    .store
+                    .speculate_task(job_id, stage.stage, partition, attempt, now, expires_at)
+                    .await?
+                {
+                    info!(job_id = %job_id, stage = stage.stage, task = partition, attempt,
+                        "speculative attempt for a straggler");
+                    let spec = TaskSpec {
+                        job_id: job_id.clone(),
+                        stage: stage.stage,
+                        partition,
+                        attempt,
+                    };
+                    pending.push(PendingInvocation::again(spec, 0));
+                }
+            }
+            next = match (next, check.next_ms) {
+                (Some(a), Some(b)) => Some(a.min(b)),
+                (a, b) => a.or(b),
+            };
+        }
+        self.dispatch(pending).await;
+        if let Some(at) = next {
+            if let Err(e) = invoker.wake_scheduler_at(job_id, at).await {
+                warn!(job_id = %job_id, error = %e, "could not ask for the next straggler check");
+            }
+        }
+        Ok(())
     }
 
     /// Why the job must stop for its budget, from its committed figures: its estimated
@@ -356,6 +415,14 @@ impl Scheduler {
         self.dispatch_stage(&job_id, stage, tasks, context, &stage_key)
             .await?;
         store.confirm_stage(&job_id, stage, now_ms()).await?;
+        // The first look for stragglers ([`super::speculation`]).
+        let config = self.config();
+        if config.speculation && tasks > 1 {
+            let at = now + config.speculation_floor.as_millis() as u64;
+            if let Err(e) = self.services.invoker.wake_scheduler_at(&job_id, at).await {
+                warn!(job_id = %job_id, error = %e, "could not ask for a straggler check");
+            }
+        }
         Ok(Claim::Dispatched)
     }
 

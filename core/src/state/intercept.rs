@@ -148,6 +148,14 @@ intercept! {
         now_ms: u64,
         expires_at: u64
     ) -> bool, job: Some(job_id);
+    fn speculate_task(
+        job_id: &str,
+        stage: u32,
+        partition: u32,
+        attempt: u32,
+        now_ms: u64,
+        expires_at: u64
+    ) -> bool, job: Some(job_id);
     fn confirm_attempt(job_id: &str, stage: u32, partition: u32, attempt: u32, now_ms: u64)
         -> bool, job: Some(job_id);
     fn defer_task(deferral: &TaskDeferral) -> bool, job: Some(&deferral.job_id);

@@ -303,6 +303,21 @@ pub trait JobStore: Send + Sync + std::fmt::Debug {
         expires_at: u64,
     ) -> Result<bool>;
 
+    /// Starts a speculative `attempt` (> 1) beside a straggling `attempt - 1`: conditioned
+    /// on the task running that attempt (or, for attempt 2, having no item yet) and no
+    /// speculative attempt started before. The task becomes `RUNNING(attempt)` dispatched
+    /// at `now_ms`, `speculative = attempt`. Either attempt may then commit (the first
+    /// wins); only the latest may fail the task. Only one caller wins.
+    async fn speculate_task(
+        &self,
+        job_id: &str,
+        stage: u32,
+        partition: u32,
+        attempt: u32,
+        now_ms: u64,
+        expires_at: u64,
+    ) -> Result<bool>;
+
     /// Records that the invocation of a running `attempt` was accepted (`confirmed_ms`).
     async fn confirm_attempt(
         &self,

@@ -594,6 +594,10 @@ pub struct TaskRecord {
     /// Failed attempts so far.
     #[serde(default)]
     pub failures: u32,
+    /// The attempt started speculatively beside a straggling one, if any (at most one
+    /// per task; [`crate::scheduler`]'s speculation).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub speculative: Option<u32>,
     /// Expiry (seconds since epoch) for the store's TTL.
     pub expires_at: u64,
 }
@@ -622,6 +626,7 @@ impl TaskRecord {
             error: None,
             retryable: false,
             failures: 0,
+            speculative: None,
             expires_at,
         }
     }
