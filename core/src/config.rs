@@ -340,13 +340,15 @@ settings! {
     /// a task not done `speculation_percent`% of their median time after the stage was
     /// dispatched (and at least `speculation_floor` after) gets a second attempt. The
     /// first commit wins; the other attempt stops at its next batch.
-    speculation: bool = true; Flag, builder with_speculation, env "LAMBDAFUSION_SPECULATION";
+    speculation: bool = true; Flag, builder with_speculation, env "LAMBDAFUSION_SPECULATION",
+        terraform "speculation";
     /// When a straggler is speculated: this percentage of the median time the stage's
     /// committed tasks took from its dispatch (150: half as long again).
-    speculation_percent: u32 = 150; Count [100, 100_000], env "LAMBDAFUSION_SPECULATION_PERCENT";
+    speculation_percent: u32 = 150; Count [100, 100_000], env "LAMBDAFUSION_SPECULATION_PERCENT",
+        terraform "speculation_percent";
     /// No task is speculated sooner than this after its stage was dispatched.
     speculation_floor: Duration = Duration::from_secs(2); Seconds [1, 86_400],
-        env "LAMBDAFUSION_SPECULATION_FLOOR_SECS";
+        env "LAMBDAFUSION_SPECULATION_FLOOR_SECS", terraform "speculation_floor_seconds";
     /// A dispatched task with no completion record after this long is presumed lost
     /// and re-dispatched by the sweep.
     task_timeout: Duration = Duration::from_secs(15 * 60); Seconds [1, u64::MAX],

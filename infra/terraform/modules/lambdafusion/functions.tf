@@ -61,6 +61,9 @@ locals {
         LAMBDAFUSION_DISPATCH_FANOUT          = var.dispatch_fanout
         LAMBDAFUSION_MAX_SHUFFLE_READS        = var.max_shuffle_reads
         LAMBDAFUSION_FAST_PATH                = var.fast_path
+        LAMBDAFUSION_SPECULATION              = var.speculation
+        LAMBDAFUSION_SPECULATION_PERCENT      = var.speculation_percent
+        LAMBDAFUSION_SPECULATION_FLOOR_SECS   = var.speculation_floor_seconds
         LAMBDAFUSION_MAX_RESPONSE_BYTES       = var.max_response_bytes
         LAMBDAFUSION_DATA_BUCKETS             = length(var.data_buckets) > 0 ? join(",", [for b in var.data_buckets : "s3://${b}"]) : null
         LAMBDAFUSION_ADMIN_PRINCIPALS         = length(var.admin_principals) > 0 ? join(",", var.admin_principals) : null

@@ -659,6 +659,34 @@ variable "job_ttl_days" {
   }
 }
 
+variable "speculation" {
+  description = "Speculative attempts for stragglers (LAMBDAFUSION_SPECULATION): once half of a stage's tasks have committed, a task running speculation_percent of their median time gets a second attempt and the first commit wins. null for the code's default (true)."
+  type        = bool
+  default     = null
+}
+
+variable "speculation_percent" {
+  description = "When a straggler gets its speculative attempt, as a percentage of the median run time of its stage's committed tasks (LAMBDAFUSION_SPECULATION_PERCENT); null for the code's default (150)."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.speculation_percent == null ? true : (var.speculation_percent >= 100 && var.speculation_percent <= 100000)
+    error_message = "speculation_percent must be null or from 100 to 100000."
+  }
+}
+
+variable "speculation_floor_seconds" {
+  description = "No task is speculated sooner than this after its stage was dispatched (LAMBDAFUSION_SPECULATION_FLOOR_SECS); null for the code's default (2)."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.speculation_floor_seconds == null ? true : (var.speculation_floor_seconds >= 1 && var.speculation_floor_seconds <= 86400)
+    error_message = "speculation_floor_seconds must be null or from 1 to 86400."
+  }
+}
+
 variable "fast_path" {
   description = "Whether an executor that completes a stage wakes the scheduler at once (LAMBDAFUSION_FAST_PATH); null for the code's default (true)."
   type        = bool
