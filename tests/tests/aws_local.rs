@@ -19,7 +19,7 @@ use lambdafusion::status::JobStatus;
 use lambdafusion_aws::store::DynamoDbJobStore;
 use lambdafusion_cli::client::{Client, ClientError};
 use lambdafusion_cli::tpch;
-use lambdafusion_tests::stack::Stack;
+use lambdafusion_tests::stack::{set_fault_plan, Stack};
 use lambdafusion_tests::workload;
 use object_store::path::Path;
 
@@ -91,8 +91,10 @@ fn local_aws_stack_end_to_end() {
         // hand-off is four sequential requests on the real functions too — the commit,
         // the scheduler step's snapshot read, the claim, the invocation — and every
         // query reports the requests it made.
+        let mut fault_free = std::collections::HashMap::new();
         for q in QUERIES {
             let status = check_query(&client, &ctx, q).await;
+            fault_free.insert(q, status.elapsed_ms);
             assert!(status.stages.len() >= 2, "q{q} ran as several stages");
             assert!(status.stages.iter().any(|s| s.tasks > 1), "q{q} fanned out");
             for s in status.stages.iter().filter(|s| s.handoff_calls.is_some()) {
@@ -108,6 +110,28 @@ fn local_aws_stack_end_to_end() {
                 "q{q}: {r}"
             );
         }
+
+        // A straggler: task 1 of every stage held back 4 s by the fault plan. Each gets a
+        // speculative attempt beside it that commits first; the results are unchanged.
+        set_fault_plan(
+            &stack.faults_url(),
+            &serde_json::json!({"seed": 1, "faults": {
+                "executor.slow_task": {"factor": 10, "ms": 4000, "partition": 1}}}),
+        )
+        .await;
+        let q = 3;
+        let status = check_query(&client, &ctx, q).await;
+        set_fault_plan(&stack.faults_url(), &serde_json::json!({"faults": {}})).await;
+        let wins: u32 = status.stages.iter().map(|s| s.speculative_wins).sum();
+        let slowed = status.stages.iter().filter(|s| s.tasks > 1).count() as u32;
+        println!(
+            "q{q} with task 1 of each of its {slowed} wide stages held back 4 s: {} ms \
+             (fault-free {} ms), {wins} speculative attempts won, {} ms of losing attempts",
+            status.elapsed_ms,
+            fault_free[&q],
+            status.stages.iter().map(|s| s.wasted_ms).sum::<u64>()
+        );
+        assert!(wins >= 1, "{:?}", status.stages);
 
         // The API's error handling through the function URL.
         match client.submit("SELECT * FROM no_such_table").await {
