@@ -28,6 +28,8 @@ pub struct BenchOptions {
     pub iterations: usize,
     /// Engine settings for lambdafusion.
     pub config: EngineConfig,
+    /// The settings given by name (`--set`), printed with the figures.
+    pub settings: Vec<String>,
     /// Function slots of the embedded engine.
     pub slots: usize,
     /// Also run each query with adaptive stages off.
@@ -474,7 +476,7 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
          then {} run{} each, alternating which goes first; times in ms, ratio of medians\n\
          DataFusion: one process, {} partitions, batch size {}, memory pool {} (fair, spills)\n\
          lambdafusion: {} function slots, memory {} ({} per task), {} bytes/task, {} shuffle \
-         bytes/task, at most {} tasks/stage, adaptive {}\n\n",
+         bytes/task, at most {} tasks/stage, adaptive {}{}\n\n",
         options.sf,
         options.iterations,
         if options.iterations == 1 { "" } else { "s" },
@@ -488,6 +490,11 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
         bytes(options.config.shuffle_bytes_per_task),
         options.config.max_tasks_per_stage,
         if options.config.adaptive { "on" } else { "off" },
+        if options.settings.is_empty() {
+            String::new()
+        } else {
+            format!(", {}", options.settings.join(", "))
+        },
     );
     out.push_str(&text_table(
         &[

@@ -336,6 +336,10 @@ enum BenchCommand {
         /// JSON file, to price them again later (`lambdafusion bench model --profiles`).
         #[arg(long, requires = "model")]
         save_profiles: Option<PathBuf>,
+        /// Any other engine setting for lambdafusion, NAME=VALUE as in docs/settings.md
+        /// (e.g. `--set broadcast_scan_percent=50`); repeatable. Printed with the figures.
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        settings: Vec<String>,
     },
     /// Prices query profiles saved by `bench tpch --model aws --save-profiles` on AWS at
     /// the given scale factors (a model, not a measurement), without running anything.
@@ -419,6 +423,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                     memory_limit_mb,
                     model,
                     save_profiles,
+                    settings,
                 },
         } => {
             let queries = if queries.is_empty() {
@@ -429,15 +434,25 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             if let Some(q) = queries.iter().find(|q| !(1..=22).contains(*q)) {
                 return Err(format!("there is no TPC-H query {q} (1-22)").into());
             }
+            let mut config = EngineConfig::default()
+                .with_bytes_per_task(bytes_per_task)
+                .with_max_tasks_per_stage(max_tasks_per_stage)
+                .with_shuffle_bytes_per_task(shuffle_bytes_per_task);
+            for setting in &settings {
+                let (name, value) = setting
+                    .split_once('=')
+                    .ok_or_else(|| format!("--set {setting}: expected NAME=VALUE"))?;
+                config
+                    .set(name.trim(), value.trim())
+                    .map_err(|e| format!("--set {setting}: {e}"))?;
+            }
             let options = bench::BenchOptions {
                 sf,
                 data,
                 queries,
                 iterations,
-                config: EngineConfig::default()
-                    .with_bytes_per_task(bytes_per_task)
-                    .with_max_tasks_per_stage(max_tasks_per_stage)
-                    .with_shuffle_bytes_per_task(shuffle_bytes_per_task),
+                settings,
+                config,
                 slots: slots.unwrap_or(EmbeddedOptions::default().slots),
                 compare_planned,
                 memory_limit: memory_limit_mb.map(|mb| mb << 20),

@@ -309,6 +309,12 @@ settings! {
     /// never switches.
     max_broadcast_bytes: u64 = 16 * MIB; Bytes, builder with_max_broadcast_bytes,
         env "LAMBDAFUSION_MAX_BROADCAST_BYTES", terraform "max_broadcast_bytes";
+    /// The join switch's cost rule: a partitioned join switches to broadcasting its small
+    /// side only while that side, read by every task of the large side, is at most this
+    /// percentage of the bytes the large side scans (what shuffling the large side's rows
+    /// would cost instead; 25: a quarter).
+    broadcast_scan_percent: u32 = 25; Count [1, 100_000],
+        env "LAMBDAFUSION_BROADCAST_SCAN_PERCENT", terraform "broadcast_scan_percent";
     /// Whether stages are shaped from their inputs' committed sizes when they become
     /// ready (`false`: every stage runs exactly as planned at submit).
     adaptive: bool = true; Flag, builder with_adaptive, env "LAMBDAFUSION_ADAPTIVE",

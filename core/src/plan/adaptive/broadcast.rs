@@ -39,13 +39,15 @@ pub(super) fn switch_join(
         ));
     }
     // Every task reads (and builds a hash table of) the small side: worth it while that
-    // costs less than shuffling this stage's rows, taken as a quarter of what it scans.
+    // costs less than shuffling this stage's rows, taken as `broadcast_scan_percent` of
+    // what it scans.
     let scanned: u64 = stage.scan_bytes.iter().sum();
     let broadcast = bytes.saturating_mul(u64::from(sized.tasks.max(1)));
-    if scanned > 0 && broadcast > scanned / BROADCAST_SHARE_OF_SCAN {
+    let percent = u64::from(config.broadcast_scan_percent);
+    if scanned > 0 && broadcast > scanned.saturating_mul(percent) / 100 {
         return partitioned(format!(
             "stage {} ({}) read by each of {} tasks ({}) would outweigh shuffling this \
-             stage's rows (about a quarter of its {} scan)",
+             stage's rows ({percent}% of its {} scan, broadcast_scan_percent)",
             switch.small,
             human_bytes(bytes),
             sized.tasks,
@@ -83,11 +85,6 @@ pub(super) fn switch_join(
         ..sized
     }
 }
-
-/// A join switches only while its small side, read by every task of the large side, is
-/// at most this fraction's inverse of the bytes the large side scans (what it would
-/// shuffle instead is taken as a quarter of that: projected and filtered).
-pub(super) const BROADCAST_SHARE_OF_SCAN: u64 = 4;
 
 /// The decision of a stage whose join was switched at its large side's claim: one task
 /// combining the large side's marks over the small side, read whole.

@@ -641,9 +641,25 @@ mod tests {
             "{}",
             costly.note
         );
+        // The share is a setting: at 80% of the 30-byte scan (24 bytes) it switches.
+        let generous = EngineConfig {
+            broadcast_scan_percent: 80,
+            ..at(8)
+        };
+        let d80 = decide(&scanning.stages[1].clone(), &scanning, &generous).unwrap();
+        assert_eq!(d80.rule, AdaptiveRule::Broadcast, "{}", d80.note);
         scanning.stages[1].scan_bytes = vec![40, 40, 40];
         let cheap = decide(&scanning.stages[1].clone(), &scanning, &at(8)).unwrap();
         assert_eq!(cheap.rule, AdaptiveRule::Broadcast, "{}", cheap.note);
+        // ... and at 5% of the 120-byte scan (6 bytes; its one coalesced task reads 8) it
+        // does not.
+        let strict = EngineConfig {
+            broadcast_scan_percent: 5,
+            ..at(8)
+        };
+        let d10 = decide(&scanning.stages[1].clone(), &scanning, &strict).unwrap();
+        assert_ne!(d10.rule, AdaptiveRule::Broadcast, "{}", d10.note);
+        assert!(d10.note.contains("broadcast_scan_percent"), "{}", d10.note);
 
         // Switched: the join's stage runs one task over the marks (one slice each).
         snap.stages[1].state = StageState::Dispatched;

@@ -62,6 +62,7 @@ locals {
         LAMBDAFUSION_MAX_SHUFFLE_READS        = var.max_shuffle_reads
         LAMBDAFUSION_FAST_PATH                = var.fast_path
         LAMBDAFUSION_SPECULATION              = var.speculation
+        LAMBDAFUSION_BROADCAST_SCAN_PERCENT   = var.broadcast_scan_percent
         LAMBDAFUSION_SPECULATION_PERCENT      = var.speculation_percent
         LAMBDAFUSION_SPECULATION_FLOOR_SECS   = var.speculation_floor_seconds
         LAMBDAFUSION_MAX_RESPONSE_BYTES       = var.max_response_bytes

@@ -659,6 +659,17 @@ variable "job_ttl_days" {
   }
 }
 
+variable "broadcast_scan_percent" {
+  description = "The join switch's cost rule (LAMBDAFUSION_BROADCAST_SCAN_PERCENT): a partitioned join switches to broadcasting its small side only while that side, read by every task of the large side, is at most this percentage of the bytes the large side scans. null for the code's default (25)."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.broadcast_scan_percent == null ? true : (var.broadcast_scan_percent >= 1 && var.broadcast_scan_percent <= 100000)
+    error_message = "broadcast_scan_percent must be null or from 1 to 100000."
+  }
+}
+
 variable "speculation" {
   description = "Speculative attempts for stragglers (LAMBDAFUSION_SPECULATION): once half of a stage's tasks have committed, a task running speculation_percent of their median time gets a second attempt and the first commit wins. null for the code's default (true)."
   type        = bool
