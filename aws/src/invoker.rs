@@ -167,32 +167,25 @@ impl Invoker for LambdaInvoker {
     }
 
     async fn wake_scheduler(&self, job_id: &str) -> Result<()> {
-        let scheduler = self
-            .scheduler
-            .as_deref()
-            .ok_or_else(|| Error::invoke("no scheduler function configured for wake-ups"))?;
-        self.invoke_event(
-            scheduler,
-            &WakeEvent {
-                wake: job_id.to_string(),
-                at_ms: None,
-            },
-        )
-        .await
+        self.wake(job_id, None).await
     }
 
     async fn wake_scheduler_at(&self, job_id: &str, at_ms: u64) -> Result<()> {
+        self.wake(job_id, Some(at_ms)).await
+    }
+}
+
+impl LambdaInvoker {
+    /// Sends the scheduler a wake-up for `job_id`, to run at once or at `at_ms`.
+    async fn wake(&self, job_id: &str, at_ms: Option<u64>) -> Result<()> {
         let scheduler = self
             .scheduler
             .as_deref()
             .ok_or_else(|| Error::invoke("no scheduler function configured for wake-ups"))?;
-        self.invoke_event(
-            scheduler,
-            &WakeEvent {
-                wake: job_id.to_string(),
-                at_ms: Some(at_ms),
-            },
-        )
-        .await
+        let event = WakeEvent {
+            wake: job_id.to_string(),
+            at_ms,
+        };
+        self.invoke_event(scheduler, &event).await
     }
 }

@@ -973,20 +973,10 @@ async fn a_caller_past_its_running_queries_cap_waits_its_turn() {
         .submit("SELECT 1", &as_caller("bob"))
         .await
         .unwrap();
-    let wait_as = |id: String, who: &'static str| {
-        let services = engine.services().clone();
-        async move {
-            lambdafusion::status::wait_for_status_as(
-                &services,
-                &id,
-                Duration::from_secs(60),
-                &Caller(who.to_string()),
-            )
-            .await
-            .unwrap()
-        }
-    };
-    assert_eq!(wait_as(bobs.job_id, "bob").await.state, "succeeded");
+    assert_eq!(
+        wait_as(&engine, bobs.job_id, "bob").await.state,
+        "succeeded"
+    );
     // Once alice's query ends, she may run another.
     scheduler
         .cancel(&first, &Caller("alice".into()))
@@ -996,7 +986,10 @@ async fn a_caller_past_its_running_queries_cap_waits_its_turn() {
         .submit("SELECT 1", &as_caller("alice"))
         .await
         .unwrap();
-    assert_eq!(wait_as(next.job_id, "alice").await.state, "succeeded");
+    assert_eq!(
+        wait_as(&engine, next.job_id, "alice").await.state,
+        "succeeded"
+    );
 }
 
 /// `max_tasks_per_caller`: a query is planned no wider than the cap and never has more
@@ -1102,22 +1095,27 @@ async fn a_callers_tasks_in_flight_stay_within_its_cap() {
         .cancel(&first, &Caller("alice".into()))
         .await
         .unwrap();
-    let wait_as = |id: String, who: &'static str| {
-        let services = engine.services().clone();
-        async move {
-            lambdafusion::status::wait_for_status_as(
-                &services,
-                &id,
-                Duration::from_secs(60),
-                &Caller(who.to_string()),
-            )
-            .await
-            .unwrap()
-        }
-    };
-    assert_eq!(wait_as(bobs.job_id, "bob").await.state, "succeeded");
+    assert_eq!(
+        wait_as(&engine, bobs.job_id, "bob").await.state,
+        "succeeded"
+    );
     let narrow = narrow.expect("a query reserving what is left fits");
-    assert_eq!(wait_as(narrow.job_id, "alice").await.state, "succeeded");
+    assert_eq!(
+        wait_as(&engine, narrow.job_id, "alice").await.state,
+        "succeeded"
+    );
+}
+
+/// The status of query `id` once it ends, as `who` sees it (a minute at most).
+async fn wait_as(engine: &Embedded, id: String, who: &str) -> lambdafusion::status::JobStatus {
+    lambdafusion::status::wait_for_status_as(
+        engine.services(),
+        &id,
+        Duration::from_secs(60),
+        &lambdafusion::access::Caller(who.to_string()),
+    )
+    .await
+    .unwrap()
 }
 
 /// An in-memory engine with two slots and `config`.

@@ -27,10 +27,10 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use hcl::expr::{Expression, ObjectKey, TraversalOperator};
+use hcl::expr::{Expression, ObjectKey};
 use hcl::{Block, Body};
 use lambdafusion_aws::contract::*;
-use lambdafusion_local::terraform::{attr, Address, Module};
+use lambdafusion_local::terraform::{attr, traversal_path, Address, Module};
 
 /// The module, relative to the repository root.
 const MODULE_DIR: &str = "infra/terraform/modules/lambdafusion";
@@ -283,24 +283,6 @@ fn blocks<'a>(body: &'a Body, identifier: &'a str) -> impl Iterator<Item = &'a B
 
 fn render(expr: &Expression) -> String {
     expr.to_string()
-}
-
-/// `root.a.b...` of a plain traversal such as `aws_iam_role.scheduler.arn`.
-fn traversal_path(expr: &Expression) -> Option<Vec<String>> {
-    let Expression::Traversal(t) = expr else {
-        return None;
-    };
-    let Expression::Variable(root) = &t.expr else {
-        return None;
-    };
-    let mut path = vec![root.as_str().to_string()];
-    for op in &t.operators {
-        match op {
-            TraversalOperator::GetAttr(id) => path.push(id.as_str().to_string()),
-            _ => return None,
-        }
-    }
-    Some(path)
 }
 
 /// Replaces `local.<name>` by the local's expression (repeatedly), at the top and inside

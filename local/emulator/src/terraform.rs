@@ -778,7 +778,7 @@ fn local_name(expr: &Expression) -> Option<&str> {
 }
 
 /// `a.b.c…`: a plain traversal's names, e.g. `["aws_iam_role", "scheduler", "arn"]`.
-fn traversal_path(expr: &Expression) -> Option<Vec<String>> {
+pub fn traversal_path(expr: &Expression) -> Option<Vec<String>> {
     let Expression::Traversal(t) = expr else {
         return None;
     };
