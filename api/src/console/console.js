@@ -467,6 +467,9 @@
         `Stage ${s.stage} (${state})`, s.summary,
         s.inputs.length ? "inputs: " + s.inputs.join(", ") : "reads tables",
         `tasks ${s.tasks_done}/${s.tasks}, ${s.failed_attempts} failed attempt(s)`,
+        ...(s.speculative_attempts
+          ? [`stragglers: ${s.speculative_attempts} speculative attempt(s), ${s.speculative_wins} won, ${fmtMs(s.wasted_ms)} of losing attempts`]
+          : []),
         `rows ${fmtInt(s.rows)}, ${fmtBytes(s.bytes)} in ${fmtInt(s.objects)} object(s)`,
         `wall ${time}, task time ${fmtMs(s.task_ms)}` + (s.handoff_ms !== undefined ? `, hand-off ${fmtMs(s.handoff_ms)}` : ""),
         s.decision_note ? `adaptive: ${s.decision_note}` : "adaptive: decided when its inputs complete",
