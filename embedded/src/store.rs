@@ -500,16 +500,13 @@ impl JobStore for EmbeddedStore {
             if !allowed {
                 return None;
             }
-            let mut task = current.cloned().unwrap_or_else(|| {
-                TaskRecord::new(&owned, stage, partition, TaskState::Running, attempt, 0)
-            });
-            task.state = TaskState::Running;
-            task.attempt = attempt;
-            task.dispatched_ms = Some(now_ms);
-            task.confirmed_ms = None;
-            task.retry_at_ms = None;
-            task.expires_at = expires_at;
-            Some(task)
+            Some(running_attempt(
+                current,
+                (&owned, stage, partition),
+                attempt,
+                now_ms,
+                expires_at,
+            ))
         })
         .await
     }
@@ -536,16 +533,14 @@ impl JobStore for EmbeddedStore {
             if !allowed {
                 return None;
             }
-            let mut task = current.cloned().unwrap_or_else(|| {
-                TaskRecord::new(&owned, stage, partition, TaskState::Running, attempt, 0)
-            });
-            task.state = TaskState::Running;
-            task.attempt = attempt;
+            let mut task = running_attempt(
+                current,
+                (&owned, stage, partition),
+                attempt,
+                now_ms,
+                expires_at,
+            );
             task.speculative = Some(attempt);
-            task.dispatched_ms = Some(now_ms);
-            task.confirmed_ms = None;
-            task.retry_at_ms = None;
-            task.expires_at = expires_at;
             Some(task)
         })
         .await
@@ -872,4 +867,25 @@ fn resendable(task: &TaskRecord, r: &TaskResend) -> bool {
         }
         TaskState::Succeeded | TaskState::Failed => false,
     }
+}
+
+/// A task (from its item, or a new one) running `attempt`, dispatched at `now_ms` and not
+/// confirmed yet: what starting a retry and starting a speculative attempt both write.
+fn running_attempt(
+    current: Option<&TaskRecord>,
+    (job_id, stage, partition): (&str, u32, u32),
+    attempt: u32,
+    now_ms: u64,
+    expires_at: u64,
+) -> TaskRecord {
+    let mut task = current.cloned().unwrap_or_else(|| {
+        TaskRecord::new(job_id, stage, partition, TaskState::Running, attempt, 0)
+    });
+    task.state = TaskState::Running;
+    task.attempt = attempt;
+    task.dispatched_ms = Some(now_ms);
+    task.confirmed_ms = None;
+    task.retry_at_ms = None;
+    task.expires_at = expires_at;
+    task
 }

@@ -945,19 +945,12 @@ async fn queries_over_their_budget_are_refused_or_stopped_by_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_caller_past_its_running_queries_cap_waits_its_turn() {
     use lambdafusion::access::Caller;
-    use lambdafusion::scheduler::SubmitOptions;
     let mut config = EngineConfig::default();
     config.set("max_queries_per_caller", "1").unwrap();
     let engine = two_slots(config).await;
-    let as_caller = |who: &str| SubmitOptions {
-        caller: Caller(who.to_string()),
-        max_seconds: None,
-    };
     let scheduler = engine.scheduler();
-    // Minutes of work: it is still running when the next ones come.
-    let long = "SELECT count(*) FROM generate_series(1, 100000000000) WHERE value % 7 = 100";
     let first = scheduler
-        .submit(long, &as_caller("alice"))
+        .submit(LONG, &as_caller("alice"))
         .await
         .unwrap()
         .job_id;
@@ -998,7 +991,6 @@ async fn a_caller_past_its_running_queries_cap_waits_its_turn() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_callers_tasks_in_flight_stay_within_its_cap() {
     use lambdafusion::access::Caller;
-    use lambdafusion::scheduler::SubmitOptions;
     let dir = tempfile::tempdir().unwrap();
     write_tables(dir.path()).await;
     // Two aggregations joined: both scans are ready at once.
@@ -1023,12 +1015,8 @@ async fn a_callers_tasks_in_flight_stay_within_its_cap() {
     register(&engine, dir.path()).await;
     let capped = engine.sql(wide).await.unwrap();
     assert_eq!(capped.status.state, "succeeded");
-    let pretty = |b: &[datafusion::arrow::record_batch::RecordBatch]| {
-        datafusion::arrow::util::pretty::pretty_format_batches(b)
-            .unwrap()
-            .to_string()
-    };
-    assert_eq!(pretty(&capped.batches), pretty(&out.batches));
+    let expected = reference(dir.path(), wide).await;
+    lambdafusion_embedded::verify::compare(&expected, &capped.batches, true).unwrap();
     let planned = capped.status.stages.iter().map(|s| s.tasks).max().unwrap();
     assert!(planned <= 3, "{planned}");
     // Every attempt's run, from the records: never more than 3 at once.
@@ -1063,14 +1051,9 @@ async fn a_callers_tasks_in_flight_stay_within_its_cap() {
     );
 
     // alice holds one task with a long query; a query of 3 does not fit, one of 1 does.
-    let as_caller = |who: &str| SubmitOptions {
-        caller: Caller(who.to_string()),
-        max_seconds: None,
-    };
     let scheduler = engine.scheduler();
-    let long = "SELECT count(*) FROM generate_series(1, 100000000000) WHERE value % 7 = 100";
     let first = scheduler
-        .submit(long, &as_caller("alice"))
+        .submit(LONG, &as_caller("alice"))
         .await
         .unwrap()
         .job_id;
@@ -1104,6 +1087,17 @@ async fn a_callers_tasks_in_flight_stay_within_its_cap() {
         wait_as(&engine, narrow.job_id, "alice").await.state,
         "succeeded"
     );
+}
+
+/// Minutes of work: still running when a test's next queries come.
+const LONG: &str = "SELECT count(*) FROM generate_series(1, 100000000000) WHERE value % 7 = 100";
+
+/// Submission options of caller `who`.
+fn as_caller(who: &str) -> lambdafusion::scheduler::SubmitOptions {
+    lambdafusion::scheduler::SubmitOptions {
+        caller: lambdafusion::access::Caller(who.to_string()),
+        max_seconds: None,
+    }
 }
 
 /// The status of query `id` once it ends, as `who` sees it (a minute at most).
@@ -1185,11 +1179,6 @@ async fn a_straggler_is_overtaken_by_a_speculative_attempt() {
             (elapsed, out, seventh)
         }
     };
-    let pretty = |b: &[datafusion::arrow::record_batch::RecordBatch]| {
-        datafusion::arrow::util::pretty::pretty_format_batches(b)
-            .unwrap()
-            .to_string()
-    };
     let (plain, baseline, _) = run(true, None).await;
     let (speculated, out, seventh) = run(true, Some(slow)).await;
     let (waited, unspeculated, unsped) = run(false, Some(slow)).await;
@@ -1200,8 +1189,10 @@ async fn a_straggler_is_overtaken_by_a_speculative_attempt() {
     // The straggler was overtaken: its second, speculative attempt committed.
     assert_eq!(seventh, Some((Some(2), Some(2))));
     assert_eq!(unsped.and_then(|(s, _)| s), None);
-    assert_eq!(pretty(&out.batches), pretty(&baseline.batches));
-    assert_eq!(pretty(&unspeculated.batches), pretty(&baseline.batches));
+    let expected = reference(dir.path(), sql).await;
+    for run in [&baseline, &out, &unspeculated] {
+        lambdafusion_embedded::verify::compare(&expected, &run.batches, true).unwrap();
+    }
     let scan = &out.status.stages[0];
     assert_eq!(scan.tasks, 50, "{scan:?}");
     assert!(

@@ -6,7 +6,8 @@ use std::collections::HashMap;
 use aws_sdk_dynamodb::types::{AttributeValue, Update};
 use lambdafusion::{Error, Result};
 
-use super::item::{n, s, Item};
+use super::item::{n, s, state_value, Item};
+use lambdafusion::state::TaskState;
 
 /// Builds update and condition expressions with every attribute name and value bound
 /// to a placeholder (so reserved words such as `state` or `partition` are never a problem).
@@ -147,6 +148,24 @@ pub(super) fn task_identity(
         }
     }
     expr
+}
+
+/// Sets a task item (or a new one) running `attempt`, dispatched at `now_ms` and not
+/// confirmed yet: what starting a retry and starting a speculative attempt both write.
+pub(super) fn running_attempt(
+    job_id: &str,
+    stage: u32,
+    partition: u32,
+    attempt: u32,
+    now_ms: u64,
+    expires_at: u64,
+) -> Expr {
+    task_identity(Expr::default(), job_id, stage, partition, expires_at, &[])
+        .set("state", state_value(TaskState::Running))
+        .set("attempt", n(attempt))
+        .set("dispatched_ms", n(now_ms))
+        .remove("confirmed_ms")
+        .remove("retry_at_ms")
 }
 
 /// `condition`, or no task item at all when `may_have_no_item`: a task's first attempt

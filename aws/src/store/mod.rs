@@ -60,7 +60,7 @@ use crate::metrics::{count, Request};
 use errors::{
     condition_failed, retrying, store_err, STORE_BACKOFF_BASE, STORE_BACKOFF_CAP, STORE_TRIES,
 };
-use expr::{or_no_item, task_identity, Expr};
+use expr::{or_no_item, running_attempt, task_identity, Expr};
 use item::{encode_err, from_item, key, n, s, state_value, to_item, Item};
 
 /// [`JobStore`] on DynamoDB. See the [module docs](self).
@@ -671,12 +671,7 @@ impl JobStore for DynamoDbJobStore {
         now_ms: u64,
         expires_at: u64,
     ) -> Result<bool> {
-        let mut expr = task_identity(Expr::default(), job_id, stage, partition, expires_at, &[])
-            .set("state", state_value(TaskState::Running))
-            .set("attempt", n(attempt))
-            .set("dispatched_ms", n(now_ms))
-            .remove("confirmed_ms")
-            .remove("retry_at_ms");
+        let mut expr = running_attempt(job_id, stage, partition, attempt, now_ms, expires_at);
         let failed = expr.eq("state", state_value(TaskState::Failed));
         let previous = expr.eq("attempt", n(attempt.saturating_sub(1)));
         // Attempt 1 left no item unless it failed.
@@ -699,13 +694,8 @@ impl JobStore for DynamoDbJobStore {
         now_ms: u64,
         expires_at: u64,
     ) -> Result<bool> {
-        let mut expr = task_identity(Expr::default(), job_id, stage, partition, expires_at, &[])
-            .set("state", state_value(TaskState::Running))
-            .set("attempt", n(attempt))
-            .set("speculative", n(attempt))
-            .set("dispatched_ms", n(now_ms))
-            .remove("confirmed_ms")
-            .remove("retry_at_ms");
+        let mut expr = running_attempt(job_id, stage, partition, attempt, now_ms, expires_at)
+            .set("speculative", n(attempt));
         let running = expr.eq("state", state_value(TaskState::Running));
         let previous = expr.eq("attempt", n(attempt.saturating_sub(1)));
         let first = expr.absent("speculative");
