@@ -57,6 +57,10 @@ impl SchemaProvider for CatalogSchema {
     }
 
     async fn table(&self, name: &str) -> DfResult<Option<Arc<dyn TableProvider>>> {
+        let (name, version) = match crate::delta::parse_versioned_name(name) {
+            Some((table, version)) => (table, version),
+            None => (name, crate::delta::Version::Latest),
+        };
         match self.tables.get(name) {
             Some(record) => {
                 for location in &record.locations {
@@ -64,13 +68,22 @@ impl SchemaProvider for CatalogSchema {
                         DataFusionError::Plan(format!("table {name} cannot be read: {e}"))
                     })?;
                 }
-                Ok(Some(table_provider(&self.state, record).await?))
+                if version != crate::delta::Version::Latest && record.format != crate::delta::FORMAT
+                {
+                    return Err(DataFusionError::Plan(format!(
+                        "table {name} is a {} table: VERSION AS OF and TIMESTAMP AS OF read \
+                         Delta tables only",
+                        record.format
+                    )));
+                }
+                Ok(Some(table_provider_at(&self.state, record, version).await?))
             }
             None => Ok(None),
         }
     }
 
     fn table_exist(&self, name: &str) -> bool {
+        let name = crate::delta::parse_versioned_name(name).map_or(name, |(table, _)| table);
         self.tables.contains_key(name)
     }
 }
@@ -84,6 +97,8 @@ pub async fn install(state: &SessionState, services: &Services) -> Result<()> {
         .with_runtime_env(state.runtime_env().clone())
         .with_default_features()
         .build();
+    let mut own = own;
+    crate::delta::register(&mut own);
     let schema =
         CatalogSchema::load(services.store.as_ref(), own, services.config.access.clone()).await?;
     let options = &state.config().options().catalog;
@@ -95,11 +110,34 @@ pub async fn install(state: &SessionState, services: &Services) -> Result<()> {
     Ok(())
 }
 
-/// The table provider of a stored table, with its stored schema (no inference).
+/// The table provider of a stored table, with its stored schema (no inference); a Delta
+/// table at its latest version.
 pub async fn table_provider(
     state: &SessionState,
     record: &TableRecord,
 ) -> DfResult<Arc<dyn TableProvider>> {
+    table_provider_at(state, record, crate::delta::Version::Latest).await
+}
+
+/// The table provider of a stored table; a Delta table at `version` (its log, not the
+/// stored schema, decides its columns: the table may have evolved since it was created).
+pub async fn table_provider_at(
+    state: &SessionState,
+    record: &TableRecord,
+    version: crate::delta::Version,
+) -> DfResult<Arc<dyn TableProvider>> {
+    if record.format == crate::delta::FORMAT {
+        let [location] = record.locations.as_slice() else {
+            return Err(DataFusionError::Internal(format!(
+                "Delta table {} has {} locations",
+                record.name,
+                record.locations.len()
+            )));
+        };
+        let table =
+            crate::delta::open(state.runtime_env(), location, version, Some(&record.name)).await?;
+        return Ok(table);
+    }
     let plan = state.create_logical_plan(&record.ddl).await?;
     let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(cmd)) = plan else {
         return Err(DataFusionError::Internal(format!(
@@ -131,7 +169,7 @@ async fn create_provider(
         .get(cmd.file_type.as_str())
         .ok_or_else(|| {
             DataFusionError::Plan(format!(
-                "unsupported file format {} (supported: PARQUET, CSV, JSON, ARROW)",
+                "unsupported file format {} (supported: PARQUET, CSV, JSON, ARROW, DELTA)",
                 cmd.file_type
             ))
         })?;
@@ -141,6 +179,10 @@ async fn create_provider(
 /// Table name of a DDL reference, refusing qualified names outside the default schema.
 fn table_name(name: &TableReference) -> Result<String> {
     match name {
+        // `@` names a version of a table in a query (`t@v3`, see `crate::sql::parse`).
+        TableReference::Bare { table } if table.contains('@') => Err(Error::InvalidInput(format!(
+            "table {table}: a table name may not contain @"
+        ))),
         TableReference::Bare { table } => Ok(table.to_string()),
         other => Err(Error::InvalidInput(format!(
             "table {other}: only unqualified table names are supported"

@@ -14,6 +14,7 @@ pub mod access;
 pub mod analyze;
 pub mod catalog;
 pub mod config;
+pub mod delta;
 pub mod dispatch;
 pub mod error;
 pub mod executor;
@@ -28,6 +29,7 @@ pub mod sql;
 pub mod state;
 pub mod status;
 pub mod time;
+pub mod time_travel;
 
 pub use config::EngineConfig;
 pub use error::{Error, Result};

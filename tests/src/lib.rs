@@ -8,6 +8,26 @@ pub mod slt;
 pub mod stack;
 pub mod workload;
 
+/// The Python of the test environment (`$VENV/bin/python`, else the repository's `.venv`,
+/// which scripts/test.sh fills from local/requirements.txt); `purpose` names the test in
+/// the panic that says how to get it.
+pub fn test_python(purpose: &str) -> std::path::PathBuf {
+    let repo = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    [
+        std::env::var_os("VENV").map(|v| std::path::PathBuf::from(v).join("bin/python")),
+        Some(repo.join(".venv/bin/python")),
+    ]
+    .into_iter()
+    .flatten()
+    .find(|p| p.exists())
+    .unwrap_or_else(|| {
+        panic!(
+            "{purpose} needs the test Python (local/requirements.txt): set VENV, or run \
+             scripts/test.sh, which installs it into .venv"
+        )
+    })
+}
+
 /// `cargo tree --locked --offline <args>` over this workspace (what cargo resolves for a
 /// selection of packages: crates, features); panics with cargo's message if it fails.
 pub fn cargo_tree(args: &[&str]) -> String {

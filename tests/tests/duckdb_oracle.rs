@@ -170,22 +170,9 @@ const EDGE_CASES: &[(&str, &str, bool)] = &[
     ),
 ];
 
-/// The Python of the test environment: `$VENV/bin/python` or the repository's `.venv`.
+/// The Python with DuckDB.
 fn python() -> PathBuf {
-    let repo = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    [
-        std::env::var_os("VENV").map(|v| PathBuf::from(v).join("bin/python")),
-        Some(repo.join(".venv/bin/python")),
-    ]
-    .into_iter()
-    .flatten()
-    .find(|p| p.exists())
-    .unwrap_or_else(|| {
-        panic!(
-            "the DuckDB oracle needs the test Python with duckdb: set VENV, or run \
-             scripts/test.sh, which installs local/requirements.txt into .venv"
-        )
-    })
+    lambdafusion_tests::test_python("the DuckDB oracle")
 }
 
 fn write_answer(path: &Path, out: &lambdafusion_embedded::QueryOutput) {

@@ -89,6 +89,7 @@ pub fn session_state(
         .with_analyzer_rule(Arc::new(rules::ScalarSubqueryCardinality))
         .build();
     functions::install(&mut state, config);
+    crate::delta::register(&mut state);
     // Beside the default functions (a task decodes it by name).
     let _ = datafusion::execution::FunctionRegistry::register_udaf(
         &mut state,
@@ -182,10 +183,7 @@ fn refuse_virtual_columns(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
     use datafusion::common::tree_node::TreeNode;
     let mut found = None;
     plan.apply(|node| {
-        if let Some(config) = node
-            .downcast_ref::<DataSourceExec>()
-            .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
-        {
+        if let Some(config) = file_scan(node) {
             let virtual_columns = config.file_source().table_schema().virtual_columns();
             if let Some(field) = virtual_columns.first() {
                 found = Some(field.name().clone());
@@ -219,15 +217,23 @@ pub(crate) fn only_child(
     Ok(children.swap_remove(0))
 }
 
+/// The files a scan node reads: a file scan's, or the scan a Delta table's deletion
+/// vectors apply to ([`crate::delta::DeletionVectorExec`], a leaf holding its scan).
+pub(crate) fn file_scan(node: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig> {
+    if let Some(dv) = node.downcast_ref::<crate::delta::DeletionVectorExec>() {
+        return Some(dv.scan_config());
+    }
+    node.downcast_ref::<DataSourceExec>()
+        .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
+}
+
 /// Bytes the file scans of `plan` read (whole files, or their assigned byte ranges).
 pub fn scan_bytes(plan: &Arc<dyn ExecutionPlan>) -> u64 {
     use datafusion::common::tree_node::TreeNode;
     let mut total = 0u64;
     let _ = plan.apply(|node| {
-        if let Some(scan) = node.downcast_ref::<DataSourceExec>() {
-            if let Some(config) = scan.data_source().downcast_ref::<FileScanConfig>() {
-                total += config.file_groups.iter().map(group_bytes).sum::<u64>();
-            }
+        if let Some(config) = file_scan(node) {
+            total += config.file_groups.iter().map(group_bytes).sum::<u64>();
         }
         Ok(TreeNodeRecursion::Continue)
     });

@@ -623,8 +623,6 @@ fn stage_inputs(plan: &Arc<dyn ExecutionPlan>, tasks: usize) -> DfResult<Vec<Sta
 /// adaptive rule runs them together instead of one task each. Empty for stages too wide
 /// to list (the records stay small).
 fn partition_scan_bytes(plan: &Arc<dyn ExecutionPlan>, partitions: usize) -> Vec<u64> {
-    use datafusion::datasource::physical_plan::FileScanConfig;
-    use datafusion::datasource::source::DataSourceExec;
     const MOST: usize = 1024;
     if partitions <= 1 || partitions > MOST {
         return Vec::new();
@@ -634,10 +632,7 @@ fn partition_scan_bytes(plan: &Arc<dyn ExecutionPlan>, partitions: usize) -> Vec
         if node.output_partitioning().partition_count() != partitions {
             return Ok(TreeNodeRecursion::Jump);
         }
-        if let Some(config) = node
-            .downcast_ref::<DataSourceExec>()
-            .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
-        {
+        if let Some(config) = super::file_scan(node) {
             if config.file_groups.len() == partitions {
                 for (group, total) in config.file_groups.iter().zip(bytes.iter_mut()) {
                     *total += super::group_bytes(group);

@@ -136,10 +136,7 @@ impl Scheduler {
         // while planning (unset, they stay functions that cannot run in a task).
         state.mark_start_execution();
         crate::catalog::install(&state, &self.services).await?;
-        let dialect = state.config().options().sql_parser.dialect;
-        let statement = state
-            .sql_to_statement(sql, &dialect)
-            .map_err(|e| Error::InvalidInput(e.strip_backtrace().to_string()))?;
+        let statement = crate::time_travel::parse(sql)?;
         crate::sql::measure(&statement, self.config())?;
         let logical = state
             .statement_to_plan(statement)

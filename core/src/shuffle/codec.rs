@@ -16,6 +16,7 @@ use datafusion_proto::protobuf;
 use prost::Message;
 
 use super::{ReadMode, ShuffleReaderExec, ShuffleWriterExec};
+use crate::delta::DeletionVectorExec;
 use crate::plan::marks::{MarkCombineExec, TaskJoinExec};
 use crate::plan::single_task::{SingleTaskExec, WorkTableRef};
 use datafusion::common::JoinType;
@@ -127,6 +128,20 @@ pub struct CompressedScanNode {
     pub compression: String,
 }
 
+/// A Delta scan's deletion vectors ([`crate::delta::DeletionVectorExec`]).
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct DeletionVectorNode {
+    /// The table directory.
+    #[prost(string, tag = "1")]
+    pub root: String,
+    /// The vectors by object path, as JSON.
+    #[prost(string, tag = "2")]
+    pub deletions: String,
+    /// The scan, encoded.
+    #[prost(bytes = "vec", tag = "3")]
+    pub scan: Vec<u8>,
+}
+
 /// A sub-plan run whole in one task ([`crate::plan::single_task`]).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct SingleTaskNode {
@@ -220,6 +235,9 @@ pub struct LambdaFusionNode {
     /// A scan of compressed files.
     #[prost(message, optional, tag = "11")]
     pub compressed_scan: Option<CompressedScanNode>,
+    /// A Delta scan's deletion vectors.
+    #[prost(message, optional, tag = "12")]
+    pub deletion_vectors: Option<DeletionVectorNode>,
 }
 
 const MARK_JOIN_TYPES: [JoinType; 3] = [JoinType::LeftSemi, JoinType::LeftAnti, JoinType::LeftMark];
@@ -234,6 +252,7 @@ pub fn is_extension(plan: &Arc<dyn ExecutionPlan>) -> bool {
         || plan.downcast_ref::<RecursiveQueryExec>().is_some()
         || plan.downcast_ref::<WorkTableRef>().is_some()
         || plan.downcast_ref::<PartialSortExec>().is_some()
+        || plan.downcast_ref::<DeletionVectorExec>().is_some()
 }
 
 /// The inputs an extension node travels with: its children — but a recursive query's
@@ -294,6 +313,16 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
                 static_term.clone(),
                 recursive_term.clone(),
                 r.is_distinct,
+            )?));
+        }
+        if let Some(d) = &node.deletion_vectors {
+            let proto = protobuf::PhysicalPlanNode::decode(d.scan.as_slice())
+                .map_err(|e| codec_err(format!("deletion vector scan: {e}")))?;
+            let scan = proto_converter.proto_to_execution_plan(&proto, &decode_ctx)?;
+            return Ok(Arc::new(DeletionVectorExec::from_json(
+                scan,
+                &d.root,
+                &d.deletions,
             )?));
         }
         if let Some(p) = &node.partial_sort {
@@ -460,6 +489,17 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
                     name: r.name().to_string(),
                     is_distinct: r.is_distinct(),
                     schema: Some(protobuf::Schema::try_from(r.schema().as_ref())?),
+                }),
+                ..Default::default()
+            }
+        } else if let Some(d) = node.downcast_ref::<DeletionVectorExec>() {
+            LambdaFusionNode {
+                deletion_vectors: Some(DeletionVectorNode {
+                    root: d.root().to_string(),
+                    deletions: d.deletions_json()?,
+                    scan: proto_converter
+                        .execution_plan_to_proto(d.scan(), self)?
+                        .encode_to_vec(),
                 }),
                 ..Default::default()
             }
