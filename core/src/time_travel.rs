@@ -20,22 +20,26 @@ use datafusion::sql::sqlparser::dialect::{Dialect, GenericDialect};
 use crate::delta::{versioned_name, Version};
 use crate::{Error, Result};
 
-/// Parses one statement with [`TimeTravelDialect`] and rewrites its versioned table
+/// Parses one statement with [`TimeTravelDialect`], nesting at most `recursion_limit`
+/// deep (DataFusion's `sql_parser.recursion_limit`), and rewrites its versioned table
 /// references (see the module docs).
-pub fn parse(sql: &str) -> Result<DfStatement> {
+pub fn parse(sql: &str, recursion_limit: usize) -> Result<DfStatement> {
     let dialect = TimeTravelDialect;
     let mut statements = DFParserBuilder::new(sql)
         .with_dialect(&dialect)
+        .with_recursion_limit(recursion_limit)
         .build()
         .and_then(|mut p| p.parse_statements())
         .map_err(|e| Error::InvalidInput(e.strip_backtrace().to_string()))?;
-    if statements.len() != 1 {
+    if statements.len() > 1 {
         return Err(Error::InvalidInput(format!(
-            "one statement per request, got {}",
+            "a request holds a single SQL statement, this one holds {}",
             statements.len()
         )));
     }
-    let mut statement = statements.pop_front().expect("one statement");
+    let mut statement = statements.pop_front().ok_or_else(|| {
+        Error::InvalidInput("No SQL statements were provided in the query string".into())
+    })?;
     rewrite(&mut statement)?;
     Ok(statement)
 }
@@ -439,6 +443,10 @@ impl Dialect for TimeTravelDialect {
 mod tests {
     use super::*;
 
+    fn parse(sql: &str) -> Result<DfStatement> {
+        super::parse(sql, 50)
+    }
+
     fn rewritten(sql: &str) -> String {
         parse(sql).unwrap().to_string()
     }
@@ -466,6 +474,7 @@ mod tests {
 
     #[test]
     fn bad_versions_are_refused_by_name() {
+        let deep = format!("SELECT {}1{}", "(".repeat(60), ")".repeat(60));
         for (sql, why) in [
             (
                 "SELECT * FROM t TIMESTAMP AS OF now()",
@@ -475,7 +484,9 @@ mod tests {
                 "SELECT * FROM t TIMESTAMP AS OF 'yesterday'",
                 "not a timestamp",
             ),
-            ("SELECT 1; SELECT 2", "one statement per request"),
+            ("SELECT 1; SELECT 2", "a single SQL statement"),
+            ("", "No SQL statements"),
+            (deep.as_str(), "RecursionLimitExceeded"),
         ] {
             let err = parse(sql).unwrap_err().to_string();
             assert!(err.contains(why), "{sql}: {err}");

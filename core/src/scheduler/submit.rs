@@ -136,7 +136,10 @@ impl Scheduler {
         // while planning (unset, they stay functions that cannot run in a task).
         state.mark_start_execution();
         crate::catalog::install(&state, &self.services).await?;
-        let statement = crate::time_travel::parse(sql)?;
+        let statement = crate::time_travel::parse(
+            sql,
+            state.config().options().sql_parser.recursion_limit.get(),
+        )?;
         crate::sql::measure(&statement, self.config())?;
         let logical = state
             .statement_to_plan(statement)
