@@ -611,7 +611,11 @@ impl TableProvider for DeltaTable {
             .collect();
         let physical_field = |i: usize| {
             let c = &self.columns[i];
-            Arc::new(Field::new(&c.physical, c.field.data_type().clone(), true))
+            Arc::new(Field::new(
+                &c.physical,
+                c.field.data_type().clone(),
+                c.field.is_nullable(),
+            ))
         };
         let table_schema = TableSchema::builder(Arc::new(Schema::new(
             file_columns
@@ -675,6 +679,17 @@ impl TableProvider for DeltaTable {
                 .with_partition_values(values),
             );
         }
+        let logical: Vec<usize> = projection
+            .cloned()
+            .unwrap_or_else(|| (0..self.columns.len()).collect());
+        if partitioned.is_empty() {
+            // No file can match (or the snapshot has none): one partition of no rows, as
+            // DataFusion plans an empty listing.
+            let schema = Arc::new(self.schema.project(&logical)?);
+            return Ok(Arc::new(datafusion::physical_plan::empty::EmptyExec::new(
+                schema,
+            )));
+        }
         let config = state.config_options();
         let tasks = config.execution.target_partitions.max(1);
         let all = FileGroup::new(partitioned);
@@ -685,9 +700,6 @@ impl TableProvider for DeltaTable {
             .repartition_file_groups(std::slice::from_ref(&all))
             .unwrap_or_else(|| vec![all]);
 
-        let logical: Vec<usize> = projection
-            .cloned()
-            .unwrap_or_else(|| (0..self.columns.len()).collect());
         let scan = FileScanConfigBuilder::new(self.store_url.clone(), Arc::new(source))
             .with_file_groups(groups)
             .with_projection_indices(Some(logical.iter().map(|&i| scan_index(i)).collect()))?

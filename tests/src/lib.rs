@@ -1,9 +1,10 @@
 //! Helpers for the end-to-end tests: the local AWS stack (started and stopped around a
 //! test), clients configured for it, DataFusion's sqllogictest suite run through the
 //! engine ([`slt`]), the job store's specification ([`conformance`]), and what cargo
-//! resolves for the workspace ([`cargo_tree`]).
+//! resolves for the workspace ([`cargo_tree`]), the Delta Lake fixtures ([`delta`]).
 
 pub mod conformance;
+pub mod delta;
 pub mod slt;
 pub mod stack;
 pub mod workload;

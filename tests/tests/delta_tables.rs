@@ -6,30 +6,14 @@
 //! travel, the snapshot a query keeps while the table is committed to, and the errors a
 //! user meets are checked here too.
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
 use datafusion::prelude::SessionContext;
 use lambdafusion::EngineConfig;
 use lambdafusion_embedded::{Embedded, EmbeddedOptions};
-
-/// Writes the fixtures under `dir` (see `tests/delta/fixtures.py`); returns cases.json.
-fn fixtures(dir: &Path) -> serde_json::Value {
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("delta/fixtures.py");
-    let out = std::process::Command::new(lambdafusion_tests::test_python("the Delta tests"))
-        .arg(&script)
-        .arg(dir)
-        .output()
-        .expect("python runs");
-    assert!(
-        out.status.success(),
-        "{} failed:\n{}",
-        script.display(),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    serde_json::from_slice(&std::fs::read(dir.join("cases.json")).unwrap()).unwrap()
-}
+use lambdafusion_tests::delta::Fixtures;
 
 async fn engine(
     config: EngineConfig,
@@ -56,53 +40,36 @@ fn split_everything() -> EngineConfig {
         .with_max_tasks_per_stage(6)
 }
 
-async fn register(engine: &Embedded, cases: &serde_json::Value) {
-    for (name, location) in cases["tables"].as_object().unwrap() {
-        let location = location.as_str().unwrap();
+async fn register(engine: &Embedded, fixtures: &Fixtures) {
+    for (name, location) in &fixtures.tables {
         engine
             .sql(&format!(
-                "CREATE EXTERNAL TABLE {name} STORED AS DELTA LOCATION '{location}'"
+                "CREATE EXTERNAL TABLE {name} STORED AS DELTA LOCATION '{}'",
+                location.display()
             ))
             .await
-            .unwrap_or_else(|e| panic!("registering {name} at {location}: {e}"));
+            .unwrap_or_else(|e| panic!("registering {name}: {e}"));
     }
-}
-
-async fn expected(dir: &Path, name: &str) -> Vec<datafusion::arrow::array::RecordBatch> {
-    let path: PathBuf = dir.join("expected").join(format!("{name}.parquet"));
-    SessionContext::new()
-        .read_parquet(path.display().to_string(), Default::default())
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn delta_tables_answer_as_their_writer_reads_them() {
     let dir = tempfile::tempdir().unwrap();
-    let cases = fixtures(dir.path());
+    let fixtures = Fixtures::write(dir.path());
     let engine = engine(split_everything(), dir.path(), Default::default()).await;
-    register(&engine, &cases).await;
+    register(&engine, &fixtures).await;
     let mut failures = Vec::new();
-    for case in cases["cases"].as_array().unwrap() {
-        let (name, sql) = (
-            case["name"].as_str().unwrap(),
-            case["sql"].as_str().unwrap(),
-        );
-        let want = expected(dir.path(), name).await;
-        match engine.sql(sql).await {
+    for case in &fixtures.cases {
+        let want = fixtures.expected(&case.name).await;
+        match engine.sql(&case.sql).await {
             Ok(out) => {
-                if let Err(e) = lambdafusion_embedded::verify::compare(
-                    &want,
-                    &out.batches,
-                    case["ordered"].as_bool().unwrap(),
-                ) {
-                    failures.push(format!("{name}: {e}\n  {sql}"));
+                if let Err(e) =
+                    lambdafusion_embedded::verify::compare(&want, &out.batches, case.ordered)
+                {
+                    failures.push(format!("{}: {e}\n  {}", case.name, case.sql));
                 }
             }
-            Err(e) => failures.push(format!("{name}: {e}\n  {sql}")),
+            Err(e) => failures.push(format!("{}: {e}\n  {}", case.name, case.sql)),
         }
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
@@ -132,7 +99,7 @@ async fn delta_tables_answer_as_their_writer_reads_them() {
 async fn a_query_keeps_its_snapshot_while_the_table_is_committed_to() {
     use lambdafusion::faults::{FaultPlan, Faults};
     let dir = tempfile::tempdir().unwrap();
-    let cases = fixtures(dir.path());
+    let fixtures = Fixtures::write(dir.path());
     // Every task of the scan waits 2 s more than it takes: the commit lands meanwhile.
     let slow = r#"{"faults": {"executor.slow_task": {"factor": 1, "ms": 2000}}}"#;
     let mut config = split_everything();
@@ -143,7 +110,7 @@ async fn a_query_keeps_its_snapshot_while_the_table_is_committed_to() {
         Faults::in_process(FaultPlan::parse(slow).unwrap()),
     )
     .await;
-    register(&engine, &cases).await;
+    register(&engine, &fixtures).await;
     let sql = "SELECT count(*) AS n, sum(amount) AS total FROM events";
     let id = engine.submit(sql).await.unwrap();
     let events = dir.path().join("events");
@@ -164,12 +131,8 @@ async fn a_query_keeps_its_snapshot_while_the_table_is_committed_to() {
         .finish(&id, Duration::from_secs(120), |_| {})
         .await
         .unwrap();
-    lambdafusion_embedded::verify::compare(
-        &expected(dir.path(), "count").await,
-        &out.batches,
-        false,
-    )
-    .unwrap();
+    lambdafusion_embedded::verify::compare(&fixtures.expected("count").await, &out.batches, false)
+        .unwrap();
     // The next query plans the new version: nothing is left.
     let after = engine.sql(sql).await.unwrap();
     assert_eq!(
@@ -287,4 +250,147 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
         }
     }
+}
+
+/// TPC-H SF 0.1 stored as Delta tables by deltalake (`tests/delta/tpch_as_delta.py`:
+/// orders and lineitem partitioned, every table written in two commits): the 22 queries,
+/// every stage split into tasks, answer as single-process DataFusion does over the
+/// Parquet files the tables were written from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tpch_as_delta_answers_as_tpch_as_parquet() {
+    use lambdafusion_cli::tpch;
+    let parquet = tempfile::tempdir().unwrap();
+    let delta = tempfile::tempdir().unwrap();
+    tpch::generate(parquet.path(), 0.1, 2, &|_, _| {}).unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("delta/tpch_as_delta.py");
+    let out = std::process::Command::new(lambdafusion_tests::test_python("the Delta tests"))
+        .arg(&script)
+        .arg(parquet.path())
+        .arg(delta.path())
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let config = EngineConfig::default()
+        .with_bytes_per_task(1 << 20)
+        .with_min_scan_bytes_per_task(1)
+        .with_shuffle_bytes_per_task(64 * 1024);
+    let engine = engine(config, delta.path(), Default::default()).await;
+    for table in tpch::TABLES {
+        engine
+            .sql(&format!(
+                "CREATE EXTERNAL TABLE {table} STORED AS DELTA LOCATION '{}'",
+                delta.path().join(table).display()
+            ))
+            .await
+            .unwrap();
+    }
+    let ctx = SessionContext::new();
+    tpch::register_baseline(&ctx, parquet.path()).await.unwrap();
+    let mut failures = Vec::new();
+    for q in 1..=22 {
+        let sql = tpch::query(q);
+        let want = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        match engine.sql(sql).await {
+            Ok(out) => {
+                if let Err(e) =
+                    lambdafusion_embedded::verify::compare(&want, &out.batches, tpch::is_ordered(q))
+                {
+                    failures.push(format!("q{q}: {e}"));
+                }
+            }
+            Err(e) => failures.push(format!("q{q}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Planning over a Delta table of 10,000 files written in 100 commits of 100 files, then
+/// over the same table with a checkpoint: each query's planning time is printed (the
+/// figure docs/tables.md quotes). The files are never read: `EXPLAIN` plans only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a measurement: run with --ignored --nocapture"]
+async fn measure_planning_a_snapshot_of_10000_files() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("big");
+    let log = table.join("_delta_log");
+    std::fs::create_dir_all(&log).unwrap();
+    let schema = serde_json::json!({"type": "struct", "fields": [
+        {"name": "id", "type": "long", "nullable": true, "metadata": {}},
+        {"name": "p", "type": "string", "nullable": true, "metadata": {}}]});
+    let first = [
+        serde_json::json!({"protocol": {"minReaderVersion": 1, "minWriterVersion": 2}}),
+        serde_json::json!({"metaData": {"id": "big", "format": {"provider": "parquet", "options": {}},
+            "schemaString": schema.to_string(), "partitionColumns": ["p"],
+            "configuration": {}, "createdTime": 0}}),
+    ];
+    let line = |v: &serde_json::Value| format!("{v}\n");
+    std::fs::write(
+        log.join(format!("{:020}.json", 0)),
+        first.iter().map(line).collect::<String>(),
+    )
+    .unwrap();
+    for commit in 1..=100u64 {
+        let adds: String = (0..100u64)
+            .map(|i| {
+                let n = (commit - 1) * 100 + i;
+                let stats = serde_json::json!({"numRecords": 1000,
+                    "minValues": {"id": n * 1000}, "maxValues": {"id": n * 1000 + 999},
+                    "nullCount": {"id": 0}});
+                line(&serde_json::json!({"add": {
+                    "path": format!("p={}/part-{n:05}.parquet", n % 10),
+                    "partitionValues": {"p": (n % 10).to_string()}, "size": 8_000_000,
+                    "modificationTime": 0, "dataChange": true, "stats": stats.to_string()}}))
+            })
+            .collect();
+        std::fs::write(log.join(format!("{commit:020}.json")), adds).unwrap();
+    }
+    let engine = engine(EngineConfig::default(), dir.path(), Default::default()).await;
+    engine
+        .sql(&format!(
+            "CREATE EXTERNAL TABLE big STORED AS DELTA LOCATION '{}'",
+            table.display()
+        ))
+        .await
+        .unwrap();
+    let queries = [
+        ("all 10,000 files", "EXPLAIN SELECT count(*) FROM big"),
+        (
+            "5% skipped in",
+            "EXPLAIN SELECT count(*) FROM big WHERE id < 500000",
+        ),
+        (
+            "one partition",
+            "EXPLAIN SELECT count(*) FROM big WHERE p = '3'",
+        ),
+    ];
+    let measure = |label: &'static str| {
+        let engine = engine.clone();
+        async move {
+            for (what, sql) in queries {
+                let mut times = Vec::new();
+                for _ in 0..3 {
+                    let started = std::time::Instant::now();
+                    engine.sql(sql).await.unwrap();
+                    times.push(started.elapsed().as_millis());
+                }
+                println!("{label}, {what}: planning {times:?} ms");
+            }
+        }
+    };
+    measure("100 commits").await;
+    let checkpoint = std::process::Command::new(lambdafusion_tests::test_python("the Delta tests"))
+        .args(["-c", "import sys; from deltalake import DeltaTable; DeltaTable(sys.argv[1]).create_checkpoint()"])
+        .arg(&table)
+        .output()
+        .unwrap();
+    assert!(
+        checkpoint.status.success(),
+        "{}",
+        String::from_utf8_lossy(&checkpoint.stderr)
+    );
+    measure("checkpointed").await;
 }

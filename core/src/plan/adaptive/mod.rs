@@ -119,15 +119,18 @@ pub fn decide(
     snapshot: &JobSnapshot,
     config: &EngineConfig,
 ) -> Result<StageDecision> {
-    if let Some(decision) = switched_join(stage, snapshot)? {
-        return Ok(decision);
-    }
-    if let Some(input) = stage.combines {
-        return combine(stage, input, snapshot, config);
-    }
-    let sized = size(stage, snapshot, config)?;
-    let sized = switch_join(stage, sized, snapshot, config);
-    let mut decision = fuse_into_consumer(stage, sized, snapshot, config);
+    let mut decision = if let Some(decision) = switched_join(stage, snapshot)? {
+        decision
+    } else if let Some(input) = stage.combines {
+        combine(stage, input, snapshot, config)?
+    } else {
+        let sized = size(stage, snapshot, config)?;
+        let sized = switch_join(stage, sized, snapshot, config);
+        fuse_into_consumer(stage, sized, snapshot, config)
+    };
+    // Every rule's tasks read an input that another stage wrote from there: a switched
+    // join's stage whose own input ran inside a stage before it (chained broadcasts, as
+    // TPC-H q16 over Delta tables found) as much as any other.
     decision.read_from = decision
         .input_tasks
         .iter()

@@ -1,0 +1,104 @@
+//! The Delta Lake fixtures (`tests/delta/fixtures.py`): tables written by the `deltalake`
+//! Python package and by Databricks, and the answers deltalake's own reader gives.
+
+use std::path::{Path, PathBuf};
+
+use datafusion::arrow::array::RecordBatch;
+use datafusion::prelude::SessionContext;
+
+/// One query of the fixtures and whether its row order counts.
+#[derive(Debug, Clone)]
+pub struct Case {
+    /// The name of its expected answer.
+    pub name: String,
+    /// What lambdafusion runs.
+    pub sql: String,
+    /// Whether the answer's row order is part of it.
+    pub ordered: bool,
+}
+
+/// The fixtures written under a directory.
+#[derive(Debug)]
+pub struct Fixtures {
+    /// Where they were written.
+    pub dir: PathBuf,
+    /// Table name -> its directory.
+    pub tables: Vec<(String, PathBuf)>,
+    /// The queries and their answers.
+    pub cases: Vec<Case>,
+}
+
+impl Fixtures {
+    /// Writes the fixtures under `dir` with the test Python.
+    pub fn write(dir: &Path) -> Self {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("delta/fixtures.py");
+        let out = std::process::Command::new(crate::test_python("the Delta tests"))
+            .arg(&script)
+            .arg(dir)
+            .output()
+            .expect("python runs");
+        assert!(
+            out.status.success(),
+            "{} failed:\n{}",
+            script.display(),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let json: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(dir.join("cases.json")).unwrap()).unwrap();
+        Self {
+            dir: dir.to_path_buf(),
+            tables: json["tables"]
+                .as_object()
+                .unwrap()
+                .iter()
+                .map(|(name, path)| (name.clone(), PathBuf::from(path.as_str().unwrap())))
+                .collect(),
+            cases: json["cases"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|c| Case {
+                    name: c["name"].as_str().unwrap().to_string(),
+                    sql: c["sql"].as_str().unwrap().to_string(),
+                    ordered: c["ordered"].as_bool().unwrap(),
+                })
+                .collect(),
+        }
+    }
+
+    /// The answer deltalake's reader gives for case `name`.
+    pub async fn expected(&self, name: &str) -> Vec<RecordBatch> {
+        let path = self.dir.join("expected").join(format!("{name}.parquet"));
+        SessionContext::new()
+            .read_parquet(path.display().to_string(), Default::default())
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap()
+    }
+
+    /// Every file of table `name`, relative to its directory.
+    pub fn files(&self, name: &str) -> Vec<(String, PathBuf)> {
+        let root = &self.tables.iter().find(|(n, _)| n == name).unwrap().1;
+        let mut out = Vec::new();
+        let mut stack = vec![root.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else {
+                    let relative = path
+                        .strip_prefix(root)
+                        .unwrap()
+                        .to_string_lossy()
+                        .to_string();
+                    out.push((relative, path));
+                }
+            }
+        }
+        out.sort();
+        out
+    }
+}
