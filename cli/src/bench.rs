@@ -39,6 +39,46 @@ pub struct BenchOptions {
     pub memory_limit: Option<usize>,
     /// Also keep each query's profile for the AWS model ([`crate::model`]).
     pub model: bool,
+    /// What lambdafusion reads: the Parquet files, or their Delta Lake copy under
+    /// `<data>/sf<sf>/delta/` (`scripts/tpch-as-delta`). DataFusion reads the Parquet files.
+    pub table_format: TableFormat,
+}
+
+/// The table format lambdafusion reads in a benchmark.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, clap::ValueEnum)]
+pub enum TableFormat {
+    /// The generated Parquet files.
+    #[default]
+    Parquet,
+    /// The Delta Lake copy of them (`scripts/tpch-as-delta`).
+    Delta,
+}
+
+/// The `CREATE EXTERNAL TABLE` statements lambdafusion's tables are made with: the
+/// Parquet files under `dir`, or the Delta tables under `dir/delta/` (an error saying how
+/// to make them when they are missing).
+fn table_statements(dir: &std::path::Path, format: TableFormat) -> Result<Vec<String>, CliError> {
+    match format {
+        TableFormat::Parquet => Ok(tpch::create_statements(&dir.display().to_string())),
+        TableFormat::Delta => tpch::TABLES
+            .iter()
+            .map(|table| {
+                let location = dir.join("delta").join(table);
+                if !location.join("_delta_log").is_dir() {
+                    return Err(CliError::from(format!(
+                        "{} is not a Delta table: write the Delta copy of the data with \
+                         scripts/tpch-as-delta {}",
+                        location.display(),
+                        dir.display()
+                    )));
+                }
+                Ok(format!(
+                    "CREATE EXTERNAL TABLE {table} STORED AS DELTA LOCATION '{}'",
+                    location.display()
+                ))
+            })
+            .collect(),
+    }
 }
 
 /// One query's figures.
@@ -316,7 +356,7 @@ async fn start_engine(
         ..EmbeddedOptions::default()
     })
     .await?;
-    for sql in tpch::create_statements(&dir.display().to_string()) {
+    for sql in table_statements(dir, options.table_format)? {
         engine.sql(&sql).await?;
     }
     Ok(engine)
@@ -475,14 +515,18 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
         "TPC-H SF {} — single-process DataFusion vs lambdafusion embedded; each warmed once, \
          then {} run{} each, alternating which goes first; times in ms, ratio of medians\n\
          DataFusion: one process, {} partitions, batch size {}, memory pool {} (fair, spills)\n\
-         lambdafusion: {} function slots, memory {} ({} per task), {} bytes/task, {} shuffle \
-         bytes/task, at most {} tasks/stage, adaptive {}{}\n\n",
+         lambdafusion: {} tables, {} function slots, memory {} ({} per task), {} bytes/task, \
+         {} shuffle bytes/task, at most {} tasks/stage, adaptive {}{}\n\n",
         options.sf,
         options.iterations,
         if options.iterations == 1 { "" } else { "s" },
         datafusion::prelude::SessionConfig::new().target_partitions(),
         datafusion::prelude::SessionConfig::new().batch_size(),
         bytes(engine_memory(options) as u64),
+        match options.table_format {
+            TableFormat::Parquet => "Parquet",
+            TableFormat::Delta => "Delta Lake",
+        },
         options.slots,
         bytes(engine_memory(options) as u64),
         bytes((engine_memory(options) / options.slots.max(1)) as u64),

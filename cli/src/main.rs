@@ -323,6 +323,10 @@ enum BenchCommand {
         /// at submit) and print those times beside the adaptive ones.
         #[arg(long)]
         compare_planned: bool,
+        /// What lambdafusion reads: the Parquet files, or their Delta Lake copy under
+        /// DATA/sf<SF>/delta/ (written by scripts/tpch-as-delta); DataFusion reads Parquet.
+        #[arg(long, value_enum, default_value_t = bench::TableFormat::Parquet)]
+        table_format: bench::TableFormat,
         /// Memory the engine's slots share, in MiB: each task gets an equal part as its
         /// own memory pool and spills past it (default: half the machine's memory).
         #[arg(long)]
@@ -420,6 +424,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                     slots,
                     shuffle_bytes_per_task,
                     compare_planned,
+                    table_format,
                     memory_limit_mb,
                     model,
                     save_profiles,
@@ -457,6 +462,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 compare_planned,
                 memory_limit: memory_limit_mb.map(|mb| mb << 20),
                 model: model.is_some(),
+                table_format,
             };
             let rows = bench::run(&options).await?;
             println!("{}", bench::report(&options, &rows));
