@@ -379,25 +379,45 @@ impl DeltaTable {
     }
 
     /// The object path of a file of the log (a URL-encoded path relative to the table's
-    /// directory, or an absolute URL in the same store).
+    /// directory, or an absolute URL). The log is data a table's writer controls: a file
+    /// must lie inside the table's directory (no `..`, no absolute path elsewhere), or a
+    /// crafted log would read what the caller may not.
     fn object_path(&self, path: &str) -> DfResult<Path> {
         let url = match Url::parse(path) {
             Ok(absolute) => absolute,
             Err(_) => self.root.join(path).map_err(|e| {
                 DataFusionError::Plan(format!(
-                    "Delta table at {}: file {path} is not a valid path: {e}",
+                    "{}: file {path} is not a valid path: {e}",
                     self.location
                 ))
             })?,
         };
-        if store_url(&url)?.as_str() != self.store_url.as_str() {
-            return Err(DataFusionError::Plan(format!(
-                "{}: file {path} lives outside the table's bucket; such tables are not \
-                 supported",
+        inside(&self.root, &url).map_err(|why| {
+            DataFusionError::Plan(format!(
+                "{}: the log names file {path}, {why}",
                 self.location
-            )));
-        }
+            ))
+        })?;
         Path::from_url_path(url.path()).map_err(|e| DataFusionError::External(Box::new(e)))
+    }
+}
+
+/// Checks that `url` lies inside the table directory `root` (a URL ending in `/`).
+fn inside(root: &Url, url: &Url) -> Result<(), String> {
+    let decoded = Path::from_url_path(url.path()).map_err(|e| format!("an invalid path: {e}"))?;
+    let root_path =
+        Path::from_url_path(root.path()).map_err(|e| format!("an invalid root: {e}"))?;
+    let same_store = url.scheme() == root.scheme() && url.authority() == root.authority();
+    let below = decoded
+        .prefix_match(&root_path)
+        .is_some_and(|mut rest| rest.next().is_some());
+    if same_store && below {
+        Ok(())
+    } else {
+        Err(format!(
+            "which lies outside the table's directory {root}: lambdafusion reads only files \
+             inside it"
+        ))
     }
 }
 
@@ -419,6 +439,8 @@ fn nested(data_type: &DataType) -> bool {
 struct DeltaFile {
     path: String,
     size: u64,
+    /// Rows left after deletions, when the log counts them (`numRecords`).
+    live_rows: Option<u64>,
     partition_values: HashMap<String, Option<String>>,
     deletion_vector: Option<Deletions>,
 }
@@ -437,17 +459,26 @@ pub struct Deletions {
 }
 
 impl Deletions {
-    /// The deleted row positions, read through `engine`.
-    fn load(&self, engine: &dyn Engine, root: &Url) -> Result<Vec<u64>, delta_kernel::Error> {
+    fn descriptor(&self) -> Result<DeletionVectorDescriptor, delta_kernel::Error> {
         let storage_type: DeletionVectorStorageType = self.storage_type.parse()?;
-        let descriptor = DeletionVectorDescriptor::try_new(
+        DeletionVectorDescriptor::try_new(
             storage_type,
             self.path_or_inline_dv.clone(),
             self.offset,
             self.size_in_bytes,
             self.cardinality,
-        )?;
-        descriptor.row_indexes(engine.storage_handler(), root)
+        )
+    }
+
+    /// Where the vector is stored (`None`: inline in the log).
+    fn location(&self, root: &Url) -> Result<Option<Url>, delta_kernel::Error> {
+        self.descriptor()?.absolute_path(root)
+    }
+
+    /// The deleted row positions, read through `engine`.
+    fn load(&self, engine: &dyn Engine, root: &Url) -> Result<Vec<u64>, delta_kernel::Error> {
+        self.descriptor()?
+            .row_indexes(engine.storage_handler(), root)
     }
 }
 
@@ -487,6 +518,13 @@ fn read_scan_files(
         };
         files.push(DeltaFile {
             size: sizes.value(row).max(0) as u64,
+            live_rows: rows.map(|n| {
+                n.saturating_sub(
+                    deletion_vector
+                        .as_ref()
+                        .map_or(0, |d| d.cardinality.max(0) as u64),
+                )
+            }),
             partition_values: map_row(partitions, row),
             deletion_vector,
             path,
@@ -666,6 +704,19 @@ impl TableProvider for DeltaTable {
                 })
                 .collect::<DfResult<Vec<_>>>()?;
             if let Some(d) = &file.deletion_vector {
+                if let Some(vector) = d.location(&self.root).map_err(|e| {
+                    DataFusionError::Plan(format!(
+                        "{}: the deletion vector of {}: {e}",
+                        self.location, file.path
+                    ))
+                })? {
+                    inside(&self.root, &vector).map_err(|why| {
+                        DataFusionError::Plan(format!(
+                            "{}: the deletion vector of {} is {vector}, {why}",
+                            self.location, file.path
+                        ))
+                    })?;
+                }
                 deletions.insert(location.to_string(), d.clone());
             }
             partitioned.push(
@@ -701,6 +752,7 @@ impl TableProvider for DeltaTable {
             .unwrap_or_else(|| vec![all]);
 
         let scan = FileScanConfigBuilder::new(self.store_url.clone(), Arc::new(source))
+            .with_statistics(statistics(&files, &table_schema))
             .with_file_groups(groups)
             .with_projection_indices(Some(logical.iter().map(|&i| scan_index(i)).collect()))?
             .with_limit(limit)
@@ -730,6 +782,20 @@ impl TableProvider for DeltaTable {
         }
         Ok(plan)
     }
+}
+
+/// What the log says of the files' size, for DataFusion's join planning (a small side is
+/// built and broadcast, as for a Parquet table whose footers it read). Inexact: the log's
+/// counts are the writers', and no answer is taken from them.
+fn statistics(files: &[DeltaFile], schema: &TableSchema) -> datafusion::common::Statistics {
+    use datafusion::common::stats::Precision;
+    let mut stats = datafusion::common::Statistics::new_unknown(schema.table_schema());
+    let rows: Option<u64> = files.iter().map(|f| f.live_rows).sum();
+    if let Some(rows) = rows {
+        stats.num_rows = Precision::Inexact(rows as usize);
+    }
+    stats.total_byte_size = Precision::Inexact(files.iter().map(|f| f.size as usize).sum());
+    stats
 }
 
 /// The filters the kernel can skip files with: conjuncts of comparisons between a column
@@ -1082,6 +1148,26 @@ mod tests {
             ScalarValue::Int32(None)
         );
         assert!(partition_value(Some("x"), &DataType::Int32).is_err());
+    }
+
+    #[test]
+    fn only_files_inside_the_table_directory_are_read() {
+        let root = table_root("s3://b/t").unwrap();
+        let ok = |u: &str| inside(&root, &Url::parse(u).unwrap()).is_ok();
+        assert!(ok("s3://b/t/part-0.parquet"));
+        assert!(ok("s3://b/t/p=1/part%20x.parquet"));
+        assert!(ok(root.join("p=1/x.parquet").unwrap().as_str()));
+        // Dot segments are resolved before the check; other buckets and schemes refused.
+        assert!(!ok(root.join("../secret/x.parquet").unwrap().as_str()));
+        assert!(!ok(root.join("p=1/../../x.parquet").unwrap().as_str()));
+        assert!(!ok("s3://b/t2/x.parquet"));
+        assert!(!ok("s3://b/t"));
+        assert!(!ok("s3://b/t/"));
+        assert!(!ok("s3://other/t/x.parquet"));
+        assert!(!ok("file:///t/x.parquet"));
+        let local = table_root("/data/t").unwrap();
+        assert!(inside(&local, &Url::parse("file:///etc/passwd").unwrap()).is_err());
+        assert!(inside(&local, &Url::parse("file:///data/t/x.parquet").unwrap()).is_ok());
     }
 
     #[test]

@@ -102,3 +102,21 @@ impl Fixtures {
         out
     }
 }
+
+/// Calls `DeltaTable(<table>).<call>` with the deltalake package (`delete()`,
+/// `create_checkpoint()`...): a commit by the tool teams use, from a test.
+pub fn deltalake(table: &Path, call: &str) {
+    let script =
+        format!("import sys; from deltalake import DeltaTable; DeltaTable(sys.argv[1]).{call}");
+    let out = std::process::Command::new(crate::test_python("the Delta tests"))
+        .args(["-c", &script])
+        .arg(table)
+        .output()
+        .expect("python runs");
+    assert!(
+        out.status.success(),
+        "deltalake {call} on {}: {}",
+        table.display(),
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

@@ -114,19 +114,7 @@ async fn a_query_keeps_its_snapshot_while_the_table_is_committed_to() {
     let sql = "SELECT count(*) AS n, sum(amount) AS total FROM events";
     let id = engine.submit(sql).await.unwrap();
     let events = dir.path().join("events");
-    let deleted = std::process::Command::new(lambdafusion_tests::test_python("the Delta tests"))
-        .args([
-            "-c",
-            "import sys; from deltalake import DeltaTable; DeltaTable(sys.argv[1]).delete()",
-        ])
-        .arg(&events)
-        .output()
-        .unwrap();
-    assert!(
-        deleted.status.success(),
-        "{}",
-        String::from_utf8_lossy(&deleted.stderr)
-    );
+    lambdafusion_tests::delta::deltalake(&events, "delete()");
     let out = engine
         .finish(&id, Duration::from_secs(120), |_| {})
         .await
@@ -200,6 +188,50 @@ async fn delta_errors_name_the_table_and_the_reason() {
         e.contains("Delta table t at") && e.contains("futureFeature"),
         "{e}"
     );
+    std::fs::remove_file(&log).unwrap();
+    // A crafted log naming files outside the table's directory: a path climbing out of
+    // it, an absolute path elsewhere, a deletion vector stored elsewhere. Each is refused
+    // at planning, nothing read (the files exist and are allowed locations otherwise).
+    std::fs::copy(
+        std::fs::read_dir(&table)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .find(|p| p.extension().is_some_and(|e| e == "parquet"))
+            .unwrap(),
+        dir.path().join("outside.parquet"),
+    )
+    .unwrap();
+    let add = |path: &str, dv: &str| {
+        format!(
+            r#"{{"add":{{"path":"{path}","partitionValues":{{}},"size":635,"modificationTime":0,"dataChange":true,"stats":"{{\"numRecords\":10}}"{dv}}}}}"#
+        )
+    };
+    let outside = dir.path().join("outside.parquet");
+    for (entry, why) in [
+        (add("../outside.parquet", ""), "../outside.parquet"),
+        (
+            add(&format!("file://{}", outside.display()), ""),
+            "outside.parquet",
+        ),
+        (add("/etc/hosts", ""), "/etc/hosts"),
+        (
+            add(
+                "extra.parquet",
+                &format!(
+                    r#","deletionVector":{{"storageType":"p","pathOrInlineDv":"file://{}","offset":1,"sizeInBytes":36,"cardinality":2}}"#,
+                    outside.display()
+                ),
+            ),
+            "deletion vector",
+        ),
+    ] {
+        std::fs::write(&log, format!("{entry}\n")).unwrap();
+        let e = refused(engine.sql("SELECT count(*) FROM t").await);
+        assert!(
+            e.contains("outside the table's directory") && e.contains(why),
+            "{entry}: {e}"
+        );
+    }
     std::fs::remove_file(&log).unwrap();
     // Versions that do not exist, and time travel on a table that is not Delta.
     let e = refused(engine.sql("SELECT * FROM t VERSION AS OF 9").await);
@@ -382,15 +414,6 @@ async fn measure_planning_a_snapshot_of_10000_files() {
         }
     };
     measure("100 commits").await;
-    let checkpoint = std::process::Command::new(lambdafusion_tests::test_python("the Delta tests"))
-        .args(["-c", "import sys; from deltalake import DeltaTable; DeltaTable(sys.argv[1]).create_checkpoint()"])
-        .arg(&table)
-        .output()
-        .unwrap();
-    assert!(
-        checkpoint.status.success(),
-        "{}",
-        String::from_utf8_lossy(&checkpoint.stderr)
-    );
+    lambdafusion_tests::delta::deltalake(&table, "create_checkpoint()");
     measure("checkpointed").await;
 }
