@@ -24,7 +24,16 @@ use crate::{Error, Result};
 /// deep (DataFusion's `sql_parser.recursion_limit`), and rewrites its versioned table
 /// references (see the module docs).
 pub fn parse(sql: &str, recursion_limit: usize) -> Result<DfStatement> {
-    let dialect = TimeTravelDialect;
+    // Only where the text has an `AS OF`: the clauses' keywords (`AT`, `BEFORE`,
+    // `CHANGES`) would otherwise no longer be read as a table's alias (`FROM t at`).
+    let words = sql
+        .split_whitespace()
+        .collect::<Vec<_>>()
+        .join(" ")
+        .to_uppercase();
+    let dialect = TimeTravelDialect {
+        versions: words.contains("AS OF"),
+    };
     let mut statements = DFParserBuilder::new(sql)
         .with_dialect(&dialect)
         .with_recursion_limit(recursion_limit)
@@ -143,7 +152,10 @@ fn version_of(clause: &TableVersion) -> Result<Version> {
 /// `FOR SYSTEM_TIME AS OF` after a table name. It reports itself as the generic dialect,
 /// so that the parser's dialect checks treat it as one.
 #[derive(Debug, Default, Clone, Copy)]
-pub struct TimeTravelDialect;
+pub struct TimeTravelDialect {
+    /// Whether the clauses are parsed (else exactly the generic dialect).
+    pub versions: bool,
+}
 
 impl Dialect for TimeTravelDialect {
     fn dialect(&self) -> TypeId {
@@ -151,7 +163,7 @@ impl Dialect for TimeTravelDialect {
     }
 
     fn supports_table_versioning(&self) -> bool {
-        true
+        self.versions
     }
 
     fn is_delimited_identifier_start(&self, ch: char) -> bool {
