@@ -344,11 +344,6 @@ impl DeltaTable {
         })
     }
 
-    /// The snapshot's version.
-    pub fn version(&self) -> u64 {
-        self.snapshot.version()
-    }
-
     /// The files of the snapshot that `predicate` may match (data skipping).
     async fn files(&self, predicate: Option<Predicate>) -> DfResult<Vec<DeltaFile>> {
         let snapshot = self.snapshot.clone();
@@ -989,12 +984,7 @@ impl ExecutionPlan for DeletionVectorExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        if !children.is_empty() {
-            return Err(DataFusionError::Internal(
-                "DeletionVectorExec has no children".into(),
-            ));
-        }
-        Ok(self)
+        crate::plan::no_children("DeletionVectorExec", self, children)
     }
 
     fn partition_statistics(

@@ -31,18 +31,7 @@ pub struct Fixtures {
 impl Fixtures {
     /// Writes the fixtures under `dir` with the test Python.
     pub fn write(dir: &Path) -> Self {
-        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("delta/fixtures.py");
-        let out = std::process::Command::new(crate::test_python("the Delta tests"))
-            .arg(&script)
-            .arg(dir)
-            .output()
-            .expect("python runs");
-        assert!(
-            out.status.success(),
-            "{} failed:\n{}",
-            script.display(),
-            String::from_utf8_lossy(&out.stderr)
-        );
+        python(&[script("fixtures.py").as_os_str(), dir.as_os_str()]);
         let json: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.join("cases.json")).unwrap()).unwrap();
         Self {
@@ -106,17 +95,27 @@ impl Fixtures {
 /// Calls `DeltaTable(<table>).<call>` with the deltalake package (`delete()`,
 /// `create_checkpoint()`...): a commit by the tool teams use, from a test.
 pub fn deltalake(table: &Path, call: &str) {
-    let script =
+    let code =
         format!("import sys; from deltalake import DeltaTable; DeltaTable(sys.argv[1]).{call}");
+    python(&["-c".as_ref(), code.as_ref(), table.as_os_str()]);
+}
+
+/// A script of `tests/delta/`.
+pub fn script(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("delta")
+        .join(name)
+}
+
+/// Runs the test Python with `args`; panics with its error output unless it succeeds.
+pub fn python(args: &[&std::ffi::OsStr]) {
     let out = std::process::Command::new(crate::test_python("the Delta tests"))
-        .args(["-c", &script])
-        .arg(table)
+        .args(args)
         .output()
         .expect("python runs");
     assert!(
         out.status.success(),
-        "deltalake {call} on {}: {}",
-        table.display(),
+        "python {args:?} failed:\n{}",
         String::from_utf8_lossy(&out.stderr)
     );
 }

@@ -294,18 +294,11 @@ async fn tpch_as_delta_answers_as_tpch_as_parquet() {
     let parquet = tempfile::tempdir().unwrap();
     let delta = tempfile::tempdir().unwrap();
     tpch::generate(parquet.path(), 0.1, 2, &|_, _| {}).unwrap();
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("delta/tpch_as_delta.py");
-    let out = std::process::Command::new(lambdafusion_tests::test_python("the Delta tests"))
-        .arg(&script)
-        .arg(parquet.path())
-        .arg(delta.path())
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    lambdafusion_tests::delta::python(&[
+        lambdafusion_tests::delta::script("tpch_as_delta.py").as_os_str(),
+        parquet.path().as_os_str(),
+        delta.path().as_os_str(),
+    ]);
     let config = EngineConfig::default()
         .with_bytes_per_task(1 << 20)
         .with_min_scan_bytes_per_task(1)

@@ -201,6 +201,22 @@ fn refuse_virtual_columns(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
     }
 }
 
+/// `with_new_children` of a node of ours that shows the optimizer no children (`this`,
+/// named `node`): itself, given none; any child is an internal error naming the node.
+pub(crate) fn no_children<T: ExecutionPlan + 'static>(
+    node: &str,
+    this: Arc<T>,
+    children: Vec<Arc<dyn ExecutionPlan>>,
+) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+    if !children.is_empty() {
+        return Err(datafusion::error::DataFusionError::Internal(format!(
+            "{node} has no children to replace, got {}",
+            children.len()
+        )));
+    }
+    Ok(this)
+}
+
 /// The one child a single-input node of ours (`node`) is rebuilt with in
 /// `with_new_children` / `replace_children`; any other number is an internal error naming
 /// the node.

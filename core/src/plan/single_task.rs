@@ -86,12 +86,7 @@ impl ExecutionPlan for SingleTaskExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        if !children.is_empty() {
-            return Err(DataFusionError::Internal(
-                "SingleTaskExec has no children to replace".into(),
-            ));
-        }
-        Ok(self)
+        crate::plan::no_children("SingleTaskExec", self, children)
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
