@@ -477,6 +477,11 @@ mod tests {
             rewritten("SELECT (SELECT max(a) FROM t FOR SYSTEM_TIME AS OF '1970-01-01T00:00:01Z')"),
             "SELECT (SELECT max(a) FROM \"t@t1000\")"
         );
+        // Inside EXPLAIN and a CTE alike.
+        assert_eq!(
+            rewritten("EXPLAIN WITH x AS (SELECT * FROM t VERSION AS OF 1) SELECT * FROM x"),
+            "EXPLAIN WITH x AS (SELECT * FROM \"t@v1\") SELECT * FROM x"
+        );
         // Without a clause nothing changes, aliases named like keywords included.
         assert_eq!(
             rewritten("SELECT * FROM t AS version"),
