@@ -1,8 +1,8 @@
 //! The contract between the code and its deployment: every environment variable the two
 //! functions read and every AWS API action they call, per function.
 //!
-//! `infra/terraform` is held against these lists by `tests/tests/terraform_contract.rs`,
-//! and the lists are held against the code by `tests/tests/iam_contract.rs` (which job
+//! `infra/terraform` is held against these lists by `tests/tests/end_to_end/terraform_contract.rs`,
+//! and the lists are held against the code by `tests/tests/end_to_end/iam_contract.rs` (which job
 //! store operations each function performs, and which DynamoDB actions each needs) and
 //! by `contract_tests` in `store/actions.rs` (every SDK call of the store maps to a listed action), so
 //! the IAM policy cannot drift from the code in either direction.

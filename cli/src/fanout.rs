@@ -8,7 +8,7 @@
 //! Embedded, invocations cost microseconds, dispatchers run on the engine's control
 //! plane (not queued behind the tasks), and every task up to [`MAX_SLOTS`] gets a slot
 //! of its own, so the last invocation accepted is the engine's own dispatch work. On the
-//! local AWS stack (`measure_fanout` in `tests/tests/aws_local.rs`) every invocation goes
+//! local AWS stack (`measure_fanout` in `tests/tests/end_to_end/aws_local.rs`) every invocation goes
 //! through the emulated Invoke API with AWS's latency, so the tree's effect shows; there
 //! the task starts wait for the stack's few execution environments, and the figure to
 //! read is the last invocation accepted.

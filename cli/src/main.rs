@@ -361,7 +361,7 @@ enum BenchCommand {
     },
     /// How fast a wide stage starts: the time from its claim to its last task start,
     /// through the invocation tree and sent directly (embedded; the local AWS stack's run
-    /// is `cargo test --workspace --test aws_local -- --ignored measure_fanout`).
+    /// is `cargo test --workspace --test end_to_end aws_local::measure_fanout -- --ignored`).
     Fanout {
         /// Comma-separated task counts of the wide stage.
         #[arg(long, value_delimiter = ',', default_value = "100,1000,5000")]

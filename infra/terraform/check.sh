@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
 # Static checks of the Terraform (the offline init/validate/plan with the locked provider is
-# tests/tests/terraform_plan.rs):
+# tests/tests/end_to_end/terraform_plan.rs):
 #   1. terraform fmt -check -recursive infra/terraform   (skipped if terraform is missing)
 #   2. checkov on infra/terraform, from the venv in $VENV (default <repo>/.venv)
 # The third check, the contract test, is Rust:
-#   cargo test -p lambdafusion-tests --test terraform_contract
+#   cargo test --workspace --test end_to_end terraform_contract::
 #
 # Usage: infra/terraform/check.sh        (from anywhere; VENV=/path/to/venv to override)
 set -euo pipefail

@@ -1,5 +1,5 @@
 """Delta Lake tables written the way teams write them from Python, and the answers the
-writer's own reader gives, for tests/tests/delta_tables.rs.
+writer's own reader gives, for tests/tests/end_to_end/delta_tables.rs.
 
     fixtures.py <out dir>
 

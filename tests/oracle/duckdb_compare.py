@@ -11,7 +11,7 @@ a relative 1e-6 (DataFusion keeps decimals where DuckDB computes some averages i
 double precision). Prints one line per case and exits 1 on a disagreement not listed
 in KNOWN below, or on a KNOWN one that no longer happens.
 
-Run by `tests/tests/duckdb_oracle.rs` (part of the test suite).
+Run by `tests/tests/end_to_end/duckdb_oracle.rs` (part of the test suite).
 """
 
 import datetime

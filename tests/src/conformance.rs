@@ -9,7 +9,7 @@
 //! [`run_all`] runs every case against one store and returns the names of the cases it
 //! ran; a broken rule panics with a message naming the case and the rule. Every case
 //! uses its own job ids and table names, so one store (even a shared table) serves all.
-//! `tests/tests/store_conformance.rs` runs it on the embedded store,
+//! `tests/tests/end_to_end/store_conformance.rs` runs it on the embedded store,
 //! `tests/tests/store_on_the_stack.rs` on DynamoDB (moto, through the local stack's front).
 
 use futures::future::join_all;
@@ -169,7 +169,7 @@ pub async fn run_all(store: &dyn JobStore) -> Vec<&'static str> {
 pub type Case = for<'a> fn(&'a dyn JobStore) -> futures::future::BoxFuture<'a, ()>;
 
 /// Every case, by name, in the order [`run_all`] runs them. A `pub async fn` of this
-/// module missing here is caught by `tests/tests/store_conformance.rs`.
+/// module missing here is caught by `tests/tests/end_to_end/store_conformance.rs`.
 pub const CASES: &[(&str, Case)] = &[
     ("jobs_are_created_once", |s| {
         Box::pin(jobs_are_created_once(s))

@@ -3,7 +3,7 @@
 
 /// The DynamoDB actions each [`JobStore`] operation of [`DynamoDbJobStore`] performs —
 /// what the IAM policy of a function calling it must allow. (Transactions count as the
-/// actions of their parts.) `tests/tests/iam_contract.rs` records which operations each
+/// actions of their parts.) `tests/tests/end_to_end/iam_contract.rs` records which operations each
 /// function performs and holds the result against [`crate::contract`].
 pub fn actions_of(operation: &str) -> &'static [&'static str] {
     match operation {

@@ -115,7 +115,7 @@ impl FromStr for Address {
 }
 
 /// A Terraform module as written: its variables, locals and resources (the local stack
-/// evaluates them; `tests/tests/terraform_contract.rs` reads them as written). Terraform
+/// evaluates them; `tests/tests/end_to_end/terraform_contract.rs` reads them as written). Terraform
 /// merges every `.tf` file of a directory into one module; so does this.
 #[derive(Debug, Clone)]
 pub struct Module {

@@ -1,6 +1,6 @@
 # Alarms and a dashboard: what can go wrong without any query noticing. Every alarm
 # notifies var.alarm_actions (SNS topic ARNs) and, with alarm_email, a topic of the
-# module's own. tests/tests/terraform_plan.rs holds each alarm to its metric and resource.
+# module's own. tests/tests/end_to_end/terraform_plan.rs holds each alarm to its metric and resource.
 
 locals {
   alarm_actions = concat(var.alarm_actions, aws_sns_topic.alarms[*].arn)

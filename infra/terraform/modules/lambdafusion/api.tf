@@ -10,7 +10,7 @@ locals {
   # Every path the router serves needs a route: an HTTP API answers 404 {"message":"Not
   # Found"} for a request no route matches, before any Lambda runs. `ANY /v1/{proxy+}` is
   # greedy (it takes /v1/queries/{id}/result, /v1/openapi.json, ...) but does not match
-  # /health or /, which are routes of their own. tests/tests/terraform_contract.rs checks
+  # /health or /, which are routes of their own. tests/tests/end_to_end/terraform_contract.rs checks
   # these keys against the router's OpenAPI document, path by path and method by method.
   # The value: whether the route is one of the console's data-free ones (the page, its
   # script and style, liveness) that public_console_routes may open.

@@ -1,5 +1,5 @@
 # The two functions. Runtime, handler, architecture and every environment variable name
-# come from aws/src/contract.rs; tests/tests/terraform_contract.rs holds this file to it.
+# come from aws/src/contract.rs; tests/tests/end_to_end/terraform_contract.rs holds this file to it.
 
 locals {
   # Names are known before the functions exist, so each function can name the other in its
@@ -20,7 +20,7 @@ locals {
   )
 
   # The tasks a stage may have: the variable, or the code's default (EngineConfig's
-  # max_tasks_per_stage; tests/tests/terraform_contract.rs holds the two equal).
+  # max_tasks_per_stage; tests/tests/end_to_end/terraform_contract.rs holds the two equal).
   code_default_max_tasks_per_stage = 1000
   max_tasks_per_stage              = coalesce(var.max_tasks_per_stage, local.code_default_max_tasks_per_stage)
 

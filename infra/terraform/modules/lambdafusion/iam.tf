@@ -1,5 +1,5 @@
 # One role per function, each with exactly the actions aws/src/contract.rs lists for it, on
-# exactly the resources they are called on. tests/tests/terraform_contract.rs compares these
+# exactly the resources they are called on. tests/tests/end_to_end/terraform_contract.rs compares these
 # statements with the contract (sets equal, in both directions). Where the contract lists no
 # action for a role on a resource, the role has no statement for it at all (the executor
 # never lists the shuffle bucket or the data buckets, so it has no s3:ListBucket).
@@ -20,7 +20,7 @@
 # Active-traced function (X-Ray), an event-source mapping (the stream reads and the
 # on-failure queue) and an async destination (lambda:InvokeFunction on the target). A
 # role alone is not enough: each of those resources depends_on the aws_iam_role_policy
-# that grants what is checked (tests/tests/terraform_contract.rs holds these edges):
+# that grants what is checked (tests/tests/end_to_end/terraform_contract.rs holds these edges):
 #
 #   scheduler function      <- scheduler_runtime  (poison queue, X-Ray, logs)
 #   executor function       <- executor_runtime   (X-Ray, logs)

@@ -11,7 +11,7 @@ async fn the_embedded_store_follows_the_specification() {
     let cases = conformance::run_all(&store).await;
     // Every public case of the specification is registered (and so ran): the module's
     // `pub async fn`s but `run_all` itself.
-    let source = include_str!("../src/conformance.rs");
+    let source = include_str!("../../src/conformance.rs");
     let mut written: Vec<&str> = source
         .lines()
         .filter_map(|l| l.strip_prefix("pub async fn "))

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-mod common;
+use crate::common;
 
 use common::{reference, write_tables};
 use lambdafusion::EngineConfig;

@@ -349,7 +349,7 @@ fn percentile(values: &mut [u64], p: f64) -> u64 {
 /// Runs the TPC-H queries twice — fast path on, then off — and prints the hand-off
 /// latency (last commit of a stage's inputs to its first task start) and the requests
 /// each task made. A measurement, not an assertion: run it with
-/// `cargo test --workspace --test aws_local -- --ignored --nocapture`.
+/// `cargo test --workspace --test end_to_end aws_local:: -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn measure_stage_handoff() {
@@ -635,7 +635,7 @@ impl Drop for Console {
 /// 1 MiB of input (`LAMBDAFUSION_BYTES_PER_TASK=1048576`), one query at a time, each
 /// result checked against DataFusion. Prints per query the tasks, the time and moto's
 /// memory after it. A measurement, not an assertion on time: run it with
-/// `cargo test --workspace --test aws_local measure_a_real_workload -- --ignored
+/// `cargo test --workspace --test end_to_end aws_local::measure_a_real_workload -- --ignored
 /// --nocapture` (`WORKLOAD_QUERIES=1,3,6` for another list; default the six, then
 /// six more).
 #[test]
@@ -685,7 +685,7 @@ fn measure_a_real_workload() {
 /// `lambdafusion bench fanout` prints. The task starts wait for the stack's execution
 /// environments (`EXECUTOR_INSTANCES`, 8 here): the figure to read is the last invocation
 /// accepted. A measurement, not an assertion: run it with
-/// `cargo test --workspace --test aws_local -- --ignored measure_fanout --nocapture`.
+/// `cargo test --workspace --test end_to_end aws_local::measure_fanout -- --ignored --nocapture`.
 #[test]
 #[ignore]
 fn measure_fanout() {

@@ -1,8 +1,7 @@
 //! The HTTP API: the happy path in every result format, and every kind of bad input
 //! answered with a clear 4xx (never a 500, never a panic).
 
-#[path = "../../embedded/tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

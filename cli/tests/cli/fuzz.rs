@@ -10,7 +10,7 @@
 //! margin; `fuzz_long` (ignored) is the same for `FUZZ_SECONDS` (default 600):
 //!
 //! ```sh
-//! FUZZ_SECONDS=1800 FUZZ_SEED=7 cargo test --workspace --test fuzz -- --ignored --nocapture
+//! FUZZ_SECONDS=1800 FUZZ_SEED=7 cargo test --workspace --test cli fuzz:: -- --ignored --nocapture
 //! ```
 
 use std::collections::BTreeMap;

@@ -1,6 +1,6 @@
 //! Stage cutting (which exchanges become which edges) and the stage-plan codec.
 
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 

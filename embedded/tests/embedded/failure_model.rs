@@ -3,7 +3,7 @@
 //! classes, sweep isolation and its time budget, a scheduler dying between claim and
 //! dispatch, throttled dispatch, the job deadline, and the embedded engine's bounds.
 
-mod common;
+use crate::common;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};

@@ -1,7 +1,7 @@
 //! `docs/settings.md` lists every engine setting as `core/src/config.rs` declares it: the
 //! table between its markers is produced from `lambdafusion::config::SETTINGS` and must be
 //! what is committed. After changing a setting, `UPDATE_DOCS=1 cargo test --workspace
-//! --test settings_doc` rewrites it.
+//! --test end_to_end settings_doc::` rewrites it.
 
 use std::path::Path;
 
@@ -113,7 +113,7 @@ fn the_settings_page_is_the_declared_table() {
     assert!(
         page == expected,
         "docs/settings.md is not the table core/src/config.rs declares; run \
-         UPDATE_DOCS=1 cargo test --workspace --test settings_doc\n\nexpected:\n{}",
+         UPDATE_DOCS=1 cargo test --workspace --test end_to_end settings_doc::\n\nexpected:\n{}",
         table()
     );
 }

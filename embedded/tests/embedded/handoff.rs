@@ -4,7 +4,7 @@
 //! stage to the moment the next stage's task starts its work. Requests made together
 //! (the claim and the plan read) are one step on that path.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 

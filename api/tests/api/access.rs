@@ -3,8 +3,7 @@
 //! callers see only their own queries; catalog writers; the bearer token; a saturated
 //! engine's 503; the query deadline; a task's memory pool; an incomplete result.
 
-#[path = "../../embedded/tests/common/mod.rs"]
-mod common;
+use crate::common;
 
 use std::sync::Arc;
 use std::time::Duration;

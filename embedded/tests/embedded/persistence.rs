@@ -1,7 +1,7 @@
 //! The embedded engine on a data directory: the catalog and finished results survive a
 //! restart; a job interrupted by the restart is failed with a clear message.
 
-mod common;
+use crate::common;
 
 use std::time::Duration;
 

@@ -3,7 +3,7 @@
 //! attempts (exactly one commit), lost invocations found by the sweep and retried,
 //! the attempt limit, and cancellation.
 
-mod common;
+use crate::common;
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

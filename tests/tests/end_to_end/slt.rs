@@ -5,9 +5,9 @@
 //! files, print their table with:
 //!
 //! ```sh
-//! cargo test --workspace --test slt -- --ignored --nocapture            # all 500-odd files
-//! SLT_FILES=window,joins cargo test --workspace --test slt -- --ignored --nocapture
-//! SLT_FILES=/path/to/mine.slt cargo test --workspace --test slt -- --ignored --nocapture
+//! cargo test --workspace --test end_to_end slt:: -- --ignored --nocapture   # all 500-odd files
+//! SLT_FILES=window,joins cargo test --workspace --test end_to_end slt:: -- --ignored --nocapture
+//! SLT_FILES=/path/to/mine.slt cargo test --workspace --test end_to_end slt:: -- --ignored --nocapture
 //! ```
 
 use std::path::PathBuf;

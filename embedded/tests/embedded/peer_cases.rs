@@ -1,12 +1,12 @@
 //! Cases DataFusion's own sqllogictest suite found wrong or failing through the engine
-//! (`tests/tests/slt.rs`), kept here as the engine's own tests: each runs with every stage
+//! (`tests/tests/end_to_end/slt.rs`), kept here as the engine's own tests: each runs with every stage
 //! split into several tasks and is checked against single-process DataFusion on the
 //! same files — or, where DataFusion refuses, refused likewise.
 
 use std::path::Path;
 use std::sync::Arc;
 
-mod common;
+use crate::common;
 
 use common::{reference, write_tables};
 use lambdafusion::EngineConfig;
