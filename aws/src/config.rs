@@ -50,6 +50,10 @@ pub struct AwsSettings {
     pub scheduler_function: Option<String>,
     /// Engine settings.
     pub engine: EngineConfig,
+    /// The attached Glue databases (`LAMBDAFUSION_GLUE_DATABASES`).
+    pub glue_databases: Vec<String>,
+    /// The Glue database found unqualified (`LAMBDAFUSION_GLUE_DEFAULT_DATABASE`).
+    pub glue_default_database: Option<String>,
 }
 
 impl AwsSettings {
@@ -152,6 +156,8 @@ impl AwsSettings {
             executor_function: get(ENV_EXECUTOR_FUNCTION),
             scheduler_function: get(ENV_SCHEDULER_FUNCTION),
             engine,
+            glue_databases: list(ENV_GLUE_DATABASES),
+            glue_default_database: get(ENV_GLUE_DEFAULT_DATABASE).map(|d| d.trim().to_string()),
         })
     }
 }

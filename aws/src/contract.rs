@@ -31,6 +31,13 @@ pub const ENV_CATALOG_WRITERS: &str = "LAMBDAFUSION_CATALOG_WRITERS";
 /// Longest lifetime of a presigned result download URL, in seconds (optional, default
 /// 900, at most 604800).
 pub const ENV_MAX_PRESIGN_SECS: &str = "LAMBDAFUSION_MAX_PRESIGN_SECS";
+/// Comma-separated Glue databases whose tables queries may read as
+/// `glue.<database>.<table>` (optional, default none); the scheduler's role may call
+/// `glue:GetDatabase`, `GetTable`, `GetTables` and `GetPartitions` on exactly these.
+pub const ENV_GLUE_DATABASES: &str = "LAMBDAFUSION_GLUE_DATABASES";
+/// The Glue database (one of [`ENV_GLUE_DATABASES`]) whose tables are also found
+/// unqualified, after the tables declared with SQL (optional, default none).
+pub const ENV_GLUE_DEFAULT_DATABASE: &str = "LAMBDAFUSION_GLUE_DEFAULT_DATABASE";
 /// The seeded fault plan (JSON or a file path; see `lambdafusion-faults`) — for the
 /// local stack's failure tests only; never set it in a deployment (optional).
 pub const ENV_FAULTS: &str = "LAMBDAFUSION_FAULTS";
@@ -61,6 +68,8 @@ pub const DEPLOYMENT_ENV: &[&str] = &[
     ENV_ADMIN_PRINCIPALS,
     ENV_CATALOG_WRITERS,
     ENV_MAX_PRESIGN_SECS,
+    ENV_GLUE_DATABASES,
+    ENV_GLUE_DEFAULT_DATABASE,
 ];
 
 /// Every variable either function reads (besides the AWS runtime's own, such as
@@ -128,6 +137,11 @@ pub const SCHEDULER_DATA_BUCKET_ACTIONS: &[&str] = &["s3:ListBucket"];
 /// (Terraform `data_kms_key_arns`): S3 decrypts an SSE-KMS object for a GET only when the
 /// caller may `kms:Decrypt` with its key.
 pub const DATA_KEY_ACTIONS: &[&str] = &["kms:Decrypt"];
+/// Glue (scheduler only, and only with attached databases): planning reads a table's
+/// metadata and its partitions, `SHOW TABLES` lists a database's tables. Granted on the
+/// account's catalog, the attached databases and their tables (Glue checks all three).
+pub const SCHEDULER_GLUE_ACTIONS: &[&str] =
+    &["glue:GetTable", "glue:GetTables", "glue:GetPartitions"];
 /// S3 object actions the executor calls on the data buckets (reading its files).
 pub const EXECUTOR_DATA_OBJECT_ACTIONS: &[&str] = &["s3:GetObject"];
 /// S3 bucket actions the executor calls on the data buckets: none, the stage plan names

@@ -18,6 +18,7 @@ pub mod doctor;
 pub mod emf;
 pub mod events;
 pub mod function;
+pub mod glue;
 pub mod invoker;
 pub mod logs;
 pub mod metrics;
@@ -94,6 +95,15 @@ pub async fn services_with(settings: &AwsSettings) -> Result<Services> {
         engine.task_memory_limit = Some((mb as f64 * 1024.0 * 1024.0 * MEMORY_FRACTION) as usize);
     }
     let url = ObjectStoreUrl::parse(format!("s3://{}", settings.bucket))?;
+    let glue = if settings.glue_databases.is_empty() {
+        None
+    } else {
+        Some(lambdafusion::glue::Glue::new(
+            Arc::new(glue::SdkGlue::new(&sdk)),
+            settings.glue_databases.clone(),
+            settings.glue_default_database.clone(),
+        )?)
+    };
     Ok(Services {
         store: Arc::new(store),
         invoker: Arc::new(invoker),
@@ -103,6 +113,7 @@ pub async fn services_with(settings: &AwsSettings) -> Result<Services> {
             prefix: Path::from(settings.prefix.as_str()),
         },
         config: engine,
+        glue,
         presigner: Some(s3::bucket_signer(&settings.bucket)?),
         faults: Default::default(),
         on_job_end: None,

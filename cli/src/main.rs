@@ -94,10 +94,25 @@ struct EngineArgs {
     /// Longest a query may run, in seconds.
     #[arg(long, default_value_t = 3600)]
     max_query_seconds: u64,
+    /// A Glue Data Catalog database whose tables queries may read as
+    /// `glue.<database>.<table>` (repeatable). Glue is reached with the AWS SDK's usual
+    /// settings (region, credentials; `AWS_ENDPOINT_URL_GLUE` for an emulated Glue); its
+    /// tables' locations must still be allowed (`--allow-path`).
+    #[arg(
+        long = "glue-database",
+        value_name = "DB",
+        env = "LAMBDAFUSION_GLUE_DATABASES",
+        value_delimiter = ','
+    )]
+    glue_databases: Vec<String>,
+    /// The attached Glue database whose tables are also found unqualified (after the
+    /// tables created with SQL).
+    #[arg(long, value_name = "DB", env = "LAMBDAFUSION_GLUE_DEFAULT_DATABASE")]
+    glue_default_database: Option<String>,
 }
 
 impl EngineArgs {
-    fn options(&self) -> Result<EmbeddedOptions, CliError> {
+    async fn options(&self) -> Result<EmbeddedOptions, CliError> {
         let defaults = EmbeddedOptions::default();
         let mut config = EngineConfig::default()
             .with_bytes_per_task(self.bytes_per_task)
@@ -112,9 +127,20 @@ impl EngineArgs {
             config = config.with_data_location(resolved.display().to_string());
         }
         let slots = self.slots.unwrap_or(defaults.slots);
+        let glue = if self.glue_databases.is_empty() {
+            None
+        } else {
+            let sdk = lambdafusion_aws::clients::sdk_config().await;
+            Some(lambdafusion::glue::Glue::new(
+                std::sync::Arc::new(lambdafusion_aws::glue::SdkGlue::new(&sdk)),
+                self.glue_databases.clone(),
+                self.glue_default_database.clone(),
+            )?)
+        };
         Ok(EmbeddedOptions {
             data_dir: Some(self.data_dir.clone()),
             config,
+            glue,
             slots,
             max_queued_tasks: self.max_queued_tasks.unwrap_or(slots * 256),
             memory_limit: self.memory_limit_mb.map(|mb| mb * 1024 * 1024),
@@ -258,7 +284,7 @@ impl TargetArgs {
                 Session::Remote(client::Client::new(endpoint).with_token(self.token.clone()))
             }
             None => {
-                let mut options = self.engine.options()?;
+                let mut options = self.engine.options().await?;
                 if let Some(limit) = max_seconds {
                     options.config = options
                         .config
@@ -756,7 +782,7 @@ async fn serve(args: ServeArgs) -> Result<(), CliError> {
         )
         .into());
     }
-    let options = args.engine.options()?;
+    let options = args.engine.options().await?;
     let allowed = options.config.access.data_locations.join(", ");
     let engine = Embedded::start(options).await?;
     let listener = tokio::net::TcpListener::bind(args.bind)

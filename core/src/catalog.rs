@@ -27,6 +27,8 @@ pub struct CatalogSchema {
     state: SessionState,
     /// Checked again at every query: a table created under an older policy is refused.
     access: AccessPolicy,
+    /// The default Glue database, searched for names no declared table has.
+    glue_default: Option<Arc<crate::glue::GlueSchema>>,
 }
 
 impl CatalogSchema {
@@ -46,6 +48,7 @@ impl CatalogSchema {
             tables,
             state,
             access,
+            glue_default: None,
         })
     }
 }
@@ -78,7 +81,10 @@ impl SchemaProvider for CatalogSchema {
                 }
                 Ok(Some(table_provider_at(&self.state, record, version).await?))
             }
-            None => Ok(None),
+            None => match &self.glue_default {
+                Some(glue) if version == crate::delta::Version::Latest => glue.table(name).await,
+                _ => Ok(None),
+            },
         }
     }
 
@@ -88,8 +94,17 @@ impl SchemaProvider for CatalogSchema {
     }
 }
 
-/// Installs the catalog of the services' store as the default schema of `state`.
-pub async fn install(state: &SessionState, services: &Services) -> Result<()> {
+/// Whether a statement may list the catalog's tables (`SHOW TABLES`, `information_schema`):
+/// only then are the attached Glue databases' table names read before planning.
+pub fn lists_tables(sql: &str) -> bool {
+    let lower = sql.to_ascii_lowercase();
+    lower.contains("information_schema") || lower.contains("show")
+}
+
+/// Installs the catalog of the services' store as the default schema of `state`, and the
+/// attached Glue databases as the catalog `glue` ([`crate::glue`]); with `list`, their
+/// table names are read now ([`lists_tables`]).
+pub async fn install(state: &SessionState, services: &Services, list: bool) -> Result<()> {
     // A separate state: resolving tables through the catalog being installed would
     // make the catalog's own DDL planning look itself up.
     let own = SessionStateBuilder::new()
@@ -99,8 +114,13 @@ pub async fn install(state: &SessionState, services: &Services) -> Result<()> {
         .build();
     let mut own = own;
     crate::delta::register(&mut own);
-    let schema =
-        CatalogSchema::load(services.store.as_ref(), own, services.config.access.clone()).await?;
+    let access = &services.config.access;
+    let glue_default = match &services.glue {
+        Some(glue) => crate::glue::install(state, &own, glue, access, list).await?,
+        None => None,
+    };
+    let mut schema = CatalogSchema::load(services.store.as_ref(), own, access.clone()).await?;
+    schema.glue_default = glue_default;
     let options = &state.config().options().catalog;
     let catalog = state
         .catalog_list()

@@ -27,7 +27,7 @@ use datafusion::catalog::{Session, TableProvider, TableProviderFactory};
 use datafusion::common::{Column as DfColumn, DFSchema, ScalarValue};
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::{
-    FileGroup, FileGroupPartitioner, FileScanConfig, FileScanConfigBuilder, ParquetSource,
+    FileGroup, FileScanConfig, FileScanConfigBuilder, ParquetSource,
 };
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::datasource::table_schema::TableSchema;
@@ -736,15 +736,7 @@ impl TableProvider for DeltaTable {
                 schema,
             )));
         }
-        let config = state.config_options();
-        let tasks = config.execution.target_partitions.max(1);
-        let all = FileGroup::new(partitioned);
-        let groups = FileGroupPartitioner::new()
-            .with_target_partitions(tasks)
-            .with_repartition_file_min_size(config.optimizer.repartition_file_min_size)
-            .with_preserve_order_within_groups(false)
-            .repartition_file_groups(std::slice::from_ref(&all))
-            .unwrap_or_else(|| vec![all]);
+        let groups = crate::plan::split_files(state, partitioned, true);
 
         let scan = FileScanConfigBuilder::new(self.store_url.clone(), Arc::new(source))
             .with_statistics(statistics(&files, &table_schema))

@@ -19,6 +19,7 @@ pub mod dispatch;
 pub mod error;
 pub mod executor;
 pub mod faults;
+pub mod glue;
 pub mod plan;
 pub mod requests;
 pub mod results;

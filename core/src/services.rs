@@ -36,6 +36,8 @@ pub struct Services {
     pub shuffle: ShuffleLocation,
     /// Engine settings.
     pub config: EngineConfig,
+    /// The attached Glue databases and their client; `None` when none are attached.
+    pub glue: Option<crate::glue::Glue>,
     /// Presigns URLs to the shuffle store, so clients can download large results from
     /// object storage directly (S3); `None` where there is nothing to presign (embedded).
     pub presigner: Option<Arc<dyn object_store::signer::Signer>>,

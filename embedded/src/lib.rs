@@ -62,6 +62,8 @@ pub struct EmbeddedOptions {
     /// The fault plan the engine's tasks and scheduler steps inject (tests: crashes stay
     /// in the process). None by default.
     pub faults: lambdafusion::faults::Faults,
+    /// The attached Glue databases (`--glue-database`); none by default.
+    pub glue: Option<lambdafusion::glue::Glue>,
 }
 
 impl Default for EmbeddedOptions {
@@ -75,6 +77,7 @@ impl Default for EmbeddedOptions {
             memory_limit: None,
             sweep_interval: Duration::from_secs(5),
             faults: Default::default(),
+            glue: None,
         }
     }
 }
@@ -187,6 +190,7 @@ impl Embedded {
             runtime,
             shuffle,
             config,
+            glue: options.glue.clone(),
             presigner: None,
             faults: options.faults.clone(),
             on_job_end: None,
@@ -342,6 +346,7 @@ pub fn in_memory_services(
         runtime,
         shuffle,
         config,
+        glue: None,
         presigner: None,
         faults: Default::default(),
         on_job_end: None,

@@ -243,6 +243,29 @@ pub(crate) fn file_scan(node: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig
         .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
 }
 
+/// A table's files as the file groups of its scan: one per planned partition
+/// (`target_partitions`, which the planner sizes by bytes). With `ranges`, large files are
+/// split into byte ranges (Parquet); without, whole files are dealt out (compressed text).
+pub(crate) fn split_files(
+    state: &dyn datafusion::catalog::Session,
+    files: Vec<datafusion::datasource::listing::PartitionedFile>,
+    ranges: bool,
+) -> Vec<datafusion::datasource::physical_plan::FileGroup> {
+    use datafusion::datasource::physical_plan::{FileGroup, FileGroupPartitioner};
+    let config = state.config_options();
+    let tasks = config.execution.target_partitions.max(1);
+    let all = FileGroup::new(files);
+    if !ranges {
+        return all.split_files(tasks);
+    }
+    FileGroupPartitioner::new()
+        .with_target_partitions(tasks)
+        .with_repartition_file_min_size(config.optimizer.repartition_file_min_size)
+        .with_preserve_order_within_groups(false)
+        .repartition_file_groups(std::slice::from_ref(&all))
+        .unwrap_or_else(|| vec![all])
+}
+
 /// Bytes the file scans of `plan` read (whole files, or their assigned byte ranges).
 pub fn scan_bytes(plan: &Arc<dyn ExecutionPlan>) -> u64 {
     use datafusion::common::tree_node::TreeNode;

@@ -135,7 +135,7 @@ impl Scheduler {
         // The statement's start time: what now(), current_date() and their kin fold to
         // while planning (unset, they stay functions that cannot run in a task).
         state.mark_start_execution();
-        crate::catalog::install(&state, &self.services).await?;
+        crate::catalog::install(&state, &self.services, crate::catalog::lists_tables(sql)).await?;
         let statement = crate::time_travel::parse(
             sql,
             state.config().options().sql_parser.recursion_limit.get(),

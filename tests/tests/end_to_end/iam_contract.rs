@@ -128,6 +128,7 @@ fn function(
             prefix: Path::from("lambdafusion"),
         },
         config: config.clone(),
+        glue: None,
         presigner: None,
         faults: Default::default(),
         on_job_end: None,

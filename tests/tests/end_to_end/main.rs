@@ -9,6 +9,7 @@ mod aws_local;
 mod delta_tables;
 mod docs;
 mod duckdb_oracle;
+mod glue_tables;
 mod iam_contract;
 mod layering;
 mod settings_doc;

@@ -60,6 +60,8 @@ const DATA_BUCKETS: &str =
 const DATA_OBJECTS: &str =
     r#"[for b in var.data_buckets : "arn:${data.aws_partition.current.partition}:s3:::${b}/*"]"#;
 const DATA_KEYS: &str = "var.data_kms_key_arns";
+/// The account's catalog, the attached databases and their tables.
+const GLUE: &str = r#"concat(["${local.glue_catalog_arn}:catalog"], [for d in var.glue_databases : "${local.glue_catalog_arn}:database/${d}"], [for d in var.glue_databases : "${local.glue_catalog_arn}:table/${d}/*"])"#;
 const POISON_QUEUE: &str = "aws_sqs_queue.poison.arn";
 const SCHEDULER_FN: &str = "aws_lambda_function.scheduler.arn";
 const EXECUTOR_FN: &str = "aws_lambda_function.executor.arn";
@@ -195,6 +197,7 @@ fn contract_with(lists: &ActionLists) -> Contract {
         &[DATA_OBJECTS],
     );
     push_unless_empty(s, "DataKeys", DATA_KEY_ACTIONS, &[DATA_KEYS]);
+    push_unless_empty(s, "GlueCatalog", SCHEDULER_GLUE_ACTIONS, &[GLUE]);
     push_unless_empty(s, "DispatchTasks", &lists.scheduler_lambda, &[EXECUTOR_FN]);
     push_unless_empty(s, "DispatchTree", &lists.scheduler_lambda, &[SCHEDULER_FN]);
 

@@ -333,6 +333,23 @@ fn input_validation_refuses_what_aws_would_refuse_later() {
         err.contains("data_kms_key_arns must be KMS key ARNs"),
         "{err}"
     );
+    // Glue databases by name; a default database among them.
+    example
+        .plan(&[r#"glue_databases=["sales","web"]"#, "glue_default_database=sales"])
+        .unwrap();
+    for (vars, message) in [
+        (
+            [r#"glue_databases=["Sales"]"#, "glue_default_database=null"],
+            "glue_databases must be Glue database names",
+        ),
+        (
+            [r#"glue_databases=["sales"]"#, "glue_default_database=web"],
+            "glue_default_database must be one of glue_databases",
+        ),
+    ] {
+        let err = flat(&example.plan(&vars).unwrap_err());
+        assert!(err.contains(message), "{vars:?}: {err}");
+    }
 }
 
 #[test]

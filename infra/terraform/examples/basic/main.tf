@@ -17,6 +17,9 @@ module "lambdafusion" {
   data_kms_key_arns = var.data_kms_key_arns
   force_destroy     = var.force_destroy
 
+  glue_databases        = var.glue_databases
+  glue_default_database = var.glue_default_database
+
   admin_principals    = var.admin_principals
   catalog_writers     = var.catalog_writers
   max_presign_seconds = var.max_presign_seconds

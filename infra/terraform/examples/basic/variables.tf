@@ -46,6 +46,18 @@ variable "data_kms_key_arns" {
   default     = []
 }
 
+variable "glue_databases" {
+  description = "Glue Data Catalog databases whose tables queries may read as glue.<database>.<table> (read-only access)."
+  type        = list(string)
+  default     = []
+}
+
+variable "glue_default_database" {
+  description = "One of glue_databases whose tables are also found unqualified; null: none."
+  type        = string
+  default     = null
+}
+
 variable "admin_principals" {
   description = "Principals that may read and cancel every caller's queries (see the module)."
   type        = list(string)

@@ -69,6 +69,8 @@ locals {
         LAMBDAFUSION_DATA_BUCKETS             = length(var.data_buckets) > 0 ? join(",", [for b in var.data_buckets : "s3://${b}"]) : null
         LAMBDAFUSION_ADMIN_PRINCIPALS         = length(var.admin_principals) > 0 ? join(",", var.admin_principals) : null
         LAMBDAFUSION_CATALOG_WRITERS          = var.catalog_writers == null ? null : join(",", var.catalog_writers)
+        LAMBDAFUSION_GLUE_DATABASES           = length(var.glue_databases) > 0 ? join(",", var.glue_databases) : null
+        LAMBDAFUSION_GLUE_DEFAULT_DATABASE    = var.glue_default_database
         LAMBDAFUSION_DISPATCH_DEADLINE_SECS   = var.dispatch_deadline_seconds
         LAMBDAFUSION_MAX_SCAN_BYTES_PER_QUERY = var.max_scan_bytes_per_query
         LAMBDAFUSION_MAX_QUERIES_PER_CALLER   = var.max_queries_per_caller

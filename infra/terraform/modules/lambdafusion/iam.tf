@@ -45,6 +45,14 @@ data "aws_partition" "current" {}
 locals {
   data_bucket_arns        = [for b in var.data_buckets : "arn:${data.aws_partition.current.partition}:s3:::${b}"]
   data_bucket_object_arns = [for b in var.data_buckets : "arn:${data.aws_partition.current.partition}:s3:::${b}/*"]
+  # The Glue Data Catalog of this account and region (the account from the job table's ARN:
+  # no sts call, so an offline plan works), the attached databases and their tables.
+  glue_catalog_arn = "arn:${data.aws_partition.current.partition}:glue:${data.aws_region.current.name}:${element(split(":", aws_dynamodb_table.jobs.arn), 4)}"
+  glue_resources = concat(
+    ["${local.glue_catalog_arn}:catalog"],
+    [for d in var.glue_databases : "${local.glue_catalog_arn}:database/${d}"],
+    [for d in var.glue_databases : "${local.glue_catalog_arn}:table/${d}/*"],
+  )
 }
 
 data "aws_iam_policy_document" "lambda_assume_role" {
@@ -170,6 +178,16 @@ data "aws_iam_policy_document" "scheduler" {
       sid       = "DataKeys"
       actions   = ["kms:Decrypt"]
       resources = var.data_kms_key_arns
+    }
+  }
+
+  # Tables of the attached Glue databases: their metadata, partitions and names.
+  dynamic "statement" {
+    for_each = length(var.glue_databases) > 0 ? [1] : []
+    content {
+      sid       = "GlueCatalog"
+      actions   = ["glue:GetTable", "glue:GetTables", "glue:GetPartitions"]
+      resources = local.glue_resources
     }
   }
 

@@ -330,6 +330,28 @@ variable "data_buckets" {
   }
 }
 
+variable "glue_databases" {
+  description = "Glue Data Catalog databases (of this account and region) whose tables queries may read as glue.<database>.<table> (LAMBDAFUSION_GLUE_DATABASES). The scheduler gets glue:GetTable, GetTables and GetPartitions on the catalog, these databases and their tables, nothing else. A table's location (and each partition's) must still be in data_buckets. Empty (the default): no Glue access at all."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for d in var.glue_databases : can(regex("^[a-z0-9_]{1,255}$", d))])
+    error_message = "glue_databases must be Glue database names as Glue stores them: lower-case letters, digits and _."
+  }
+}
+
+variable "glue_default_database" {
+  description = "One of glue_databases whose tables are also found unqualified, after the tables created with SQL (LAMBDAFUSION_GLUE_DEFAULT_DATABASE). Null (the default): Glue tables are always named glue.<database>.<table>."
+  type        = string
+  default     = null
+
+  validation {
+    condition     = var.glue_default_database == null || contains(var.glue_databases, coalesce(var.glue_default_database, "-"))
+    error_message = "glue_default_database must be one of glue_databases."
+  }
+}
+
 variable "data_kms_key_arns" {
   description = "ARNs of the customer-managed KMS keys that encrypt objects in data_buckets (SSE-KMS). Both functions get kms:Decrypt on exactly these keys, nothing else; reading an SSE-KMS object needs it, while SSE-S3 and the AWS-managed aws/s3 key need nothing. Empty (the default) grants no KMS permission."
   type        = list(string)

@@ -1,0 +1,192 @@
+"""Glue Data Catalog fixtures for tests/tests/end_to_end/glue_tables.rs.
+
+Usage: fixtures.py <dir> <glue endpoint>
+
+Writes table files under <dir> with pyarrow (and one Delta table with deltalake), registers
+them in the Glue at <endpoint> (moto) with boto3 the way Athena, crawlers and Spark do,
+and writes <dir>/expected.json: each case's SQL and the answer computed here from the
+rows written, never by lambdafusion.
+"""
+
+import gzip
+import json
+import os
+import sys
+
+import boto3
+import pyarrow as pa
+import pyarrow.parquet as pq
+from deltalake import write_deltalake
+
+root, endpoint = os.path.abspath(sys.argv[1]), sys.argv[2]
+glue = boto3.client(
+    "glue",
+    endpoint_url=endpoint,
+    region_name="us-east-1",
+    aws_access_key_id="test",
+    aws_secret_access_key="test",
+)
+
+PARQUET = {
+    "InputFormat": "org.apache.hadoop.hive.ql.io.parquet.MapredParquetInputFormat",
+    "OutputFormat": "org.apache.hadoop.hive.ql.io.parquet.MapredParquetOutputFormat",
+    "SerdeInfo": {"SerializationLibrary": "org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe"},
+}
+TEXT = {
+    "InputFormat": "org.apache.hadoop.mapred.TextInputFormat",
+    "OutputFormat": "org.apache.hadoop.hive.ql.io.HiveIgnoreKeyTextOutputFormat",
+}
+
+
+def table(database, name, columns, location, storage, partition_keys=(), parameters=None, table_type="EXTERNAL_TABLE"):
+    descriptor = dict(storage)
+    descriptor["Columns"] = [{"Name": n, "Type": t} for n, t in columns]
+    descriptor["Location"] = location
+    glue.create_table(
+        DatabaseName=database,
+        TableInput={
+            "Name": name,
+            "TableType": table_type,
+            "Parameters": parameters or {},
+            "StorageDescriptor": descriptor,
+            "PartitionKeys": [{"Name": n, "Type": t} for n, t in partition_keys],
+        },
+    )
+
+
+def partition(database, name, values, location, storage):
+    descriptor = dict(storage)
+    descriptor["Location"] = location
+    glue.create_partition(
+        DatabaseName=database,
+        TableName=name,
+        PartitionInput={"Values": [str(v) for v in values], "StorageDescriptor": descriptor},
+    )
+
+
+def directory(*parts):
+    path = os.path.join(root, *parts)
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+for database in ["sales", "web"]:
+    glue.create_database(DatabaseInput={"Name": database})
+
+cases = []
+
+
+def case(name, sql, rows):
+    cases.append({"name": name, "sql": sql, "rows": rows})
+
+
+# --- orders: Parquet, partitioned by region (string) and year (int) ----------------------
+orders_rows = []
+registered = [("eu", 2023, "hive"), ("eu", 2024, "hive"), ("us", 2024, "hive"), ("us", 2023, "odd")]
+for region, year, layout in registered + [("ap", 2024, "unregistered")]:
+    if layout == "odd":
+        # Registered at a location that is not key=value: the values come from Glue.
+        path = directory("orders", "moved", "batch-7")
+    else:
+        path = directory("orders", f"region={region}", f"year={year}")
+    n = 5 + year % 10 + len(region)
+    ids = list(range(year * 100, year * 100 + n))
+    amounts = [round(i % 97 * 1.5, 2) for i in ids]
+    pq.write_table(pa.table({"id": ids, "amount": amounts, "note": [f"{region}-{i}" for i in ids]}),
+                   os.path.join(path, "part-00000.parquet"))
+    # What Hive and Athena skip: markers and hidden files, never read as data.
+    open(os.path.join(path, "_SUCCESS"), "w").close()
+    with open(os.path.join(path, ".part-00000.parquet.crc"), "wb") as f:
+        f.write(b"not parquet")
+    if layout != "unregistered":
+        orders_rows += [(region, year, i, a) for i, a in zip(ids, amounts)]
+
+table("sales", "orders", [("id", "bigint"), ("amount", "double"), ("note", "string")],
+      directory("orders"), PARQUET, partition_keys=[("region", "string"), ("year", "int")],
+      parameters={"classification": "parquet"})
+for region, year, layout in registered:
+    location = directory("orders", "moved", "batch-7") if layout == "odd" else directory("orders", f"region={region}", f"year={year}")
+    partition("sales", "orders", [region, year], location, PARQUET)
+
+
+def group(rows, where=lambda r: True):
+    out = {}
+    for region, year, _, amount in filter(where, rows):
+        c, s = out.get((region, year), (0, 0.0))
+        out[(region, year)] = (c + 1, s + amount)
+    return [[r, y, c, round(s, 2)] for (r, y), (c, s) in sorted(out.items())]
+
+
+case("orders_by_partition",
+     "SELECT region, year, count(*), round(sum(amount), 2) FROM glue.sales.orders GROUP BY region, year ORDER BY region, year",
+     group(orders_rows))
+case("orders_pruned",
+     "SELECT region, year, count(*), round(sum(amount), 2) FROM glue.sales.orders WHERE region = 'eu' AND year >= 2024 GROUP BY region, year ORDER BY region, year",
+     group(orders_rows, lambda r: r[0] == "eu" and r[1] >= 2024))
+case("orders_in_list",
+     "SELECT region, year, count(*), round(sum(amount), 2) FROM glue.sales.orders WHERE region IN ('us', 'eu') AND year = 2023 GROUP BY region, year ORDER BY region, year",
+     group(orders_rows, lambda r: r[0] in ("us", "eu") and r[1] == 2023))
+case("orders_unqualified",
+     "SELECT count(*) FROM orders",
+     [[len(orders_rows)]])
+
+# --- events: Hive text, '|' delimited, gzip, one header line, \N nulls ---------------------
+# Hive's text format has no quoting, and a field that does not parse is null.
+events = [(1, "click", "2024-01-02"), (2, None, "2024-01-03"), (3, "view", None), (4, "buy", "2024-02-01"),
+          (5, 'say "hi"', "someday")]
+path = directory("events")
+for i, chunk in enumerate([events[:2], events[2:]]):
+    with gzip.open(os.path.join(path, f"events-{i}.txt.gz"), "wt") as f:
+        f.write("id|kind|day\n")
+        for row in chunk:
+            f.write("|".join("\\N" if v is None else str(v) for v in row) + "\n")
+events[-1] = (5, 'say "hi"', None)
+table("sales", "events", [("id", "int"), ("kind", "string"), ("day", "date")], path,
+      dict(TEXT, SerdeInfo={"SerializationLibrary": "org.apache.hadoop.hive.serde2.lazy.LazySimpleSerDe",
+                            "Parameters": {"field.delim": "|", "serialization.format": "|"}}),
+      parameters={"skip.header.line.count": "1", "classification": "csv"})
+case("events",
+     "SELECT id, kind, CAST(day AS VARCHAR) FROM glue.sales.events ORDER BY id",
+     [[i, k, d] for i, k, d in events])
+
+# --- people: OpenCSVSerde, quoted fields with the separator inside -------------------------
+path = directory("people")
+with open(os.path.join(path, "people.csv"), "w") as f:
+    f.write('"1","Ada, Countess","London"\n"2","Grace","New York, NY"\n')
+table("web", "people", [("id", "string"), ("name", "string"), ("city", "string")], path,
+      dict(TEXT, SerdeInfo={"SerializationLibrary": "org.apache.hadoop.hive.serde2.OpenCSVSerde",
+                            "Parameters": {"separatorChar": ",", "quoteChar": "\""}}))
+case("people", "SELECT id, name, city FROM glue.web.people ORDER BY id",
+     [["1", "Ada, Countess", "London"], ["2", "Grace", "New York, NY"]])
+
+# --- clicks: JSON lines (OpenX SerDe) -------------------------------------------------------
+path = directory("clicks")
+clicks = [{"user": "a", "n": 3}, {"user": "b", "n": 4}, {"user": "a", "n": 5}]
+with open(os.path.join(path, "clicks.json"), "w") as f:
+    f.write("\n".join(json.dumps(c) for c in clicks) + "\n")
+table("web", "clicks", [("user", "string"), ("n", "bigint")], path,
+      dict(TEXT, SerdeInfo={"SerializationLibrary": "org.openx.data.jsonserde.JsonSerDe"}))
+case("clicks", "SELECT user, sum(n) FROM glue.web.clicks GROUP BY user ORDER BY user", [["a", 8], ["b", 4]])
+
+# --- a Delta table registered in Glue (as Athena and Spark register them) -----------------
+path = directory("ledger")
+write_deltalake(path, pa.table({"k": [1, 2, 3], "v": ["x", "y", "z"]}))
+write_deltalake(path, pa.table({"k": [4], "v": ["w"]}), mode="append")
+table("sales", "ledger", [("k", "bigint"), ("v", "string")], path,
+      {"SerdeInfo": {"SerializationLibrary": "org.apache.hadoop.hive.serde2.lazy.LazySimpleSerDe"}},
+      parameters={"table_type": "DELTA"})
+case("ledger", "SELECT count(*), sum(k) FROM glue.sales.ledger", [[4, 10]])
+
+# --- tables lambdafusion must refuse, each naming the table and why ------------------------
+table("sales", "iceberg_table", [("a", "int")], directory("ice"), PARQUET,
+      parameters={"table_type": "ICEBERG", "metadata_location": directory("ice") + "/metadata/00001.metadata.json"})
+table("sales", "avro_table", [("a", "int")], directory("avro"),
+      {"SerdeInfo": {"SerializationLibrary": "org.apache.hadoop.hive.serde2.avro.AvroSerDe"}})
+table("sales", "outside", [("a", "int")], "/etc", PARQUET)
+table("sales", "union_column", [("a", "uniontype<int,string>")], directory("orders"), PARQUET)
+table("sales", "a_view", [("a", "int")], "", PARQUET, table_type="VIRTUAL_VIEW")
+table("sales", "escaping_partition", [("a", "int")], directory("esc"), PARQUET, partition_keys=[("p", "string")])
+partition("sales", "escaping_partition", ["x"], "/etc/ssl", PARQUET)
+
+with open(os.path.join(root, "expected.json"), "w") as f:
+    json.dump({"cases": cases}, f, indent=1)
