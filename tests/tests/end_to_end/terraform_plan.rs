@@ -335,7 +335,10 @@ fn input_validation_refuses_what_aws_would_refuse_later() {
     );
     // Glue databases by name; a default database among them.
     example
-        .plan(&[r#"glue_databases=["sales","web"]"#, "glue_default_database=sales"])
+        .plan(&[
+            r#"glue_databases=["sales","web"]"#,
+            "glue_default_database=sales",
+        ])
         .unwrap();
     for (vars, message) in [
         (
