@@ -239,6 +239,7 @@ def config(args: argparse.Namespace) -> int:
     local_env = {
         "AWS_ENDPOINT_URL_DYNAMODB": front,
         "AWS_ENDPOINT_URL_S3": front,
+        "AWS_ENDPOINT_URL_GLUE": front,
         "AWS_ENDPOINT_URL_LAMBDA": f"http://127.0.0.1:{args.invoke_port}",
         # No credentials: as Lambda does, the emulator gives each function those of the
         # execution role the module gives it, and the front checks the role's policies.

@@ -1,11 +1,12 @@
 """Glue Data Catalog fixtures for tests/tests/end_to_end/glue_tables.rs.
 
-Usage: fixtures.py <dir> <glue endpoint>
+Usage: fixtures.py <dir> <glue endpoint> [<location prefix>]
 
 Writes table files under <dir> with pyarrow (and one Delta table with deltalake), registers
 them in the Glue at <endpoint> (moto) with boto3 the way Athena, crawlers and Spark do,
 and writes <dir>/expected.json: each case's SQL and the answer computed here from the
-rows written, never by lambdafusion.
+rows written, never by lambdafusion. With a location prefix (`s3://bucket/data/glue`),
+the tables are registered there instead of <dir>, for a caller that uploads <dir> to it.
 """
 
 import gzip
@@ -19,6 +20,14 @@ import pyarrow.parquet as pq
 from deltalake import write_deltalake
 
 root, endpoint = os.path.abspath(sys.argv[1]), sys.argv[2]
+prefix = sys.argv[3].rstrip("/") if len(sys.argv) > 3 else None
+
+
+def at(path):
+    """Where the table registered for the local `path` lives."""
+    if prefix is None or not path.startswith(root):
+        return path
+    return prefix + "/" + os.path.relpath(path, root)
 glue = boto3.client(
     "glue",
     endpoint_url=endpoint,
@@ -41,7 +50,7 @@ TEXT = {
 def table(database, name, columns, location, storage, partition_keys=(), parameters=None, table_type="EXTERNAL_TABLE"):
     descriptor = dict(storage)
     descriptor["Columns"] = [{"Name": n, "Type": t} for n, t in columns]
-    descriptor["Location"] = location
+    descriptor["Location"] = at(location)
     glue.create_table(
         DatabaseName=database,
         TableInput={
@@ -56,7 +65,7 @@ def table(database, name, columns, location, storage, partition_keys=(), paramet
 
 def partition(database, name, values, location, storage):
     descriptor = dict(storage)
-    descriptor["Location"] = location
+    descriptor["Location"] = at(location)
     glue.create_partition(
         DatabaseName=database,
         TableName=name,
@@ -126,9 +135,11 @@ case("orders_pruned",
 case("orders_in_list",
      "SELECT region, year, count(*), round(sum(amount), 2) FROM glue.sales.orders WHERE region IN ('us', 'eu') AND year = 2023 GROUP BY region, year ORDER BY region, year",
      group(orders_rows, lambda r: r[0] in ("us", "eu") and r[1] == 2023))
-case("orders_unqualified",
-     "SELECT count(*) FROM orders",
-     [[len(orders_rows)]])
+# The default database's tables are found unqualified (a declared table of the same
+# name would win, so this one is named as no declared table is).
+case("unqualified",
+     "SELECT count(*), sum(k) FROM ledger",
+     [[4, 10]])
 
 # --- events: Hive text, '|' delimited, gzip, one header line, \N nulls ---------------------
 # Hive's text format has no quoting, and a field that does not parse is null.
@@ -182,11 +193,11 @@ table("sales", "iceberg_table", [("a", "int")], directory("ice"), PARQUET,
       parameters={"table_type": "ICEBERG", "metadata_location": directory("ice") + "/metadata/00001.metadata.json"})
 table("sales", "avro_table", [("a", "int")], directory("avro"),
       {"SerdeInfo": {"SerializationLibrary": "org.apache.hadoop.hive.serde2.avro.AvroSerDe"}})
-table("sales", "outside", [("a", "int")], "/etc", PARQUET)
+table("sales", "outside", [("a", "int")], "/etc" if prefix is None else "s3://elsewhere/t", PARQUET)
 table("sales", "union_column", [("a", "uniontype<int,string>")], directory("orders"), PARQUET)
 table("sales", "a_view", [("a", "int")], "", PARQUET, table_type="VIRTUAL_VIEW")
 table("sales", "escaping_partition", [("a", "int")], directory("esc"), PARQUET, partition_keys=[("p", "string")])
-partition("sales", "escaping_partition", ["x"], "/etc/ssl", PARQUET)
+partition("sales", "escaping_partition", ["x"], "/etc/ssl" if prefix is None else "s3://elsewhere/p", PARQUET)
 
 with open(os.path.join(root, "expected.json"), "w") as f:
     json.dump({"cases": cases}, f, indent=1)

@@ -299,6 +299,34 @@ impl Iam {
         needed.into_iter().collect()
     }
 
+    /// What a Glue (`op` of `AWSGlue`) request needs: the action on the catalog, the
+    /// database and the table it names (Glue checks all three; a listing of a database's
+    /// tables checks them all, `table/<database>/*`).
+    pub fn glue(&self, op: &str, request: &Value) -> Vec<Access> {
+        let action = format!("glue:{op}");
+        let base = format!("arn:aws:glue:{}:{}", self.region, self.account);
+        let field = |k: &str| request.get(k).and_then(Value::as_str);
+        let mut needed = vec![Access::new(action.clone(), format!("{base}:catalog"))];
+        if let Some(database) = field("DatabaseName") {
+            needed.push(Access::new(
+                action.clone(),
+                format!("{base}:database/{database}"),
+            ));
+            let table = field("TableName").or(field("Name"));
+            let table = match (op, table) {
+                ("GetTables", _) => Some("*"),
+                (_, t) => t,
+            };
+            if let Some(table) = table {
+                needed.push(Access::new(
+                    action,
+                    format!("{base}:table/{database}/{table}"),
+                ));
+            }
+        }
+        needed
+    }
+
     /// What a DynamoDB Streams (`op` of `DynamoDBStreams_20120810`) request needs.
     pub fn dynamodb_streams(&self, op: &str, request: &Value) -> Vec<Access> {
         let stream = request
@@ -568,6 +596,51 @@ mod tests {
         );
         assert!(role.credentials("a").access_key.starts_with("ASIA"));
         assert_eq!(role.name(), "r");
+    }
+
+    #[test]
+    fn glue_calls_need_the_catalog_the_database_and_the_table() {
+        let base = "arn:aws:glue:us-east-1:000000000000";
+        let grant = allow(
+            &["glue:GetTable", "glue:GetTables", "glue:GetPartitions"],
+            &[
+                &format!("{base}:catalog"),
+                &format!("{base}:database/sales"),
+                &format!("{base}:table/sales/*"),
+            ],
+        );
+        let (iam, key) = iam(vec![grant]);
+        let needs = |op: &str, request: Value| iam.glue(op, &request);
+        let got = needs(
+            "GetTable",
+            json!({"DatabaseName": "sales", "Name": "orders"}),
+        );
+        let resources: Vec<&str> = got.iter().map(|a| a.resource.as_str()).collect();
+        assert_eq!(
+            resources,
+            [
+                format!("{base}:catalog"),
+                format!("{base}:database/sales"),
+                format!("{base}:table/sales/orders"),
+            ]
+        );
+        assert!(iam.check(Some(&key), &got).is_ok());
+        let partitions = needs(
+            "GetPartitions",
+            json!({"DatabaseName": "sales", "TableName": "orders"}),
+        );
+        assert!(iam.check(Some(&key), &partitions).is_ok());
+        let listing = needs("GetTables", json!({"DatabaseName": "sales"}));
+        assert_eq!(listing[2].resource, format!("{base}:table/sales/*"));
+        assert!(iam.check(Some(&key), &listing).is_ok());
+        // Another database, or an action not granted: denied.
+        let other = needs("GetTable", json!({"DatabaseName": "hr", "Name": "pay"}));
+        assert!(iam.check(Some(&key), &other).is_err());
+        let write = needs(
+            "DeleteTable",
+            json!({"DatabaseName": "sales", "Name": "orders"}),
+        );
+        assert!(iam.check(Some(&key), &write).is_err());
     }
 
     #[test]

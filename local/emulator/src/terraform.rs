@@ -2766,6 +2766,14 @@ pub mod functions {
         ctx.declare_func("jsonencode", unary(jsonencode));
         ctx.declare_func("length", unary(length));
         ctx.declare_func("floor", unary(floor));
+        ctx.declare_func("concat", variadic(concat));
+        ctx.declare_func(
+            "split",
+            FuncDef::builder()
+                .param(ParamType::String)
+                .param(ParamType::String)
+                .build(split),
+        );
         ctx.declare_func(
             "join",
             FuncDef::builder()
@@ -2899,6 +2907,36 @@ pub mod functions {
             Value::String(s) if s == "false" => Ok(Value::Bool(false)),
             other => Err(format!("cannot convert {other} to bool")),
         }
+    }
+
+    /// `concat(lists...)`: one list with every element, in order.
+    pub fn concat(args: FuncArgs) -> Result<Value, String> {
+        let mut out = Vec::new();
+        for (i, list) in args.iter().enumerate() {
+            let Value::Array(items) = list else {
+                return Err(format!(
+                    "argument {} must be a list, not a {}",
+                    i + 1,
+                    kind(list)
+                ));
+            };
+            out.extend(items.iter().cloned());
+        }
+        Ok(Value::Array(out))
+    }
+
+    /// `split(separator, string)`: the string's parts between separators.
+    pub fn split(args: FuncArgs) -> Result<Value, String> {
+        let separator = args[0].as_str().unwrap_or_default();
+        let text = args[1].as_str().unwrap_or_default();
+        if separator.is_empty() {
+            return Err("the separator must not be empty".into());
+        }
+        Ok(Value::Array(
+            text.split(separator)
+                .map(|part| Value::String(part.to_string()))
+                .collect(),
+        ))
     }
 
     /// `join(separator, lists...)`: the elements of every list, in order, with the
@@ -3257,6 +3295,15 @@ mod tests {
         assert_eq!(
             v("aws_s3_bucket.named.arn"),
             Value::from("arn:aws:s3:::b-3")
+        );
+        // What the module's Glue grant is made of.
+        assert_eq!(
+            v("split(\":\", \"arn:aws:dynamodb:r:1:table/t\")[4]"),
+            Value::from("1")
+        );
+        assert_eq!(
+            v("concat([\"a\"], [for n in var.names : \"x/${n}\"], [])"),
+            Value::from_iter(["a", "x/a", "x/b"])
         );
 
         let inputs = Inputs {

@@ -72,12 +72,19 @@ const FAN_OUT: [(&str, &str); 5] = [
     ("LAMBDAFUSION_DATA_BUCKETS", "lambdafusion/data"),
 ];
 
+/// The Glue databases the end-to-end stack attaches, as a deployment does.
+const GLUE: [(&str, &str); 2] = [
+    ("TF_VAR_glue_databases", r#"["sales","web"]"#),
+    ("TF_VAR_glue_default_database", "sales"),
+];
+
 #[test]
 fn local_aws_stack_end_to_end() {
     let data = tempfile::tempdir().unwrap();
     let crash_file = data.path().join("crash");
     let crash = crash_file.display().to_string();
     let mut env = FAN_OUT.to_vec();
+    env.extend(GLUE);
     env.push(("LAMBDAFUSION_TEST_CRASH_FILE", &crash));
     // Small, so that a modest result takes the presigned-download path.
     env.push(("LAMBDAFUSION_MAX_RESPONSE_BYTES", "200000"));
@@ -135,6 +142,7 @@ fn local_aws_stack_end_to_end() {
 
         // Delta Lake tables in the bucket, read through the functions.
         delta_tables_on_s3(&stack, &client).await;
+        glue_tables_on_s3(&stack, &client).await;
 
         // The API's error handling through the function URL.
         match client.submit("SELECT * FROM no_such_table").await {
@@ -329,6 +337,92 @@ async fn delta_tables_on_s3(stack: &Stack, client: &Client) {
         checked += 1;
     }
     assert!(checked >= 14, "{checked} Delta cases");
+}
+
+/// The Glue fixtures (`tests/glue/fixtures.py`) registered in the stack's Glue with
+/// `s3://` locations and uploaded there, read through the scheduler's Glue client under
+/// the role the Terraform module gives it (the front checks each Glue call against it):
+/// the fixture's answers, the default database, and the refusals.
+async fn glue_tables_on_s3(stack: &Stack, client: &Client) {
+    use lambdafusion_embedded::verify::Cell;
+    use object_store::{ObjectStoreExt, PutPayload};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let bucket = stack.var("LAMBDAFUSION_BUCKET");
+    let out = std::process::Command::new(lambdafusion_tests::test_python("the Glue tests"))
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("glue/fixtures.py"))
+        .arg(&root)
+        .arg(stack.var("AWS_ENDPOINT_URL_GLUE"))
+        .arg(format!("s3://{bucket}/data/glue"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let s3 = stack.s3();
+    let mut stack_dirs = vec![root.clone()];
+    while let Some(d) = stack_dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack_dirs.push(path);
+            } else {
+                let relative = path.strip_prefix(&root).unwrap().display().to_string();
+                s3.put(
+                    &Path::from(format!("data/glue/{relative}")),
+                    PutPayload::from(std::fs::read(&path).unwrap()),
+                )
+                .await
+                .unwrap();
+            }
+        }
+    }
+    let expected: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(root.join("expected.json")).unwrap()).unwrap();
+    let mut checked = 0;
+    for case in expected["cases"].as_array().unwrap() {
+        let sql = case["sql"].as_str().unwrap();
+        let (_, batches) = run(client, sql).await;
+        let got = lambdafusion_embedded::verify::rows(&batches);
+        let want = case["rows"].as_array().unwrap();
+        assert_eq!(got.len(), want.len(), "{sql}: {got:?} vs {want:?}");
+        for (row, w) in got.iter().zip(want) {
+            for (cell, v) in row.iter().zip(w.as_array().unwrap()) {
+                let same = match (cell, v) {
+                    (Cell::Float(x), serde_json::Value::Number(n)) => {
+                        (x - n.as_f64().unwrap()).abs() < 1e-6
+                    }
+                    (Cell::Text(t), serde_json::Value::Null) => t == "NULL",
+                    (Cell::Text(t), serde_json::Value::String(s)) => t == s,
+                    (Cell::Text(t), serde_json::Value::Number(n)) => t == &n.to_string(),
+                    _ => false,
+                };
+                assert!(same, "{sql}: {got:?} vs {want:?}");
+            }
+        }
+        checked += 1;
+    }
+    assert!(checked >= 8, "{checked} Glue cases");
+    let shown = run(client, "SHOW TABLES").await.1;
+    let shown = format!("{:?}", lambdafusion_embedded::verify::rows(&shown));
+    assert!(
+        shown.contains("orders") && shown.contains("clicks"),
+        "{shown}"
+    );
+    for (table, why) in [
+        ("iceberg_table", "Apache Iceberg"),
+        ("outside", "outside the locations tables may be read from"),
+        ("escaping_partition", "a partition cannot be read"),
+    ] {
+        let err = client
+            .submit(&format!("SELECT * FROM glue.sales.{table}"))
+            .await
+            .expect_err(table)
+            .to_string();
+        assert!(err.contains(why), "{table}: {err}");
+    }
 }
 
 async fn wait(client: &Client, id: &str) -> JobStatus {

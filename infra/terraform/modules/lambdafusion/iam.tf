@@ -45,9 +45,10 @@ data "aws_partition" "current" {}
 locals {
   data_bucket_arns        = [for b in var.data_buckets : "arn:${data.aws_partition.current.partition}:s3:::${b}"]
   data_bucket_object_arns = [for b in var.data_buckets : "arn:${data.aws_partition.current.partition}:s3:::${b}/*"]
-  # The Glue Data Catalog of this account and region (the account from the job table's ARN:
-  # no sts call, so an offline plan works), the attached databases and their tables.
-  glue_catalog_arn = "arn:${data.aws_partition.current.partition}:glue:${data.aws_region.current.name}:${element(split(":", aws_dynamodb_table.jobs.arn), 4)}"
+  # The Glue Data Catalog of this account and region, both taken from the job table's ARN
+  # (no sts call, so an offline plan works), the attached databases and their tables.
+  table_arn_parts  = split(":", aws_dynamodb_table.jobs.arn)
+  glue_catalog_arn = "arn:${data.aws_partition.current.partition}:glue:${local.table_arn_parts[3]}:${local.table_arn_parts[4]}"
   glue_resources = concat(
     ["${local.glue_catalog_arn}:catalog"],
     [for d in var.glue_databases : "${local.glue_catalog_arn}:database/${d}"],

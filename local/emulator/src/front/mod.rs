@@ -14,6 +14,7 @@
 //!   request never reaches moto.
 //! * **DynamoDB Streams** (`DynamoDBStreams_20120810.<Op>`): passed through (one at a
 //!   time as well), with latency.
+//! * **Glue** (`AWSGlue.<Op>`, see [`glue`]): passed through after the IAM check.
 //! * **S3** (everything else, see [`s3`]): passed through with streamed bodies (large
 //!   GETs are not buffered; ranged GETs work), with first-byte latency.
 //! * **Latency** per service and operation, AWS-like by default (see
@@ -32,6 +33,7 @@
 pub mod capacity;
 pub mod config;
 pub mod dynamodb;
+pub mod glue;
 pub mod s3;
 pub mod upstream;
 
@@ -105,11 +107,21 @@ async fn handle(State(front): State<Arc<Shared>>, request: axum::extract::Reques
             t.starts_with(dynamodb::DYNAMODB_TARGET) || t.starts_with(dynamodb::STREAMS_TARGET)
         })
         .map(str::to_string);
-    match target {
-        Some(target) => {
+    let glue = request
+        .headers()
+        .get("x-amz-target")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|t| t.strip_prefix(glue::GLUE_TARGET))
+        .map(str::to_string);
+    match (target, glue) {
+        (Some(target), _) => {
             let (parts, body) = request.into_parts();
             dynamodb::handle(front, target, parts.headers, body).await
         }
-        None => s3::handle(front, request).await,
+        (None, Some(op)) => {
+            let (parts, body) = request.into_parts();
+            glue::handle(front, op, parts.headers, body).await
+        }
+        (None, None) => s3::handle(front, request).await,
     }
 }
