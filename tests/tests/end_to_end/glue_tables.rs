@@ -289,3 +289,74 @@ async fn glue_tables_lambdafusion_cannot_read_are_refused_by_name() {
         .expect_err("DDL in glue");
     assert!(err.is_user_error(), "{err}");
 }
+
+/// TPC-H SF 0.1 registered in Glue twice (`tests/glue/tpch_in_glue.py`): as Hive tables
+/// over Parquet, orders and lineitem partitioned Hive-style with a Glue partition per
+/// directory, and as the Delta tables deltalake writes. With each database the default,
+/// the 22 queries run unqualified, every stage split into tasks, and answer as
+/// single-process DataFusion does over the generated Parquet files.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tpch_registered_in_glue_answers_as_tpch_as_parquet() {
+    use lambdafusion_cli::tpch;
+    let moto = Moto::start();
+    let root = tempfile::tempdir().unwrap();
+    let root = root.path().canonicalize().unwrap();
+    let (parquet, delta, hive) = (root.join("parquet"), root.join("delta"), root.join("hive"));
+    tpch::generate(&parquet, 0.1, 2, &|_, _| {}).unwrap();
+    lambdafusion_tests::delta::python(&[
+        lambdafusion_tests::delta::script("tpch_as_delta.py").as_os_str(),
+        parquet.as_os_str(),
+        delta.as_os_str(),
+    ]);
+    lambdafusion_tests::delta::python(&[
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("glue/tpch_in_glue.py")
+            .as_os_str(),
+        parquet.as_os_str(),
+        delta.as_os_str(),
+        hive.as_os_str(),
+        moto.endpoint.as_ref(),
+    ]);
+    let ctx = datafusion::prelude::SessionContext::new();
+    tpch::register_baseline(&ctx, &parquet).await.unwrap();
+    let mut failures = Vec::new();
+    for database in ["tpch_hive", "tpch_delta"] {
+        let config = EngineConfig::default()
+            .with_bytes_per_task(1 << 20)
+            .with_min_scan_bytes_per_task(1)
+            .with_shuffle_bytes_per_task(64 * 1024)
+            .with_data_location(root.display().to_string());
+        let glue = Glue::new(
+            glue_client(&moto.endpoint).await,
+            vec![database.to_string()],
+            Some(database.to_string()),
+        )
+        .unwrap();
+        let engine = Embedded::start(EmbeddedOptions {
+            data_dir: None,
+            config,
+            slots: 8,
+            glue: Some(glue),
+            ..EmbeddedOptions::default()
+        })
+        .await
+        .unwrap();
+        for q in 1..=22 {
+            let sql = tpch::query(q);
+            let want = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+            match engine.sql(sql).await {
+                Ok(out) => {
+                    if let Err(e) = lambdafusion_embedded::verify::compare(
+                        &want,
+                        &out.batches,
+                        tpch::is_ordered(q),
+                    ) {
+                        failures.push(format!("{database} q{q}: {e}"));
+                    }
+                }
+                Err(e) => failures.push(format!("{database} q{q}: {e}")),
+            }
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
