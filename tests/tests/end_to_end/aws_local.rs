@@ -950,7 +950,8 @@ fn a_task_near_the_function_deadline_fails_its_attempt_by_name() {
 #[test]
 fn a_permission_the_module_does_not_grant_fails_the_query_by_name() {
     // The module as an operator might have edited it: the executor's role lost
-    // s3:PutObject on the shuffle prefix, so no task can write its output.
+    // s3:PutObject on the shuffle prefix, so no task can write its output, and the
+    // scheduler's lost glue:GetPartitions, so no partitioned Glue table can be planned.
     let module = tempfile::tempdir().unwrap();
     let source =
         lambdafusion_tests::stack::repo_root().join("infra/terraform/modules/lambdafusion");
@@ -973,9 +974,58 @@ fn a_permission_the_module_does_not_grant_fails_the_query_by_name() {
         ),
     )
     .unwrap();
-    let stack = Stack::up(&[("TERRAFORM_MODULE", module.path().to_str().unwrap())]);
+    // And the scheduler's Glue grant lost glue:GetPartitions.
+    let text = std::fs::read_to_string(&iam).unwrap();
+    let glue = r#"actions   = ["glue:GetTable", "glue:GetTables", "glue:GetPartitions"]"#;
+    assert_eq!(
+        text.matches(glue).count(),
+        1,
+        "the GlueCatalog statement moved"
+    );
+    std::fs::write(
+        &iam,
+        text.replace(glue, r#"actions   = ["glue:GetTable", "glue:GetTables"]"#),
+    )
+    .unwrap();
+    let stack = Stack::up(&[
+        ("TERRAFORM_MODULE", module.path().to_str().unwrap()),
+        ("TF_VAR_data_buckets", r#"["lambdafusion"]"#),
+        ("TF_VAR_glue_databases", r#"["sales"]"#),
+    ]);
+    // A partitioned table registered in Glue by the deployer (no data needed: planning
+    // stops at GetPartitions).
+    let register = format!(
+        "import boto3; g = boto3.client('glue', endpoint_url='{}', region_name='us-east-1', \
+         aws_access_key_id='test', aws_secret_access_key='test'); \
+         g.create_database(DatabaseInput={{'Name': 'sales'}}); \
+         g.create_table(DatabaseName='sales', TableInput={{'Name': 'orders', \
+         'StorageDescriptor': {{'Columns': [{{'Name': 'id', 'Type': 'bigint'}}], \
+         'Location': 's3://lambdafusion/data/orders/', 'SerdeInfo': {{'SerializationLibrary': \
+         'org.apache.hadoop.hive.ql.io.parquet.serde.ParquetHiveSerDe'}}}}, \
+         'PartitionKeys': [{{'Name': 'day', 'Type': 'string'}}]}})",
+        stack.var("AWS_ENDPOINT_URL_GLUE")
+    );
+    let out = std::process::Command::new(lambdafusion_tests::test_python("the Glue tests"))
+        .args(["-c", &register])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     runtime().block_on(async {
         let client = Client::new(&stack.endpoint());
+        let err = client
+            .submit("SELECT count(*) FROM glue.sales.orders WHERE day = '2026-01-01'")
+            .await
+            .expect_err("GetPartitions is denied")
+            .to_string();
+        assert!(
+            err.contains("glue:GetPartitions on sales.orders was denied")
+                && err.contains("is not authorized to perform: glue:GetPartitions"),
+            "{err}"
+        );
         let sql = "SELECT value % 7 AS k, count(*) AS n FROM generate_series(1, 100000) GROUP BY k";
         let id = client.submit(sql).await.unwrap();
         let status = wait(&client, &id).await;
