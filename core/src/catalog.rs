@@ -71,11 +71,13 @@ impl SchemaProvider for CatalogSchema {
                         DataFusionError::Plan(format!("table {name} cannot be read: {e}"))
                     })?;
                 }
-                if version != crate::delta::Version::Latest && record.format != crate::delta::FORMAT
+                let versioned = [crate::delta::FORMAT, crate::iceberg::FORMAT];
+                if version != crate::delta::Version::Latest
+                    && !versioned.contains(&record.format.as_str())
                 {
                     return Err(DataFusionError::Plan(format!(
                         "table {name} is a {} table: VERSION AS OF and TIMESTAMP AS OF read \
-                         Delta tables only",
+                         Delta and Iceberg tables only",
                         record.format
                     )));
                 }
@@ -114,6 +116,7 @@ pub async fn install(state: &SessionState, services: &Services, list: bool) -> R
         .build();
     let mut own = own;
     crate::delta::register(&mut own);
+    crate::iceberg::register(&mut own);
     let access = &services.config.access;
     let glue_default = match &services.glue {
         Some(glue) => crate::glue::install(state, &own, glue, access, list).await?,
@@ -146,6 +149,19 @@ pub async fn table_provider_at(
     record: &TableRecord,
     version: crate::delta::Version,
 ) -> DfResult<Arc<dyn TableProvider>> {
+    if record.format == crate::iceberg::FORMAT {
+        let [location] = record.locations.as_slice() else {
+            return Err(DataFusionError::Internal(format!(
+                "Iceberg table {} has {} locations",
+                record.name,
+                record.locations.len()
+            )));
+        };
+        let table =
+            crate::iceberg::open(state.runtime_env(), location, version, Some(&record.name))
+                .await?;
+        return Ok(table);
+    }
     if record.format == crate::delta::FORMAT {
         let [location] = record.locations.as_slice() else {
             return Err(DataFusionError::Internal(format!(

@@ -398,7 +398,7 @@ impl DeltaTable {
 }
 
 /// Checks that `url` lies inside the table directory `root` (a URL ending in `/`).
-fn inside(root: &Url, url: &Url) -> Result<(), String> {
+pub(crate) fn inside(root: &Url, url: &Url) -> Result<(), String> {
     let decoded = Path::from_url_path(url.path()).map_err(|e| format!("an invalid path: {e}"))?;
     let root_path =
         Path::from_url_path(root.path()).map_err(|e| format!("an invalid root: {e}"))?;

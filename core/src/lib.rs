@@ -20,6 +20,7 @@ pub mod error;
 pub mod executor;
 pub mod faults;
 pub mod glue;
+pub mod iceberg;
 pub mod plan;
 pub mod requests;
 pub mod results;

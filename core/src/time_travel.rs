@@ -1,5 +1,6 @@
 //! Time travel in SQL: `t VERSION AS OF 3`, `t TIMESTAMP AS OF '2026-01-01 00:00:00'` and
-//! `t FOR SYSTEM_TIME AS OF '...'` on Delta tables.
+//! `t FOR SYSTEM_TIME AS OF '...'` on Delta and Iceberg tables (an Iceberg table's
+//! version is a snapshot id).
 //!
 //! DataFusion's generic dialect does not parse these clauses, and its planner ignores
 //! them when another dialect does (the table would be read at its latest version: wrong

@@ -188,7 +188,21 @@ table("sales", "ledger", [("k", "bigint"), ("v", "string")], path,
       parameters={"table_type": "DELTA"})
 case("ledger", "SELECT count(*), sum(k) FROM glue.sales.ledger", [[4, 10]])
 
+# --- an Iceberg table written by PyIceberg, registered as Athena registers one ------------
+if prefix is None:
+    from pyiceberg.catalog.sql import SqlCatalog
+    iceberg = SqlCatalog("glue_fixture", uri=f"sqlite:///{root}/iceberg.db", warehouse=f"file://{directory('iceberg')}")
+    iceberg.create_namespace("w")
+    made = iceberg.create_table("w.scores", schema=pa.schema([("player", pa.string()), ("points", pa.int64())]))
+    made.append(pa.table({"player": ["a", "b", "a"], "points": pa.array([3, 4, 5], pa.int64())}))
+    made = iceberg.load_table("w.scores")
+    table("web", "scores", [("player", "string"), ("points", "bigint")], made.location(), PARQUET,
+          parameters={"table_type": "ICEBERG", "metadata_location": made.metadata_location})
+    case("iceberg_scores", "SELECT player, sum(points) FROM glue.web.scores GROUP BY player ORDER BY player",
+         [["a", 8], ["b", 4]])
+
 # --- tables lambdafusion must refuse, each naming the table and why ------------------------
+# An Iceberg table whose metadata file is missing: refused, naming the table.
 table("sales", "iceberg_table", [("a", "int")], directory("ice"), PARQUET,
       parameters={"table_type": "ICEBERG", "metadata_location": directory("ice") + "/metadata/00001.metadata.json"})
 table("sales", "avro_table", [("a", "int")], directory("avro"),

@@ -31,7 +31,13 @@ pub struct Fixtures {
 impl Fixtures {
     /// Writes the fixtures under `dir` with the test Python.
     pub fn write(dir: &Path) -> Self {
-        python(&[script("fixtures.py").as_os_str(), dir.as_os_str()]);
+        Self::written_by(&script("fixtures.py"), dir)
+    }
+
+    /// Writes fixtures under `dir` with `script`, which writes `cases.json` and the
+    /// expected answers in the same layout (the Iceberg fixtures do).
+    pub fn written_by(script: &Path, dir: &Path) -> Self {
+        python(&[script.as_os_str(), dir.as_os_str()]);
         let json: serde_json::Value =
             serde_json::from_slice(&std::fs::read(dir.join("cases.json")).unwrap()).unwrap();
         Self {

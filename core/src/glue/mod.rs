@@ -8,7 +8,8 @@
 //!
 //! - `table_type = DELTA` (or Spark's `spark.sql.sources.provider = delta`): the Delta
 //!   table at its location ([`crate::delta`]);
-//! - `table_type = ICEBERG`: refused with a 400 naming the table (not readable yet);
+//! - `table_type = ICEBERG`: the Iceberg table whose metadata `metadata_location` names
+//!   ([`crate::iceberg`]);
 //! - otherwise a Hive table whose SerDe names the format: Parquet, CSV
 //!   (`LazySimpleSerDe` with `field.delim`, `OpenCSVSerde` with `separatorChar` /
 //!   `quoteChar` / `escapeChar`, `skip.header.line.count` 0 or 1), JSON (the OpenX and
@@ -272,11 +273,11 @@ impl SchemaProvider for GlueSchema {
             Ok(provider) => Ok(Some(provider)),
             // Listed and described like any table, refused when read: one unreadable
             // table must not break `SHOW TABLES` or `information_schema` for the others.
-            Err(DataFusionError::Plan(why)) => Ok(Some(Arc::new(Unreadable {
+            Err(e) => Ok(Some(Arc::new(Unreadable {
                 schema: declared,
-                why,
+                user: matches!(e, DataFusionError::Plan(_)),
+                why: e.strip_backtrace().to_string(),
             }))),
-            Err(e) => Err(e),
         }
     }
 
@@ -304,6 +305,8 @@ fn declared_schema(table: &GlueTable) -> SchemaRef {
 #[derive(Debug)]
 struct Unreadable {
     schema: SchemaRef,
+    /// Whether the table is at fault (400), or reaching it failed (storage, 5xx).
+    user: bool,
     why: String,
 }
 
@@ -324,7 +327,10 @@ impl TableProvider for Unreadable {
         _filters: &[Expr],
         _limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        Err(DataFusionError::Plan(self.why.clone()))
+        Err(match self.user {
+            true => DataFusionError::Plan(self.why.clone()),
+            false => DataFusionError::Execution(self.why.clone()),
+        })
     }
 }
 
@@ -361,10 +367,21 @@ pub async fn provider(
         ));
     }
     if param("table_type").is_some_and(|t| t.eq_ignore_ascii_case("ICEBERG")) {
-        return Err(refuse(
-            &table,
-            "it is an Apache Iceberg table, which lambdafusion does not read yet",
-        ));
+        // The catalog's pointer to the current metadata file is the table's version.
+        let metadata = param("metadata_location")
+            .ok_or_else(|| refuse(&table, "it is an Iceberg table without metadata_location"))?;
+        access
+            .check_location(metadata)
+            .map_err(|e| refuse(&table, e))?;
+        let label = format!("{CATALOG}.{}.{}", table.database, table.name);
+        return crate::iceberg::open(
+            state.runtime_env(),
+            metadata,
+            crate::delta::Version::Latest,
+            Some(&label),
+        )
+        .await
+        .map(|t| t as Arc<dyn TableProvider>);
     }
     let delta = param("table_type").is_some_and(|t| t.eq_ignore_ascii_case("DELTA"))
         || param("spark.sql.sources.provider").is_some_and(|p| p.eq_ignore_ascii_case("delta"));

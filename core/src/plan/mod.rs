@@ -90,6 +90,7 @@ pub fn session_state(
         .build();
     functions::install(&mut state, config);
     crate::delta::register(&mut state);
+    crate::iceberg::register(&mut state);
     // Beside the default functions (a task decodes it by name).
     let _ = datafusion::execution::FunctionRegistry::register_udaf(
         &mut state,

@@ -412,7 +412,7 @@ async fn glue_tables_on_s3(stack: &Stack, client: &Client) {
         "{shown}"
     );
     for (table, why) in [
-        ("iceberg_table", "Apache Iceberg"),
+        ("iceberg_table", "cannot read its metadata"),
         ("outside", "outside the locations tables may be read from"),
         ("escaping_partition", "a partition cannot be read"),
     ] {

@@ -254,7 +254,7 @@ async fn delta_errors_name_the_table_and_the_reason() {
         .await
         .unwrap();
     let e = refused(engine.sql("SELECT * FROM p VERSION AS OF 1").await);
-    assert!(e.contains("Delta tables only"), "{e}");
+    assert!(e.contains("Delta and Iceberg tables only"), "{e}");
     // A table name with @ (the versioned names' separator) is refused.
     let e = refused(engine.sql(&create("\"a@v1\"", &table)).await);
     assert!(e.contains("may not contain @"), "{e}");

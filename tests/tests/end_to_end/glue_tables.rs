@@ -247,7 +247,7 @@ async fn glue_tables_lambdafusion_cannot_read_are_refused_by_name() {
     let engine = engine(&dir_path, glue_client(&moto.endpoint).await).await;
     let refused = |table: &'static str, why: &'static str| (table, why);
     for (table, why) in [
-        refused("iceberg_table", "Apache Iceberg"),
+        refused("iceberg_table", "cannot read its metadata"),
         refused("avro_table", "org.apache.hadoop.hive.serde2.avro.AvroSerDe"),
         refused("outside", "outside the locations tables may be read from"),
         refused("union_column", "uniontype"),

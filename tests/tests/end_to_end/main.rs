@@ -11,6 +11,7 @@ mod docs;
 mod duckdb_oracle;
 mod glue_tables;
 mod iam_contract;
+mod iceberg_tables;
 mod layering;
 mod settings_doc;
 mod slt;
