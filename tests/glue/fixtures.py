@@ -204,7 +204,7 @@ if prefix is None:
 # --- tables lambdafusion must refuse, each naming the table and why ------------------------
 # An Iceberg table whose metadata file is missing: refused, naming the table.
 table("sales", "iceberg_table", [("a", "int")], directory("ice"), PARQUET,
-      parameters={"table_type": "ICEBERG", "metadata_location": directory("ice") + "/metadata/00001.metadata.json"})
+      parameters={"table_type": "ICEBERG", "metadata_location": at(directory("ice") + "/metadata/00001.metadata.json")})
 table("sales", "avro_table", [("a", "int")], directory("avro"),
       {"SerdeInfo": {"SerializationLibrary": "org.apache.hadoop.hive.serde2.avro.AvroSerDe"}})
 table("sales", "outside", [("a", "int")], "/etc" if prefix is None else "s3://elsewhere/t", PARQUET)
