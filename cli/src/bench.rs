@@ -40,7 +40,9 @@ pub struct BenchOptions {
     /// Also keep each query's profile for the AWS model ([`crate::model`]).
     pub model: bool,
     /// What lambdafusion reads: the Parquet files, or their Delta Lake copy under
-    /// `<data>/sf<sf>/delta/` (`scripts/tpch-as-delta`). DataFusion reads the Parquet files.
+    /// `<data>/sf<sf>/delta/` (`scripts/tpch-as-delta`), or their Iceberg copy under
+    /// `<data>/sf<sf>/iceberg/` (`scripts/tpch-as-iceberg`). DataFusion reads the Parquet
+    /// files.
     pub table_format: TableFormat,
 }
 
@@ -52,6 +54,8 @@ pub enum TableFormat {
     Parquet,
     /// The Delta Lake copy of them (`scripts/tpch-as-delta`).
     Delta,
+    /// The Apache Iceberg copy of them (`scripts/tpch-as-iceberg`).
+    Iceberg,
 }
 
 /// The `CREATE EXTERNAL TABLE` statements lambdafusion's tables are made with: the
@@ -78,6 +82,29 @@ fn table_statements(dir: &std::path::Path, format: TableFormat) -> Result<Vec<St
                 ))
             })
             .collect(),
+        TableFormat::Iceberg => {
+            let listing = dir.join("iceberg").join("tables.json");
+            let text = std::fs::read(&listing).map_err(|e| {
+                CliError::from(format!(
+                    "{}: {e}: write the Iceberg copy of the data with scripts/tpch-as-iceberg {}",
+                    listing.display(),
+                    dir.display()
+                ))
+            })?;
+            let tables: std::collections::BTreeMap<String, String> = serde_json::from_slice(&text)
+                .map_err(|e| CliError::from(format!("{}: {e}", listing.display())))?;
+            tpch::TABLES
+                .iter()
+                .map(|table| {
+                    let metadata = tables.get(*table).ok_or_else(|| {
+                        CliError::from(format!("{} lists no table {table}", listing.display()))
+                    })?;
+                    Ok(format!(
+                        "CREATE EXTERNAL TABLE {table} STORED AS ICEBERG LOCATION '{metadata}'"
+                    ))
+                })
+                .collect()
+        }
     }
 }
 
@@ -526,6 +553,7 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
         match options.table_format {
             TableFormat::Parquet => "Parquet",
             TableFormat::Delta => "Delta Lake",
+            TableFormat::Iceberg => "Apache Iceberg",
         },
         options.slots,
         bytes(engine_memory(options) as u64),

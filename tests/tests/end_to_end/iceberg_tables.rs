@@ -226,3 +226,65 @@ async fn measure_planning_a_snapshot_of_10000_files() {
         }
     }
 }
+
+/// TPC-H SF 0.1 stored as Iceberg tables by PyIceberg (`tests/iceberg/tpch_as_iceberg.py`:
+/// orders partitioned by month(o_orderdate), lineitem by l_returnflag, every table in two
+/// appends): the 22 queries, every stage split into tasks, answer as single-process
+/// DataFusion does over the Parquet files the tables were written from.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tpch_as_iceberg_answers_as_tpch_as_parquet() {
+    use lambdafusion_cli::tpch;
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let (parquet, iceberg) = (root.join("parquet"), root.join("iceberg"));
+    tpch::generate(&parquet, 0.1, 2, &|_, _| {}).unwrap();
+    lambdafusion_tests::delta::python(&[
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("iceberg/tpch_as_iceberg.py")
+            .as_os_str(),
+        parquet.as_os_str(),
+        iceberg.as_os_str(),
+    ]);
+    let listing: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(iceberg.join("tables.json")).unwrap()).unwrap();
+    let config = EngineConfig::default()
+        .with_bytes_per_task(1 << 20)
+        .with_min_scan_bytes_per_task(1)
+        .with_shuffle_bytes_per_task(64 * 1024)
+        .with_data_location(root.display().to_string());
+    let engine = Embedded::start(EmbeddedOptions {
+        data_dir: None,
+        config,
+        slots: 8,
+        ..EmbeddedOptions::default()
+    })
+    .await
+    .unwrap();
+    for table in tpch::TABLES {
+        engine
+            .sql(&format!(
+                "CREATE EXTERNAL TABLE {table} STORED AS ICEBERG LOCATION '{}'",
+                listing[table].as_str().unwrap()
+            ))
+            .await
+            .unwrap();
+    }
+    let ctx = datafusion::prelude::SessionContext::new();
+    tpch::register_baseline(&ctx, &parquet).await.unwrap();
+    let mut failures = Vec::new();
+    for q in 1..=22 {
+        let sql = tpch::query(q);
+        let want = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        match engine.sql(sql).await {
+            Ok(out) => {
+                if let Err(e) =
+                    lambdafusion_embedded::verify::compare(&want, &out.batches, tpch::is_ordered(q))
+                {
+                    failures.push(format!("q{q}: {e}"));
+                }
+            }
+            Err(e) => failures.push(format!("q{q}: {e}")),
+        }
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
