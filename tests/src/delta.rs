@@ -73,6 +73,26 @@ impl Fixtures {
             .unwrap()
     }
 
+    /// Runs every case on `engine` and compares its answer with the expected one; the
+    /// failures, one line each (empty when all agree).
+    pub async fn failures(&self, engine: &lambdafusion_embedded::Embedded) -> Vec<String> {
+        let mut failures = Vec::new();
+        for case in &self.cases {
+            let want = self.expected(&case.name).await;
+            match engine.sql(&case.sql).await {
+                Ok(out) => {
+                    if let Err(e) =
+                        lambdafusion_embedded::verify::compare(&want, &out.batches, case.ordered)
+                    {
+                        failures.push(format!("{}: {e}\n  {}", case.name, case.sql));
+                    }
+                }
+                Err(e) => failures.push(format!("{}: {e}\n  {}", case.name, case.sql)),
+            }
+        }
+        failures
+    }
+
     /// Every file of table `name`, relative to its directory.
     pub fn files(&self, name: &str) -> Vec<(String, PathBuf)> {
         let root = &self.tables.iter().find(|(n, _)| n == name).unwrap().1;

@@ -47,3 +47,30 @@ pub fn cargo_tree(args: &[&str]) -> String {
     );
     String::from_utf8(out.stdout).unwrap()
 }
+
+/// Runs the 22 TPC-H queries on `engine` and compares each answer with single-process
+/// DataFusion's on `baseline` (the generated Parquet files registered); the failures, one
+/// line each, prefixed with `label`.
+pub async fn tpch_failures(
+    engine: &lambdafusion_embedded::Embedded,
+    baseline: &datafusion::prelude::SessionContext,
+    label: &str,
+) -> Vec<String> {
+    use lambdafusion_cli::tpch;
+    let mut failures = Vec::new();
+    for q in 1..=22 {
+        let sql = tpch::query(q);
+        let want = baseline.sql(sql).await.unwrap().collect().await.unwrap();
+        match engine.sql(sql).await {
+            Ok(out) => {
+                if let Err(e) =
+                    lambdafusion_embedded::verify::compare(&want, &out.batches, tpch::is_ordered(q))
+                {
+                    failures.push(format!("{label}q{q}: {e}"));
+                }
+            }
+            Err(e) => failures.push(format!("{label}q{q}: {e}")),
+        }
+    }
+    failures
+}

@@ -341,22 +341,9 @@ async fn tpch_registered_in_glue_answers_as_tpch_as_parquet() {
         })
         .await
         .unwrap();
-        for q in 1..=22 {
-            let sql = tpch::query(q);
-            let want = ctx.sql(sql).await.unwrap().collect().await.unwrap();
-            match engine.sql(sql).await {
-                Ok(out) => {
-                    if let Err(e) = lambdafusion_embedded::verify::compare(
-                        &want,
-                        &out.batches,
-                        tpch::is_ordered(q),
-                    ) {
-                        failures.push(format!("{database} q{q}: {e}"));
-                    }
-                }
-                Err(e) => failures.push(format!("{database} q{q}: {e}")),
-            }
-        }
+        failures.extend(
+            lambdafusion_tests::tpch_failures(&engine, &ctx, &format!("{database} ")).await,
+        );
     }
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }

@@ -60,20 +60,7 @@ async fn iceberg_tables_answer_as_pyiceberg_reads_them() {
             .await
             .unwrap_or_else(|e| panic!("registering {name}: {e}"));
     }
-    let mut failures = Vec::new();
-    for case in &fixtures.cases {
-        let want = fixtures.expected(&case.name).await;
-        match engine.sql(&case.sql).await {
-            Ok(out) => {
-                if let Err(e) =
-                    lambdafusion_embedded::verify::compare(&want, &out.batches, case.ordered)
-                {
-                    failures.push(format!("{}: {e}\n  {}", case.name, case.sql));
-                }
-            }
-            Err(e) => failures.push(format!("{}: {e}\n  {}", case.name, case.sql)),
-        }
-    }
+    let failures = fixtures.failures(&engine).await;
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 
     // The scan was split: the partitioned table's files over several tasks.
@@ -271,20 +258,6 @@ async fn tpch_as_iceberg_answers_as_tpch_as_parquet() {
     }
     let ctx = datafusion::prelude::SessionContext::new();
     tpch::register_baseline(&ctx, &parquet).await.unwrap();
-    let mut failures = Vec::new();
-    for q in 1..=22 {
-        let sql = tpch::query(q);
-        let want = ctx.sql(sql).await.unwrap().collect().await.unwrap();
-        match engine.sql(sql).await {
-            Ok(out) => {
-                if let Err(e) =
-                    lambdafusion_embedded::verify::compare(&want, &out.batches, tpch::is_ordered(q))
-                {
-                    failures.push(format!("q{q}: {e}"));
-                }
-            }
-            Err(e) => failures.push(format!("q{q}: {e}")),
-        }
-    }
+    let failures = lambdafusion_tests::tpch_failures(&engine, &ctx, "").await;
     assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
