@@ -8,7 +8,7 @@
 //! snapshot whatever is committed meanwhile. Column mapping becomes a projection that
 //! renames physical columns to logical ones; partition values become DataFusion partition
 //! columns. A file with a deletion vector travels with its descriptor in a
-//! [`DeletionVectorExec`]: the task that reads the file loads the vector and skips the
+//! [`crate::row_deletes::DeletionVectorExec`]: the task that reads the file loads the vector and skips the
 //! deleted rows with a Parquet row selection.
 //!
 //! Time travel (`t VERSION AS OF 3`, `t TIMESTAMP AS OF '2026-01-01 00:00:00'`) reaches
@@ -26,23 +26,18 @@ use datafusion::arrow::datatypes::{
 use datafusion::catalog::{Session, TableProvider, TableProviderFactory};
 use datafusion::common::{Column as DfColumn, DFSchema, ScalarValue};
 use datafusion::datasource::listing::PartitionedFile;
-use datafusion::datasource::physical_plan::{
-    FileGroup, FileScanConfig, FileScanConfigBuilder, ParquetSource,
-};
+use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::datasource::table_schema::TableSchema;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::object_store::ObjectStoreUrl;
-use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::logical_expr::utils::{conjunction, split_conjunction};
 use datafusion::logical_expr::{
     BinaryExpr, CreateExternalTable, Expr, Operator, TableProviderFilterPushDown, TableType,
 };
-use datafusion::parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use datafusion::physical_expr::expressions::Column as PhysicalColumn;
 use datafusion::physical_plan::projection::ProjectionExec;
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
+use datafusion::physical_plan::ExecutionPlan;
 use delta_kernel::actions::deletion_vector::{DeletionVectorDescriptor, DeletionVectorStorageType};
 use delta_kernel::engine::arrow_conversion::TryFromKernel;
 use delta_kernel::engine::arrow_data::ArrowEngineData;
@@ -52,7 +47,6 @@ use delta_kernel::snapshot::{Snapshot, SnapshotRef};
 use delta_kernel::table_features::ColumnMappingMode;
 use delta_kernel::Engine;
 use delta_kernel_engine::DefaultEngine;
-use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::ObjectMeta;
 use serde::{Deserialize, Serialize};
@@ -470,8 +464,17 @@ impl Deletions {
         self.descriptor()?.absolute_path(root)
     }
 
+    /// The file's rows before deletions: a row selection must cover them all.
+    pub(crate) fn rows(&self) -> u64 {
+        self.rows
+    }
+
     /// The deleted row positions, read through `engine`.
-    fn load(&self, engine: &dyn Engine, root: &Url) -> Result<Vec<u64>, delta_kernel::Error> {
+    pub(crate) fn load(
+        &self,
+        engine: &dyn Engine,
+        root: &Url,
+    ) -> Result<Vec<u64>, delta_kernel::Error> {
         self.descriptor()?
             .row_indexes(engine.storage_handler(), root)
     }
@@ -712,7 +715,10 @@ impl TableProvider for DeltaTable {
                         ))
                     })?;
                 }
-                deletions.insert(location.to_string(), d.clone());
+                deletions.insert(
+                    location.to_string(),
+                    crate::row_deletes::Deleted::Delta(d.clone()),
+                );
             }
             partitioned.push(
                 PartitionedFile::new_from_meta(ObjectMeta {
@@ -746,7 +752,7 @@ impl TableProvider for DeltaTable {
             .build();
         let mut plan: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(scan);
         if !deletions.is_empty() {
-            plan = Arc::new(DeletionVectorExec::try_new(
+            plan = Arc::new(crate::row_deletes::DeletionVectorExec::try_new(
                 plan,
                 self.root.clone(),
                 deletions,
@@ -865,233 +871,9 @@ fn kernel_scalar(value: &ScalarValue) -> Option<Scalar> {
     })
 }
 
-/// A Parquet scan of a Delta snapshot that skips the rows the files' deletion vectors
-/// delete. The vectors travel as their descriptors; the task that reads a file loads its
-/// vector and hands the scan a row selection that skips those rows.
-///
-/// A leaf: it holds its scan rather than having it as a child, so that no optimizer rule
-/// puts anything (a coalesce, a repartition) between the two.
-#[derive(Debug)]
-pub struct DeletionVectorExec {
-    scan: Arc<dyn ExecutionPlan>,
-    root: Url,
-    /// Object path -> that file's deletion vector.
-    deletions: Arc<BTreeMap<String, Deletions>>,
-}
-
-impl DeletionVectorExec {
-    /// Wraps `scan`, which must be a file scan ([`DataSourceExec`] of Parquet files).
-    pub fn try_new(
-        scan: Arc<dyn ExecutionPlan>,
-        root: Url,
-        deletions: BTreeMap<String, Deletions>,
-    ) -> DfResult<Self> {
-        scan_config(&scan)?;
-        Ok(Self {
-            scan,
-            root,
-            deletions: Arc::new(deletions),
-        })
-    }
-
-    /// The scan it reads through.
-    pub fn scan(&self) -> &Arc<dyn ExecutionPlan> {
-        &self.scan
-    }
-
-    /// The scan's files and their partitions.
-    pub fn scan_config(&self) -> &FileScanConfig {
-        scan_config(&self.scan).expect("checked at construction")
-    }
-
-    /// The table directory the vectors' paths are relative to.
-    pub fn root(&self) -> &Url {
-        &self.root
-    }
-
-    /// The deletion vectors, by object path, as JSON (how they travel to the tasks).
-    pub fn deletions_json(&self) -> DfResult<String> {
-        serde_json::to_string(self.deletions.as_ref())
-            .map_err(|e| DataFusionError::Internal(format!("deletion vectors: {e}")))
-    }
-
-    /// The inverse of [`Self::deletions_json`].
-    pub fn from_json(scan: Arc<dyn ExecutionPlan>, root: &str, json: &str) -> DfResult<Self> {
-        let root = Url::parse(root)
-            .map_err(|e| DataFusionError::Internal(format!("deletion vector root: {e}")))?;
-        let deletions = serde_json::from_str(json)
-            .map_err(|e| DataFusionError::Internal(format!("deletion vectors: {e}")))?;
-        Self::try_new(scan, root, deletions)
-    }
-}
-
-fn scan_config(plan: &Arc<dyn ExecutionPlan>) -> DfResult<&FileScanConfig> {
-    plan.downcast_ref::<DataSourceExec>()
-        .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
-        .ok_or_else(|| {
-            DataFusionError::Internal(format!(
-                "deletion vectors apply to a file scan, not to {}",
-                plan.name()
-            ))
-        })
-}
-
-impl DisplayAs for DeletionVectorExec {
-    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
-        write!(
-            f,
-            "DeletionVectorExec: files_with_deletions={}, scan=",
-            self.deletions.len()
-        )?;
-        match self.scan.downcast_ref::<DataSourceExec>() {
-            Some(scan) => scan.fmt_as(t, f),
-            None => write!(f, "{}", self.scan.name()),
-        }
-    }
-}
-
-impl ExecutionPlan for DeletionVectorExec {
-    fn name(&self) -> &str {
-        "DeletionVectorExec"
-    }
-
-    fn properties(&self) -> &Arc<PlanProperties> {
-        self.scan.properties()
-    }
-
-    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
-        vec![]
-    }
-
-    fn apply_expressions(
-        &self,
-        _f: &mut dyn FnMut(
-            &Arc<dyn datafusion::physical_plan::PhysicalExpr>,
-        ) -> DfResult<datafusion::common::tree_node::TreeNodeRecursion>,
-    ) -> DfResult<datafusion::common::tree_node::TreeNodeRecursion> {
-        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
-    }
-
-    fn with_new_children(
-        self: Arc<Self>,
-        children: Vec<Arc<dyn ExecutionPlan>>,
-    ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        crate::plan::no_children("DeletionVectorExec", self, children)
-    }
-
-    fn partition_statistics(
-        &self,
-        partition: Option<usize>,
-    ) -> DfResult<Arc<datafusion::common::Statistics>> {
-        // Row counts and the like without the deletions would overstate: unknown.
-        let _ = partition;
-        Ok(Arc::new(datafusion::common::Statistics::new_unknown(
-            &self.schema(),
-        )))
-    }
-
-    fn execute(
-        &self,
-        partition: usize,
-        ctx: Arc<TaskContext>,
-    ) -> DfResult<SendableRecordBatchStream> {
-        let mut config = self.scan_config().clone();
-        let deletions = self.deletions.clone();
-        let root = self.root.clone();
-        let schema = self.schema();
-        let opened = async move {
-            let Some(group) = config.file_groups.get(partition).cloned() else {
-                return Err(DataFusionError::Internal(format!(
-                    "a Delta scan has no partition {partition}"
-                )));
-            };
-            let store = ctx.runtime_env().object_store(&config.object_store_url)?;
-            let engine: Arc<dyn Engine> = Arc::new(DefaultEngine::builder(store).build());
-            let mut files = Vec::with_capacity(group.len());
-            for file in group.files() {
-                let Some(d) = deletions.get(file.object_meta.location.as_ref()).cloned() else {
-                    files.push(file.clone());
-                    continue;
-                };
-                let (engine, root, path) = (engine.clone(), root.clone(), file.path().to_string());
-                let (rows, d) = tokio::task::spawn_blocking(move || {
-                    d.load(engine.as_ref(), &root).map(|rows| (rows, d))
-                })
-                .await
-                .map_err(|e| DataFusionError::External(Box::new(e)))?
-                .map_err(|e| {
-                    DataFusionError::Execution(format!(
-                        "cannot read the deletion vector of {path}: {e}"
-                    ))
-                })?;
-                files.push(file.clone().with_extension(
-                    datafusion::datasource::physical_plan::parquet::ParquetRowSelection::new(
-                        keep_selection(&rows, d.rows, file.path().as_ref())?,
-                    ),
-                ));
-            }
-            config.file_groups[partition] = FileGroup::new(files);
-            DataSourceExec::from_data_source(config).execute(partition, ctx)
-        };
-        Ok(Box::pin(RecordBatchStreamAdapter::new(
-            schema,
-            futures::stream::once(opened).try_flatten(),
-        )))
-    }
-}
-
-/// The selection of a file's `rows` rows that keeps all but the `deleted` positions.
-fn keep_selection(deleted: &[u64], rows: u64, file: &str) -> DfResult<RowSelection> {
-    let mut deleted = deleted.to_vec();
-    deleted.sort_unstable();
-    deleted.dedup();
-    let mut selectors = Vec::with_capacity(deleted.len() * 2 + 1);
-    let mut next = 0u64;
-    for &row in &deleted {
-        if row >= rows {
-            return Err(DataFusionError::Execution(format!(
-                "the deletion vector of {file} deletes row {row}, but the file has {rows} rows"
-            )));
-        }
-        if row > next {
-            selectors.push(RowSelector::select((row - next) as usize));
-        }
-        selectors.push(RowSelector::skip(1));
-        next = row + 1;
-    }
-    if next < rows {
-        selectors.push(RowSelector::select((rows - next) as usize));
-    }
-    Ok(RowSelection::from(selectors))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn a_selection_keeps_every_row_but_the_deleted_ones() {
-        let selection = keep_selection(&[9, 0, 3, 3, 4], 10, "f").unwrap();
-        let kept: Vec<usize> = {
-            let mut kept = Vec::new();
-            let mut row = 0;
-            for s in selection.iter() {
-                if !s.skip {
-                    kept.extend(row..row + s.row_count);
-                }
-                row += s.row_count;
-            }
-            assert_eq!(row, 10, "the selection covers the whole file");
-            kept
-        };
-        assert_eq!(kept, vec![1, 2, 5, 6, 7, 8]);
-        assert!(keep_selection(&[], 0, "f").unwrap().iter().next().is_none());
-        let err = keep_selection(&[10], 10, "f").unwrap_err().to_string();
-        assert!(
-            err.contains("deletes row 10, but the file has 10 rows"),
-            "{err}"
-        );
-    }
 
     #[test]
     fn only_exact_filters_reach_the_kernel() {

@@ -9,10 +9,15 @@
 //! `VERSION AS OF <snapshot id>`, `TIMESTAMP AS OF '...'` (the newest snapshot at or before
 //! it).
 //!
+//! Position delete files (merge-on-read deletes, as Athena, Spark and Trino write them) are
+//! matched to data files at planning by the spec's rules (sequence numbers, the delete
+//! file's `referenced_data_file` or `file_path` bounds) and applied by the task that reads
+//! the data file ([`DeletionVectorExec`]).
+//!
 //! Columns are read by name, which is only right while no column was renamed, or dropped
 //! and added again under its old name: a table whose schemas disagree so is refused, as is
-//! one whose snapshot has delete files (merge-on-read) or non-Parquet data files — a 400
-//! naming the table and the reason, never wrong rows. Every file the metadata names must lie
+//! one whose snapshot has equality delete files or non-Parquet files — a 400 naming the
+//! table and the reason, never wrong rows. Every file the metadata names must lie
 //! inside the table's directory, the location the access policy allowed.
 
 use std::collections::{BTreeMap, HashMap};
@@ -20,10 +25,12 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::{Array, AsArray, Int64Array, RecordBatch, StringArray};
+use datafusion::arrow::array::{
+    Array, AsArray, Int64Array, RecordBatch, StringArray, StructArray, UInt64Array,
+};
 use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, SchemaRef, TimeUnit};
 use datafusion::catalog::{Session, TableProvider, TableProviderFactory};
-use datafusion::common::DFSchema;
+use datafusion::common::{DFSchema, ScalarValue};
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::{FileScanConfigBuilder, ParquetSource};
 use datafusion::datasource::source::DataSourceExec;
@@ -33,6 +40,7 @@ use datafusion::execution::object_store::ObjectStoreUrl;
 use datafusion::execution::runtime_env::RuntimeEnv;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::logical_expr::{CreateExternalTable, Expr, TableProviderFilterPushDown, TableType};
+use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
 use datafusion::physical_plan::ExecutionPlan;
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
@@ -41,6 +49,7 @@ use serde::Deserialize;
 use url::Url;
 
 use crate::delta::Version;
+use crate::row_deletes::{DeleteFile, Deleted, DeletionVectorExec, IcebergPositions};
 
 /// The format name (`STORED AS ICEBERG`) Iceberg tables are stored under in the catalog.
 pub const FORMAT: &str = "ICEBERG";
@@ -451,8 +460,438 @@ fn ints(array: Option<&Arc<dyn Array>>) -> DfResult<Option<Int64Array>> {
 #[derive(Debug, Clone)]
 struct DataFile {
     path: Path,
+    /// The file as the metadata names it (what position delete files name).
+    name: String,
     size: u64,
     records: Option<u64>,
+    /// Its data sequence number (0 in format v1).
+    sequence: i64,
+    /// The position delete files that apply to it.
+    deletes: Vec<DeleteFile>,
+    /// Its column metrics as the manifest keeps them, for pruning.
+    metrics: Metrics,
+}
+
+/// A data file's column metrics from its manifest entry, by field id: the lower and upper
+/// bounds (Iceberg's single-value serialization) and the null counts.
+#[derive(Debug, Clone, Default)]
+struct Metrics {
+    lower: HashMap<i32, Vec<u8>>,
+    upper: HashMap<i32, Vec<u8>>,
+    nulls: HashMap<i32, u64>,
+}
+
+/// A position delete file of a snapshot, with what decides the data files it applies to.
+#[derive(Debug, Clone)]
+struct PositionDeletes {
+    file: DeleteFile,
+    sequence: i64,
+    /// `referenced_data_file`: the one data file it deletes from, when the writer says.
+    referenced: Option<String>,
+    /// The lower and upper bounds of its `file_path` column, when the writer kept them.
+    bounds: Option<(Vec<u8>, Vec<u8>)>,
+}
+
+impl PositionDeletes {
+    /// Whether it may delete rows of `data` (the spec's rule: the data file's sequence
+    /// number is at most the delete file's, and the delete file may name the data file).
+    fn applies_to(&self, data: &DataFile) -> bool {
+        data.sequence <= self.sequence
+            && self.referenced.as_ref().is_none_or(|r| *r == data.name)
+            && self.bounds.as_ref().is_none_or(|(low, high)| {
+                low.as_slice() <= data.name.as_bytes() && data.name.as_bytes() <= high.as_slice()
+            })
+    }
+}
+
+/// The reserved field id of a position delete file's `file_path` column.
+const FILE_PATH_FIELD_ID: i32 = 2147483546;
+
+/// One live entry of a manifest.
+enum Entry {
+    Data(DataFile),
+    PositionDeletes(PositionDeletes),
+}
+
+/// A manifest as its snapshot's manifest list lists it.
+struct Manifest {
+    path: String,
+    /// 0: data files, 1: delete files.
+    content: i64,
+    /// The sequence number its added entries inherit.
+    sequence: i64,
+}
+
+/// The data files of `snapshot`, each with the position delete files that apply to it:
+/// its manifest list's manifests, their live entries.
+async fn data_files(
+    store: &dyn ObjectStore,
+    root: &Url,
+    snapshot: &SnapshotEntry,
+    refuse: &(dyn Fn(String) -> DataFusionError + Sync),
+) -> DfResult<Vec<DataFile>> {
+    let resolve = |p: &str, what: &str| -> DfResult<Path> {
+        let url = Url::parse(p).or_else(|_| as_url(p))?;
+        path_inside(root, &url, what)
+    };
+    let mut manifests = Vec::new();
+    if let Some(list) = &snapshot.manifest_list {
+        let path = resolve(list, "the manifest list")?;
+        for batch in avro_batches(read(store, &path, "manifest list").await?, list)? {
+            let paths = strings(batch.column_by_name("manifest_path").ok_or_else(|| {
+                refuse(format!("its manifest list {list} has no manifest_path"))
+            })?)?;
+            let content = ints(batch.column_by_name("content"))?;
+            let sequence = ints(batch.column_by_name("sequence_number"))?;
+            let value = |a: &Option<Int64Array>, i: usize| {
+                a.as_ref()
+                    .filter(|a| a.is_valid(i))
+                    .map_or(0, |a| a.value(i))
+            };
+            for i in 0..batch.num_rows() {
+                manifests.push(Manifest {
+                    path: paths.value(i).to_string(),
+                    content: value(&content, i),
+                    sequence: value(&sequence, i),
+                });
+            }
+        }
+    } else {
+        manifests.extend(snapshot.manifests.iter().map(|m| Manifest {
+            path: m.clone(),
+            content: 0,
+            sequence: 0,
+        }));
+    }
+    let per_manifest: Vec<Vec<Entry>> =
+        futures::stream::iter(manifests.into_iter().map(|m| async move {
+            let path = resolve(&m.path, "a manifest")?;
+            let mut out = Vec::new();
+            for batch in avro_batches(read(store, &path, "manifest").await?, &m.path)? {
+                out.extend(manifest_entries(&batch, &m, &resolve, refuse)?);
+            }
+            Ok::<_, DataFusionError>(out)
+        }))
+        .buffered(16)
+        .try_collect()
+        .await?;
+    let mut files = Vec::new();
+    let mut deletes = Vec::new();
+    for entry in per_manifest.into_iter().flatten() {
+        match entry {
+            Entry::Data(f) => files.push(f),
+            Entry::PositionDeletes(d) => deletes.push(d),
+        }
+    }
+    if !deletes.is_empty() {
+        for file in &mut files {
+            file.deletes = deletes
+                .iter()
+                .filter(|d| d.applies_to(file))
+                .map(|d| d.file.clone())
+                .collect();
+        }
+    }
+    Ok(files)
+}
+
+/// The live entries of one batch of a manifest's entries.
+fn manifest_entries(
+    batch: &RecordBatch,
+    manifest: &Manifest,
+    resolve: &(dyn Fn(&str, &str) -> DfResult<Path> + Sync),
+    refuse: &(dyn Fn(String) -> DataFusionError + Sync),
+) -> DfResult<Vec<Entry>> {
+    let name = &manifest.path;
+    let missing = |what: &str| refuse(format!("its manifest {name} has no {what}"));
+    let status = ints(batch.column_by_name("status"))?.ok_or_else(|| missing("status"))?;
+    let sequence = ints(batch.column_by_name("sequence_number"))?;
+    let data_file = batch
+        .column_by_name("data_file")
+        .ok_or_else(|| missing("data_file"))?
+        .as_struct();
+    let path = strings(
+        data_file
+            .column_by_name("file_path")
+            .ok_or_else(|| missing("file_path"))?,
+    )?;
+    let format = strings(
+        data_file
+            .column_by_name("file_format")
+            .ok_or_else(|| missing("file_format"))?,
+    )?;
+    let size = ints(data_file.column_by_name("file_size_in_bytes"))?
+        .ok_or_else(|| missing("file_size_in_bytes"))?;
+    let records = ints(data_file.column_by_name("record_count"))?;
+    let content = ints(data_file.column_by_name("content"))?;
+    let referenced = data_file
+        .column_by_name("referenced_data_file")
+        .map(|a| strings(a))
+        .transpose()?;
+    let lower = IdMaps::new(data_file, "lower_bounds", &DataType::Binary)?;
+    let upper = IdMaps::new(data_file, "upper_bounds", &DataType::Binary)?;
+    let nulls = IdMaps::new(data_file, "null_value_counts", &DataType::Int64)?;
+    let path_bound = |maps: &Option<IdMaps>, row: usize| {
+        let maps = maps.as_ref()?;
+        let values = maps.values.as_binary::<i32>();
+        maps.row(row)
+            .find(|(id, _)| *id == FILE_PATH_FIELD_ID)
+            .map(|(_, i)| values.value(i).to_vec())
+    };
+    let mut out = Vec::new();
+    for i in 0..batch.num_rows() {
+        // 2: deleted from the table by this snapshot.
+        if status.value(i) == 2 {
+            continue;
+        }
+        let file = path.value(i);
+        if !format.value(i).eq_ignore_ascii_case("parquet") {
+            return Err(refuse(format!(
+                "{} file {file} is {}; lambdafusion reads Parquet files only",
+                if manifest.content == 0 {
+                    "data"
+                } else {
+                    "delete"
+                },
+                format.value(i)
+            )));
+        }
+        // Added entries without a sequence number inherit their manifest's.
+        let entry_sequence = sequence
+            .as_ref()
+            .filter(|s| s.is_valid(i))
+            .map_or(manifest.sequence, |s| s.value(i));
+        let kind = content
+            .as_ref()
+            .filter(|c| c.is_valid(i))
+            .map_or(0, |c| c.value(i));
+        let size = size.value(i).max(0) as u64;
+        match (manifest.content, kind) {
+            (0, 0) => out.push(Entry::Data(DataFile {
+                path: resolve(file, "a data file")?,
+                name: file.to_string(),
+                size,
+                records: records
+                    .as_ref()
+                    .filter(|r| r.is_valid(i))
+                    .map(|r| r.value(i).max(0) as u64),
+                sequence: entry_sequence,
+                deletes: Vec::new(),
+                metrics: Metrics {
+                    lower: lower.as_ref().map(|m| m.bounds(i)).unwrap_or_default(),
+                    upper: upper.as_ref().map(|m| m.bounds(i)).unwrap_or_default(),
+                    nulls: nulls.as_ref().map(|m| m.counts(i)).unwrap_or_default(),
+                },
+            })),
+            (1, 1) => out.push(Entry::PositionDeletes(PositionDeletes {
+                file: DeleteFile {
+                    path: resolve(file, "a delete file")?.to_string(),
+                    size,
+                },
+                sequence: entry_sequence,
+                referenced: referenced
+                    .as_ref()
+                    .filter(|r| r.is_valid(i))
+                    .map(|r| r.value(i).to_string()),
+                bounds: path_bound(&lower, i).zip(path_bound(&upper, i)),
+            })),
+            (1, 2) => {
+                return Err(refuse(format!(
+                    "its snapshot has equality delete files (as Flink writes them, e.g. \
+                     {file}), which lambdafusion does not apply yet"
+                )))
+            }
+            (m, k) => {
+                return Err(refuse(format!(
+                    "its manifest {name} (content {m}) lists {file} with content {k}, \
+                     which the Iceberg spec does not allow"
+                )))
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// A manifest column that maps field ids to values (`lower_bounds`, `upper_bounds`,
+/// `null_value_counts`: an Avro map, read as a list of key-value records), its keys and
+/// values cast once for the whole batch.
+struct IdMaps {
+    column: Arc<dyn Array>,
+    offsets: Vec<i64>,
+    keys: Int64Array,
+    values: Arc<dyn Array>,
+}
+
+impl IdMaps {
+    /// The batch's `name` column, its values as `value_type`; `None` if it has none.
+    fn new(data_file: &StructArray, name: &str, value_type: &DataType) -> DfResult<Option<Self>> {
+        let Some(column) = data_file.column_by_name(name) else {
+            return Ok(None);
+        };
+        let (offsets, entries): (Vec<i64>, &dyn Array) =
+            if let Some(list) = column.as_list_opt::<i32>() {
+                (
+                    list.offsets().iter().map(|&o| o as i64).collect(),
+                    list.values().as_ref(),
+                )
+            } else if let Some(map) = column.as_map_opt() {
+                (
+                    map.offsets().iter().map(|&o| o as i64).collect(),
+                    map.entries(),
+                )
+            } else {
+                return Ok(None);
+            };
+        let Some(entries) = entries.as_struct_opt() else {
+            return Ok(None);
+        };
+        let (Some(keys), Some(values)) = (
+            ints(entries.column_by_name("key"))?,
+            entries.column_by_name("value"),
+        ) else {
+            return Ok(None);
+        };
+        Ok(Some(Self {
+            column: column.clone(),
+            offsets,
+            keys,
+            values: datafusion::arrow::compute::cast(values, value_type)?,
+        }))
+    }
+
+    /// The entries of row `row`: (field id, index into the values).
+    fn row(&self, row: usize) -> impl Iterator<Item = (i32, usize)> + '_ {
+        let range = if self.column.is_null(row) {
+            0..0
+        } else {
+            self.offsets[row] as usize..self.offsets[row + 1] as usize
+        };
+        range
+            .filter(|&i| self.keys.is_valid(i) && self.values.is_valid(i))
+            .map(|i| (self.keys.value(i) as i32, i))
+    }
+
+    /// Row `row` of a bounds map, as field id -> bytes.
+    fn bounds(&self, row: usize) -> HashMap<i32, Vec<u8>> {
+        let values = self.values.as_binary::<i32>();
+        self.row(row)
+            .map(|(id, i)| (id, values.value(i).to_vec()))
+            .collect()
+    }
+
+    /// Row `row` of a counts map, as field id -> count.
+    fn counts(&self, row: usize) -> HashMap<i32, u64> {
+        let values = self
+            .values
+            .as_primitive::<datafusion::arrow::datatypes::Int64Type>();
+        self.row(row)
+            .map(|(id, i)| (id, values.value(i).max(0) as u64))
+            .collect()
+    }
+}
+
+/// The value of Iceberg's single-value serialization `bytes` (a column bound) as `data_type`,
+/// or `None` where pruning should not trust it: floating point (bounds leave NaN out, which
+/// DataFusion orders above every number) and types not listed.
+fn bound_value(bytes: &[u8], data_type: &DataType) -> Option<ScalarValue> {
+    let int = || -> Option<i64> {
+        match bytes.len() {
+            4 => Some(i32::from_le_bytes(bytes.try_into().ok()?) as i64),
+            8 => Some(i64::from_le_bytes(bytes.try_into().ok()?)),
+            _ => None,
+        }
+    };
+    Some(match data_type {
+        DataType::Boolean => ScalarValue::Boolean(Some(*bytes.first()? != 0)),
+        DataType::Int32 if bytes.len() == 4 => ScalarValue::Int32(Some(int()? as i32)),
+        // A column promoted from int keeps its older files' 4-byte bounds.
+        DataType::Int64 => ScalarValue::Int64(Some(int()?)),
+        DataType::Date32 if bytes.len() == 4 => ScalarValue::Date32(Some(int()? as i32)),
+        DataType::Timestamp(TimeUnit::Microsecond, tz) if bytes.len() == 8 => {
+            ScalarValue::TimestampMicrosecond(Some(int()?), tz.clone())
+        }
+        DataType::Utf8 => ScalarValue::Utf8(Some(String::from_utf8(bytes.to_vec()).ok()?)),
+        DataType::Decimal128(p, s) if !bytes.is_empty() && bytes.len() <= 16 => {
+            // Big-endian two's complement of the unscaled value, sign-extended.
+            let fill = if bytes[0] & 0x80 != 0 { 0xff } else { 0 };
+            let mut wide = [fill; 16];
+            wide[16 - bytes.len()..].copy_from_slice(bytes);
+            ScalarValue::Decimal128(Some(i128::from_be_bytes(wide)), *p, *s)
+        }
+        _ => return None,
+    })
+}
+
+/// A snapshot's data files as DataFusion's pruning sees them: one container a file, its
+/// manifest's bounds, null counts and row count.
+struct FileMetrics<'a> {
+    files: &'a [&'a DataFile],
+    /// Column name -> its field id and type.
+    columns: &'a HashMap<String, (i32, DataType)>,
+}
+
+impl FileMetrics<'_> {
+    fn values(
+        &self,
+        column: &datafusion::common::Column,
+        side: impl Fn(&Metrics) -> &HashMap<i32, Vec<u8>>,
+    ) -> Option<datafusion::arrow::array::ArrayRef> {
+        let (id, data_type) = self.columns.get(column.name())?;
+        let null = ScalarValue::try_from(data_type).ok()?;
+        let values = self.files.iter().map(|f| {
+            side(&f.metrics)
+                .get(id)
+                .and_then(|b| bound_value(b, data_type))
+                .unwrap_or_else(|| null.clone())
+        });
+        ScalarValue::iter_to_array(values).ok()
+    }
+}
+
+impl datafusion::common::pruning::PruningStatistics for FileMetrics<'_> {
+    fn min_values(
+        &self,
+        column: &datafusion::common::Column,
+    ) -> Option<datafusion::arrow::array::ArrayRef> {
+        self.values(column, |m| &m.lower)
+    }
+
+    fn max_values(
+        &self,
+        column: &datafusion::common::Column,
+    ) -> Option<datafusion::arrow::array::ArrayRef> {
+        self.values(column, |m| &m.upper)
+    }
+
+    fn num_containers(&self) -> usize {
+        self.files.len()
+    }
+
+    fn null_counts(
+        &self,
+        column: &datafusion::common::Column,
+    ) -> Option<datafusion::arrow::array::ArrayRef> {
+        let (id, _) = self.columns.get(column.name())?;
+        let counts: UInt64Array = self
+            .files
+            .iter()
+            .map(|f| f.metrics.nulls.get(id).copied())
+            .collect();
+        Some(Arc::new(counts))
+    }
+
+    fn row_counts(&self) -> Option<datafusion::arrow::array::ArrayRef> {
+        let counts: UInt64Array = self.files.iter().map(|f| f.records).collect();
+        Some(Arc::new(counts))
+    }
+
+    fn contained(
+        &self,
+        _column: &datafusion::common::Column,
+        _values: &std::collections::HashSet<ScalarValue>,
+    ) -> Option<datafusion::arrow::array::BooleanArray> {
+        None
+    }
 }
 
 // ---- the table ----------------------------------------------------------------------
@@ -461,7 +900,11 @@ struct DataFile {
 pub struct IcebergTable {
     label: String,
     store_url: ObjectStoreUrl,
+    /// The table directory.
+    root: Url,
     schema: SchemaRef,
+    /// Column name -> its field id and type (what the manifests' metrics are keyed by).
+    columns: HashMap<String, (i32, DataType)>,
     files: Vec<DataFile>,
 }
 
@@ -570,122 +1013,16 @@ pub async fn open(
     Ok(Arc::new(IcebergTable {
         label,
         store_url,
+        root,
+        columns: schema
+            .fields
+            .iter()
+            .zip(&fields)
+            .map(|(f, arrow)| (f.name.clone(), (f.id, arrow.data_type().clone())))
+            .collect(),
         schema: Arc::new(Schema::new(fields)),
         files,
     }))
-}
-
-/// The data files of `snapshot`: its manifest list's manifests, their live entries.
-async fn data_files(
-    store: &dyn ObjectStore,
-    root: &Url,
-    snapshot: &SnapshotEntry,
-    refuse: &(dyn Fn(String) -> DataFusionError + Sync),
-) -> DfResult<Vec<DataFile>> {
-    let resolve = |p: &str, what: &str| -> DfResult<Path> {
-        let url = Url::parse(p).or_else(|_| as_url(p))?;
-        path_inside(root, &url, what)
-    };
-    let mut manifests = Vec::new();
-    if let Some(list) = &snapshot.manifest_list {
-        let path = resolve(list, "the manifest list")?;
-        for batch in avro_batches(read(store, &path, "manifest list").await?, list)? {
-            let paths = strings(batch.column_by_name("manifest_path").ok_or_else(|| {
-                refuse(format!("its manifest list {list} has no manifest_path"))
-            })?)?;
-            let content = ints(batch.column_by_name("content"))?;
-            for i in 0..batch.num_rows() {
-                if content
-                    .as_ref()
-                    .is_some_and(|c| c.is_valid(i) && c.value(i) != 0)
-                {
-                    return Err(refuse(
-                        "its snapshot has delete files (merge-on-read deletes), which \
-                         lambdafusion does not apply yet"
-                            .into(),
-                    ));
-                }
-                manifests.push(paths.value(i).to_string());
-            }
-        }
-    } else {
-        manifests.extend(snapshot.manifests.iter().cloned());
-    }
-    let per_manifest: Vec<Vec<DataFile>> =
-        futures::stream::iter(manifests.into_iter().map(|m| async move {
-            let path = resolve(&m, "a manifest")?;
-            let mut out = Vec::new();
-            for batch in avro_batches(read(store, &path, "manifest").await?, &m)? {
-                out.extend(manifest_entries(&batch, &m, &resolve, refuse)?);
-            }
-            Ok::<_, DataFusionError>(out)
-        }))
-        .buffered(16)
-        .try_collect()
-        .await?;
-    Ok(per_manifest.into_iter().flatten().collect())
-}
-
-/// The live data files of one batch of a manifest's entries.
-fn manifest_entries(
-    batch: &RecordBatch,
-    manifest: &str,
-    resolve: &(dyn Fn(&str, &str) -> DfResult<Path> + Sync),
-    refuse: &(dyn Fn(String) -> DataFusionError + Sync),
-) -> DfResult<Vec<DataFile>> {
-    let missing = |what: &str| refuse(format!("its manifest {manifest} has no {what}"));
-    let status = ints(batch.column_by_name("status"))?.ok_or_else(|| missing("status"))?;
-    let data_file = batch
-        .column_by_name("data_file")
-        .ok_or_else(|| missing("data_file"))?
-        .as_struct();
-    let path = strings(
-        data_file
-            .column_by_name("file_path")
-            .ok_or_else(|| missing("file_path"))?,
-    )?;
-    let format = strings(
-        data_file
-            .column_by_name("file_format")
-            .ok_or_else(|| missing("file_format"))?,
-    )?;
-    let size = ints(data_file.column_by_name("file_size_in_bytes"))?
-        .ok_or_else(|| missing("file_size_in_bytes"))?;
-    let records = ints(data_file.column_by_name("record_count"))?;
-    let content = ints(data_file.column_by_name("content"))?;
-    let mut out = Vec::new();
-    for i in 0..batch.num_rows() {
-        // 2: deleted from the table by this snapshot.
-        if status.value(i) == 2 {
-            continue;
-        }
-        if content
-            .as_ref()
-            .is_some_and(|c| c.is_valid(i) && c.value(i) != 0)
-        {
-            return Err(refuse(
-                "its snapshot has delete files (merge-on-read deletes), which lambdafusion \
-                 does not apply yet"
-                    .into(),
-            ));
-        }
-        let file = path.value(i);
-        if !format.value(i).eq_ignore_ascii_case("parquet") {
-            return Err(refuse(format!(
-                "data file {file} is {}; lambdafusion reads Parquet data files only",
-                format.value(i)
-            )));
-        }
-        out.push(DataFile {
-            path: resolve(file, "a data file")?,
-            size: size.value(i).max(0) as u64,
-            records: records
-                .as_ref()
-                .filter(|r| r.is_valid(i))
-                .map(|r| r.value(i).max(0) as u64),
-        });
-    }
-    Ok(out)
 }
 
 #[async_trait]
@@ -716,7 +1053,34 @@ impl TableProvider for IcebergTable {
         let logical: Vec<usize> = projection
             .cloned()
             .unwrap_or_else(|| (0..self.schema.fields().len()).collect());
-        if self.files.is_empty() {
+        let mut predicate = None;
+        if let Some(filter) = conjunction(filters.iter().cloned()) {
+            let df_schema = DFSchema::try_from(self.schema.as_ref().clone())?;
+            predicate = state.create_physical_expr(filter, &df_schema).ok();
+        }
+        // Files whose manifest metrics rule the filters out are not planned at all.
+        let all: Vec<&DataFile> = self.files.iter().collect();
+        let kept: Vec<&DataFile> = match &predicate {
+            Some(expr) if !all.is_empty() => {
+                let metrics = FileMetrics {
+                    files: &all,
+                    columns: &self.columns,
+                };
+                let pruning = PruningPredicateBuilder::new()
+                    .with_file_schema(self.schema.clone())
+                    .build(expr.clone());
+                match pruning.map(|p| p.prune(&metrics)) {
+                    Some(Ok(keep)) => all
+                        .iter()
+                        .zip(keep)
+                        .filter_map(|(f, keep)| keep.then_some(*f))
+                        .collect(),
+                    _ => all,
+                }
+            }
+            _ => all,
+        };
+        if kept.is_empty() {
             let schema = Arc::new(self.schema.project(&logical)?);
             return Ok(Arc::new(datafusion::physical_plan::empty::EmptyExec::new(
                 schema,
@@ -724,14 +1088,10 @@ impl TableProvider for IcebergTable {
         }
         let table_schema = TableSchema::builder(self.schema.clone()).build();
         let mut source = ParquetSource::new(table_schema);
-        if let Some(predicate) = conjunction(filters.iter().cloned()) {
-            let df_schema = DFSchema::try_from(self.schema.as_ref().clone())?;
-            if let Ok(expr) = state.create_physical_expr(predicate, &df_schema) {
-                source = source.with_predicate(expr);
-            }
+        if let Some(expr) = predicate {
+            source = source.with_predicate(expr);
         }
-        let files: Vec<PartitionedFile> = self
-            .files
+        let files: Vec<PartitionedFile> = kept
             .iter()
             .map(|f| {
                 PartitionedFile::new_from_meta(ObjectMeta {
@@ -745,12 +1105,11 @@ impl TableProvider for IcebergTable {
             .collect();
         let mut statistics = datafusion::common::Statistics::new_unknown(&self.schema);
         use datafusion::common::stats::Precision;
-        let rows: Option<u64> = self.files.iter().map(|f| f.records).sum();
+        let rows: Option<u64> = kept.iter().map(|f| f.records).sum();
         if let Some(rows) = rows {
             statistics.num_rows = Precision::Inexact(rows as usize);
         }
-        statistics.total_byte_size =
-            Precision::Inexact(self.files.iter().map(|f| f.size as usize).sum());
+        statistics.total_byte_size = Precision::Inexact(kept.iter().map(|f| f.size as usize).sum());
         let groups = crate::plan::split_files(state, files, true);
         let config = FileScanConfigBuilder::new(self.store_url.clone(), Arc::new(source))
             .with_file_groups(groups)
@@ -758,7 +1117,32 @@ impl TableProvider for IcebergTable {
             .with_projection_indices(Some(logical))?
             .with_limit(limit)
             .build();
-        Ok(DataSourceExec::from_data_source(config))
+        let scan = DataSourceExec::from_data_source(config);
+        let mut deletions = BTreeMap::new();
+        for f in kept.iter().filter(|f| !f.deletes.is_empty()) {
+            let rows = f.records.ok_or_else(|| {
+                DataFusionError::Plan(format!(
+                    "{}: data file {} has deletes but no record count",
+                    self.label, f.name
+                ))
+            })?;
+            deletions.insert(
+                f.path.to_string(),
+                Deleted::Iceberg(IcebergPositions {
+                    file: f.name.clone(),
+                    rows,
+                    delete_files: f.deletes.clone(),
+                }),
+            );
+        }
+        if deletions.is_empty() {
+            return Ok(scan);
+        }
+        Ok(Arc::new(DeletionVectorExec::try_new(
+            scan,
+            self.root.clone(),
+            deletions,
+        )?))
     }
 }
 
@@ -837,5 +1221,93 @@ mod tests {
         assert!(renamed_or_reused(&[a, reused])
             .unwrap()
             .contains("added again"));
+    }
+
+    #[test]
+    fn position_deletes_apply_by_sequence_number_and_named_file() {
+        let data = |name: &str, sequence| DataFile {
+            path: Path::from(name),
+            name: name.to_string(),
+            size: 1,
+            records: Some(10),
+            sequence,
+            deletes: Vec::new(),
+            metrics: Metrics::default(),
+        };
+        let deletes =
+            |sequence, referenced: Option<&str>, bounds: Option<(&str, &str)>| PositionDeletes {
+                file: DeleteFile {
+                    path: "d".into(),
+                    size: 1,
+                },
+                sequence,
+                referenced: referenced.map(String::from),
+                bounds: bounds.map(|(l, u)| (l.as_bytes().to_vec(), u.as_bytes().to_vec())),
+            };
+        // A delete file applies to data files of its sequence number or older only.
+        assert!(deletes(3, None, None).applies_to(&data("s3://b/t/a", 3)));
+        assert!(deletes(3, None, None).applies_to(&data("s3://b/t/a", 1)));
+        assert!(!deletes(2, None, None).applies_to(&data("s3://b/t/a", 3)));
+        // referenced_data_file names the one file.
+        assert!(deletes(3, Some("s3://b/t/a"), None).applies_to(&data("s3://b/t/a", 1)));
+        assert!(!deletes(3, Some("s3://b/t/a"), None).applies_to(&data("s3://b/t/b", 1)));
+        // file_path bounds, inclusive at both ends.
+        let ranged = deletes(3, None, Some(("s3://b/t/b", "s3://b/t/d")));
+        assert!(ranged.applies_to(&data("s3://b/t/b", 1)));
+        assert!(ranged.applies_to(&data("s3://b/t/c", 1)));
+        assert!(ranged.applies_to(&data("s3://b/t/d", 1)));
+        assert!(!ranged.applies_to(&data("s3://b/t/a", 1)));
+        assert!(!ranged.applies_to(&data("s3://b/t/e", 1)));
+    }
+
+    #[test]
+    fn bounds_decode_as_the_spec_serializes_single_values() {
+        let v = |bytes: &[u8], t: DataType| bound_value(bytes, &t);
+        assert_eq!(
+            v(&7i32.to_le_bytes(), DataType::Int32),
+            Some(ScalarValue::Int32(Some(7)))
+        );
+        assert_eq!(
+            v(&(-3i64).to_le_bytes(), DataType::Int64),
+            Some(ScalarValue::Int64(Some(-3)))
+        );
+        // A long column promoted from int: its older files' bounds are 4 bytes.
+        assert_eq!(
+            v(&(-3i32).to_le_bytes(), DataType::Int64),
+            Some(ScalarValue::Int64(Some(-3)))
+        );
+        assert_eq!(
+            v(&20000i32.to_le_bytes(), DataType::Date32),
+            Some(ScalarValue::Date32(Some(20000)))
+        );
+        let tz = DataType::Timestamp(TimeUnit::Microsecond, Some("+00:00".into()));
+        assert_eq!(
+            v(&5i64.to_le_bytes(), tz),
+            Some(ScalarValue::TimestampMicrosecond(
+                Some(5),
+                Some("+00:00".into())
+            ))
+        );
+        assert_eq!(
+            v(b"eu", DataType::Utf8),
+            Some(ScalarValue::Utf8(Some("eu".into())))
+        );
+        // Decimals: big-endian two's complement, minimal length.
+        assert_eq!(
+            v(&[0x04, 0xd2], DataType::Decimal128(10, 2)),
+            Some(ScalarValue::Decimal128(Some(1234), 10, 2))
+        );
+        assert_eq!(
+            v(&[0xff, 0x6a], DataType::Decimal128(10, 2)),
+            Some(ScalarValue::Decimal128(Some(-150), 10, 2))
+        );
+        assert_eq!(
+            v(&[1], DataType::Boolean),
+            Some(ScalarValue::Boolean(Some(true)))
+        );
+        // Not trusted or not understood: no bound, so no file is skipped for it.
+        assert_eq!(v(&1.5f64.to_le_bytes(), DataType::Float64), None);
+        assert_eq!(v(&[1, 2, 3], DataType::Int32), None);
+        assert_eq!(v(&[0xff, 0xfe], DataType::Utf8), None);
     }
 }

@@ -24,6 +24,7 @@ pub mod iceberg;
 pub mod plan;
 pub mod requests;
 pub mod results;
+pub mod row_deletes;
 pub mod scheduler;
 pub mod services;
 pub mod shuffle;

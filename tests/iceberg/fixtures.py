@@ -14,11 +14,16 @@ from datetime import date, datetime, timedelta
 
 import duckdb
 import pyarrow as pa
+import pyarrow.parquet as pq
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import EqualTo, LessThan
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import DayTransform, IdentityTransform
+from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestContent, ManifestWriterV2
+from pyiceberg.table.snapshots import Operation
+from pyiceberg.table.update.snapshot import _FastAppendFiles
+from pyiceberg.typedef import Record
 from pyiceberg.types import (DateType, DecimalType, DoubleType, LongType, NestedField, StringType,
                              TimestampType)
 
@@ -85,6 +90,89 @@ with renamed.update_schema() as update:
 renamed = catalog.load_table("lake.renamed")
 
 
+# --- mor: merge-on-read deletes, as Athena, Spark and Trino write them: Parquet position
+# delete files (file_path, pos) in a delete manifest. PyIceberg 0.12 writes deletes only as
+# copy-on-write but reads position deletes, so the delete files are written here and
+# committed through PyIceberg's own snapshot producer, in a manifest of content "deletes";
+# PyIceberg's reader is the oracle. `equality`: an equality delete file (Flink's kind),
+# which neither PyIceberg nor lambdafusion applies: refused.
+class DeleteManifestWriter(ManifestWriterV2):
+    def content(self):
+        return ManifestContent.DELETES
+
+    @property
+    def _meta(self):
+        return {**super()._meta, "content": "deletes"}
+
+
+class AddDeleteFiles(_FastAppendFiles):
+    def new_manifest_writer(self, spec):
+        return DeleteManifestWriter(spec, self.schema(), self.new_manifest_output(), self._snapshot_id,
+                                    self._compression)
+
+
+POSITION_SCHEMA = pa.schema([
+    pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": b"2147483546"}),
+    pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"2147483545"}),
+])
+
+
+def local(uri):
+    return uri[len("file://"):] if uri.startswith("file://") else uri
+
+
+def commit_deletes(table, name, content, rows, schema=POSITION_SCHEMA, bounds=None, equality_ids=None):
+    """Writes `rows` as a delete file of `table` and commits it in a snapshot of its own."""
+    path = f"{table.location()}/data/{name}.parquet"
+    pq.write_table(pa.Table.from_pylist(rows, schema=schema), local(path))
+    delete_file = DataFile.from_args(
+        content=content, file_path=path, file_format=FileFormat.PARQUET, partition=Record(),
+        record_count=len(rows), file_size_in_bytes=os.path.getsize(local(path)),
+        lower_bounds=bounds, upper_bounds=bounds, equality_ids=equality_ids,
+        sort_order_id=None, spec_id=table.metadata.default_spec_id, key_metadata=None)
+    with table.transaction() as tx:
+        with AddDeleteFiles(operation=Operation.DELETE, transaction=tx, io=table.io) as producer:
+            producer.append_data_file(delete_file)
+
+
+def positions(data_file, keep_out):
+    """The positions of the rows of `data_file` whose id `keep_out` selects."""
+    ids = pq.read_table(local(data_file), columns=["id"]).column("id").to_pylist()
+    return [{"file_path": data_file, "pos": i} for i, v in enumerate(ids) if keep_out(v)]
+
+
+mor_schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "v", StringType()))
+mor = catalog.create_table("lake.mor", schema=mor_schema,
+                           properties={"write.delete.mode": "merge-on-read"})
+mor_rows = lambda start, n: pa.Table.from_pylist(  # noqa: E731
+    [{"id": i, "v": f"v{i % 13}"} for i in range(start, start + n)], schema=mor.schema().as_arrow())
+mor.append(mor_rows(0, 1000))            # snapshot 1: file A
+mor.append(mor_rows(1000, 1000))         # snapshot 2: file B
+mor = catalog.load_table("lake.mor")
+file_a, file_b = sorted(t.file.file_path for t in mor.scan().plan_files())
+# snapshot 3: one delete file for both files, no bounds (applies by sequence number alone)
+commit_deletes(mor, "deletes-1", DataFileContent.POSITION_DELETES,
+               positions(file_a, lambda i: i % 7 == 0) + positions(file_b, lambda i: i % 11 == 0))
+mor = catalog.load_table("lake.mor")
+# snapshot 4: a delete file whose file_path bounds name file B only (as Spark writes one file's)
+commit_deletes(mor, "deletes-2", DataFileContent.POSITION_DELETES,
+               positions(file_b, lambda i: 1500 <= i < 1600),
+               bounds={2147483546: file_b.encode()})
+mor = catalog.load_table("lake.mor")
+mor.append(mor_rows(2000, 500))          # snapshot 5: file C, after the deletes
+mor = catalog.load_table("lake.mor")
+mor_snapshots = [s.snapshot_id for s in mor.snapshots()]
+
+equality = catalog.create_table("lake.equality", schema=mor_schema)
+equality.append(mor_rows(0, 10))
+equality = catalog.load_table("lake.equality")
+commit_deletes(equality, "equality-deletes", DataFileContent.EQUALITY_DELETES, [{"id": 3}],
+               schema=pa.schema([pa.field("id", pa.int64(), nullable=False,
+                                          metadata={b"PARQUET:field_id": b"1"})]),
+               equality_ids=[1])
+equality = catalog.load_table("lake.equality")
+
+
 def snapshot(table, snapshot_id=None):
     return table.scan(snapshot_id=snapshot_id).to_arrow()
 
@@ -118,6 +206,38 @@ cases = [
      {"e1": (events, snapshots[1]), "events": (events, None)}, False),
     ("plain", "SELECT k, name, day FROM plain ORDER BY k", "SELECT k, name, day FROM plain ORDER BY k",
      {"plain": (plain, None)}, True),
+    ("decimal_filter", "SELECT count(*) AS n, sum(amount) AS a FROM events WHERE price >= 9.90",
+     "SELECT count(*) AS n, sum(amount) AS a FROM events WHERE price >= 9.90", latest, False),
+    ("negative_decimal_filter", "SELECT count(*) AS n FROM events WHERE price > -1.5 AND price < 0.05",
+     "SELECT count(*) AS n FROM events WHERE price > -1.5 AND price < 0.05", latest, False),
+    ("timestamp_filter",
+     "SELECT count(*) AS n FROM events WHERE ts < TIMESTAMP '2026-01-08 00:00:00'",
+     "SELECT count(*) AS n FROM events WHERE ts < TIMESTAMP '2026-01-08 00:00:00'", latest, False),
+    ("null_count_filter", "SELECT count(*) AS n FROM events WHERE score IS NULL AND id >= 800",
+     "SELECT count(*) AS n FROM events WHERE score IS NULL AND id >= 800", latest, False),
+    ("no_file_matches", "SELECT count(*) AS n, max(id) AS m FROM events WHERE id > 100000",
+     "SELECT count(*) AS n, max(id) AS m FROM events WHERE id > 100000", latest, False),
+    ("date_filter", "SELECT k FROM plain WHERE day BETWEEN DATE '2026-01-10' AND DATE '2026-01-12' ORDER BY k",
+     "SELECT k FROM plain WHERE day BETWEEN DATE '2026-01-10' AND DATE '2026-01-12' ORDER BY k",
+     {"plain": (plain, None)}, True),
+    ("position_deletes", "SELECT count(*) AS n, sum(id) AS s, count(DISTINCT v) AS vs FROM mor",
+     "SELECT count(*) AS n, CAST(sum(id) AS BIGINT) AS s, count(DISTINCT v) AS vs FROM mor", {"mor": (mor, None)}, False),
+    ("position_deletes_rows", "SELECT id, v FROM mor WHERE id % 5 = 1 ORDER BY id",
+     "SELECT id, v FROM mor WHERE id % 5 = 1 ORDER BY id", {"mor": (mor, None)}, True),
+    ("position_deletes_filtered", "SELECT id FROM mor WHERE id BETWEEN 1490 AND 1610 ORDER BY id",
+     "SELECT id FROM mor WHERE id BETWEEN 1490 AND 1610 ORDER BY id", {"mor": (mor, None)}, True),
+    ("before_position_deletes",
+     f"SELECT count(*) AS n, sum(id) AS s FROM mor VERSION AS OF {mor_snapshots[1]}",
+     "SELECT count(*) AS n, CAST(sum(id) AS BIGINT) AS s FROM m1", {"m1": (mor, mor_snapshots[1])}, False),
+    ("between_position_deletes",
+     f"SELECT count(*) AS n, sum(id) AS s FROM mor VERSION AS OF {mor_snapshots[2]}",
+     "SELECT count(*) AS n, CAST(sum(id) AS BIGINT) AS s FROM m2", {"m2": (mor, mor_snapshots[2])}, False),
+    ("deleted_by_position",
+     f"SELECT old.id FROM mor VERSION AS OF {mor_snapshots[1]} AS old "
+     "LEFT JOIN mor AS new ON old.id = new.id WHERE new.id IS NULL AND old.id % 3 = 0 ORDER BY old.id",
+     "SELECT old.id FROM m1 AS old LEFT JOIN mor AS new ON old.id = new.id "
+     "WHERE new.id IS NULL AND old.id % 3 = 0 ORDER BY old.id",
+     {"m1": (mor, mor_snapshots[1]), "mor": (mor, None)}, True),
 ]
 listing = []
 for name, ours, theirs, tables, ordered in cases:
@@ -129,7 +249,8 @@ for name, ours, theirs, tables, ordered in cases:
 with open(os.path.join(out, "cases.json"), "w") as f:
     json.dump({
         "tables": {"events": events.metadata_location, "plain": plain.metadata_location,
-                   "renamed": renamed.metadata_location},
+                   "renamed": renamed.metadata_location, "mor": mor.metadata_location,
+                   "equality": equality.metadata_location},
         "snapshots": snapshots,
         "cases": listing,
     }, f, indent=1)

@@ -16,9 +16,9 @@ use datafusion_proto::protobuf;
 use prost::Message;
 
 use super::{ReadMode, ShuffleReaderExec, ShuffleWriterExec};
-use crate::delta::DeletionVectorExec;
 use crate::plan::marks::{MarkCombineExec, TaskJoinExec};
 use crate::plan::single_task::{SingleTaskExec, WorkTableRef};
+use crate::row_deletes::DeletionVectorExec;
 use datafusion::common::JoinType;
 use datafusion::physical_plan::recursive_query::RecursiveQueryExec;
 use datafusion::physical_plan::sorts::partial_sort::PartialSortExec;
@@ -128,7 +128,7 @@ pub struct CompressedScanNode {
     pub compression: String,
 }
 
-/// A Delta scan's deletion vectors ([`crate::delta::DeletionVectorExec`]).
+/// A Delta scan's deletion vectors ([`crate::row_deletes::DeletionVectorExec`]).
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct DeletionVectorNode {
     /// The table directory.
