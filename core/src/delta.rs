@@ -8,8 +8,8 @@
 //! snapshot whatever is committed meanwhile. Column mapping becomes a projection that
 //! renames physical columns to logical ones; partition values become DataFusion partition
 //! columns. A file with a deletion vector travels with its descriptor in a
-//! [`crate::row_deletes::DeletionVectorExec`]: the task that reads the file loads the vector and skips the
-//! deleted rows with a Parquet row selection.
+//! [`crate::format_scan::FormatScanExec`]: the task that reads the file loads the vector
+//! and skips the deleted rows with a Parquet row selection.
 //!
 //! Time travel (`t VERSION AS OF 3`, `t TIMESTAMP AS OF '2026-01-01 00:00:00'`) reaches
 //! [`open`] as a [`Version`]; see [`crate::sql::parse`] for how it is spelled.
@@ -717,7 +717,7 @@ impl TableProvider for DeltaTable {
                 }
                 deletions.insert(
                     location.to_string(),
-                    crate::row_deletes::Deleted::Delta(d.clone()),
+                    crate::format_scan::Deleted::Delta(d.clone()),
                 );
             }
             partitioned.push(
@@ -752,7 +752,7 @@ impl TableProvider for DeltaTable {
             .build();
         let mut plan: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(scan);
         if !deletions.is_empty() {
-            plan = Arc::new(crate::row_deletes::DeletionVectorExec::try_new(
+            plan = Arc::new(crate::format_scan::FormatScanExec::try_new(
                 plan,
                 self.root.clone(),
                 deletions,

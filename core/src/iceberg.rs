@@ -12,13 +12,15 @@
 //! Position delete files (merge-on-read deletes, as Athena, Spark and Trino write them) are
 //! matched to data files at planning by the spec's rules (sequence numbers, the delete
 //! file's `referenced_data_file` or `file_path` bounds) and applied by the task that reads
-//! the data file ([`DeletionVectorExec`]).
+//! the data file ([`FormatScanExec`]).
 //!
-//! Columns are read by name, which is only right while no column was renamed, or dropped
-//! and added again under its old name: a table whose schemas disagree so is refused, as is
-//! one whose snapshot has equality delete files or non-Parquet files — a 400 naming the
-//! table and the reason, never wrong rows. Every file the metadata names must lie
-//! inside the table's directory, the location the access policy allowed.
+//! The query's filters skip data files by the column bounds and null counts of their
+//! manifest entries before any task starts. Columns are read by name while no column was
+//! renamed, or dropped and added again under its old name; once one was, by the field ids
+//! of each file ([`crate::format_scan::FieldIdAdapterFactory`]). A table with a struct
+//! field renamed, equality delete files or non-Parquet files is refused — a 400 naming the
+//! table and the reason, never wrong rows. Every file the metadata names must lie inside
+//! the table's directory, the location the access policy allowed.
 
 use std::collections::{BTreeMap, HashMap};
 use std::fmt;
@@ -49,7 +51,7 @@ use serde::Deserialize;
 use url::Url;
 
 use crate::delta::Version;
-use crate::row_deletes::{DeleteFile, Deleted, DeletionVectorExec, IcebergPositions};
+use crate::format_scan::{DeleteFile, Deleted, FormatScanExec, IcebergPositions};
 
 /// The format name (`STORED AS ICEBERG`) Iceberg tables are stored under in the catalog.
 pub const FORMAT: &str = "ICEBERG";
@@ -242,53 +244,62 @@ fn arrow_type(kind: &serde_json::Value, depth: usize) -> Result<DataType, String
     }
 }
 
-/// Every field of `schema` with its path (`a`, `a.b` for a struct's field), by id.
-fn field_paths(fields: &[IcebergField], prefix: &str, out: &mut BTreeMap<i32, String>) {
+/// Every field of `fields` by id: its parent struct's id (`None` at the top) and its name.
+fn field_names(
+    fields: &[IcebergField],
+    parent: Option<i32>,
+    out: &mut BTreeMap<i32, (Option<i32>, String)>,
+) {
     for f in fields {
-        let path = format!("{prefix}{}", f.name);
         if f.kind.get("type").and_then(|t| t.as_str()) == Some("struct") {
             if let Some(inner) = f
                 .kind
                 .get("fields")
                 .and_then(|v| serde_json::from_value::<Vec<IcebergField>>(v.clone()).ok())
             {
-                field_paths(&inner, &format!("{path}."), out);
+                field_names(&inner, Some(f.id), out);
             }
         }
-        out.insert(f.id, path);
+        out.insert(f.id, (parent, f.name.clone()));
     }
 }
 
-/// Why reading `schemas` by name could return the wrong column: a field renamed (one id,
-/// two names) or a name reused by another field (dropped, then added again).
-fn renamed_or_reused(schemas: &[IcebergSchema]) -> Option<String> {
-    let mut names_of: BTreeMap<i32, String> = BTreeMap::new();
-    let mut ids_of: HashMap<String, i32> = HashMap::new();
+/// How a table whose schemas were `schemas` must be read: `Ok(false)` by column name,
+/// `Ok(true)` by field id — a column was renamed, or a name reused by another column
+/// (dropped, then added again), so a name can find the wrong column or none in older files
+/// — and `Err` not at all: a field inside a struct was renamed or its name reused.
+fn columns_by_field_id(schemas: &[IcebergSchema]) -> Result<bool, String> {
+    let mut names_of: BTreeMap<i32, (Option<i32>, String)> = BTreeMap::new();
+    let mut ids_of: HashMap<(Option<i32>, String), i32> = HashMap::new();
+    let mut by_id = false;
     for schema in schemas {
-        let mut paths = BTreeMap::new();
-        field_paths(&schema.fields, "", &mut paths);
-        for (id, path) in paths {
-            if let Some(before) = names_of.get(&id) {
-                if before != &path {
-                    return Some(format!(
-                        "column {before} was renamed to {path}; reading renamed columns is \
-                         not supported yet"
-                    ));
+        let mut names = BTreeMap::new();
+        field_names(&schema.fields, None, &mut names);
+        for (id, key) in names {
+            let renamed = names_of.get(&id).filter(|before| **before != key);
+            let reused = ids_of.get(&key).filter(|other| **other != id);
+            if renamed.is_some() || reused.is_some() {
+                if let Some(parent) = key.0 {
+                    return Err(match renamed {
+                        Some((_, before)) => format!(
+                            "field {before} of the struct column with id {parent} was \
+                             renamed to {}; renamed fields inside structs are not read yet",
+                            key.1
+                        ),
+                        None => format!(
+                            "the name {} inside the struct column with id {parent} belonged \
+                             to another field before; such tables are not read yet",
+                            key.1
+                        ),
+                    });
                 }
+                by_id = true;
             }
-            if let Some(other) = ids_of.get(&path) {
-                if *other != id {
-                    return Some(format!(
-                        "the name {path} belonged to another column before (dropped and \
-                         added again); such tables are not supported yet"
-                    ));
-                }
-            }
-            names_of.insert(id, path.clone());
-            ids_of.insert(path, id);
+            names_of.insert(id, key.clone());
+            ids_of.insert(key, id);
         }
     }
-    None
+    Ok(by_id)
 }
 
 // ---- locations ------------------------------------------------------------------------
@@ -905,6 +916,9 @@ pub struct IcebergTable {
     schema: SchemaRef,
     /// Column name -> its field id and type (what the manifests' metrics are keyed by).
     columns: HashMap<String, (i32, DataType)>,
+    /// Whether the files' columns must be found by field id (a column was renamed, or a
+    /// name reused), not by name.
+    by_field_id: bool,
     files: Vec<DataFile>,
 }
 
@@ -955,9 +969,7 @@ pub async fn open(
             schemas.push(v1.clone());
         }
     }
-    if let Some(why) = renamed_or_reused(&schemas) {
-        return Err(refuse(why));
-    }
+    let by_field_id = columns_by_field_id(&schemas).map_err(refuse)?;
     let snapshot = match version {
         Version::Latest => metadata
             .current_snapshot_id
@@ -1020,6 +1032,7 @@ pub async fn open(
             .zip(&fields)
             .map(|(f, arrow)| (f.name.clone(), (f.id, arrow.data_type().clone())))
             .collect(),
+        by_field_id,
         schema: Arc::new(Schema::new(fields)),
         files,
     }))
@@ -1135,14 +1148,19 @@ impl TableProvider for IcebergTable {
                 }),
             );
         }
-        if deletions.is_empty() {
+        if deletions.is_empty() && !self.by_field_id {
             return Ok(scan);
         }
-        Ok(Arc::new(DeletionVectorExec::try_new(
-            scan,
-            self.root.clone(),
-            deletions,
-        )?))
+        let mut scan = FormatScanExec::try_new(scan, self.root.clone(), deletions)?;
+        if self.by_field_id {
+            scan = scan.with_field_ids(
+                self.columns
+                    .iter()
+                    .map(|(name, (id, _))| (name.clone(), *id))
+                    .collect(),
+            );
+        }
+        Ok(Arc::new(scan))
     }
 }
 
@@ -1204,7 +1222,7 @@ mod tests {
     }
 
     #[test]
-    fn renamed_and_reused_columns_are_found() {
+    fn renamed_and_reused_columns_are_read_by_field_id() {
         let schema = |fields: serde_json::Value| -> IcebergSchema {
             serde_json::from_value(json!({"schema-id": 0, "fields": fields})).unwrap()
         };
@@ -1212,15 +1230,23 @@ mod tests {
         let added = schema(json!([
             {"id": 1, "name": "a", "required": false, "type": "long"},
             {"id": 2, "name": "b", "required": false, "type": "long"}]));
-        assert_eq!(renamed_or_reused(&[a.clone(), added]), None);
+        assert_eq!(columns_by_field_id(&[a.clone(), added]), Ok(false));
         let renamed = schema(json!([{"id": 1, "name": "z", "required": false, "type": "long"}]));
-        assert!(renamed_or_reused(&[a.clone(), renamed])
-            .unwrap()
-            .contains("renamed"));
+        assert_eq!(columns_by_field_id(&[a.clone(), renamed]), Ok(true));
         let reused = schema(json!([{"id": 7, "name": "a", "required": false, "type": "long"}]));
-        assert!(renamed_or_reused(&[a, reused])
-            .unwrap()
-            .contains("added again"));
+        assert_eq!(columns_by_field_id(&[a, reused]), Ok(true));
+        // Inside a struct: refused. A struct column renamed keeps its fields' names.
+        let s = |name: &str, inner: &str| {
+            schema(json!([{"id": 1, "name": name, "required": false, "type": {
+                "type": "struct", "fields": [
+                    {"id": 2, "name": inner, "required": false, "type": "long"}]}}]))
+        };
+        assert_eq!(columns_by_field_id(&[s("s", "x"), s("t", "x")]), Ok(true));
+        let err = columns_by_field_id(&[s("s", "x"), s("s", "y")]).unwrap_err();
+        assert!(
+            err.contains("field x of the struct column with id 1 was renamed to y"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -24,8 +24,8 @@ from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestCo
 from pyiceberg.table.snapshots import Operation
 from pyiceberg.table.update.snapshot import _FastAppendFiles
 from pyiceberg.typedef import Record
-from pyiceberg.types import (DateType, DecimalType, DoubleType, LongType, NestedField, StringType,
-                             TimestampType)
+from pyiceberg.types import (DateType, DecimalType, DoubleType, IntegerType, LongType, NestedField,
+                             StringType, StructType, TimestampType)
 
 out = os.path.abspath(sys.argv[1])
 warehouse = os.path.join(out, "warehouse")
@@ -81,13 +81,34 @@ plain.append(pa.Table.from_pylist(
 plain = catalog.load_table("lake.plain")
 
 
-# --- renamed: a column renamed after data was written (refused: read by name, it would
-# come back empty) ------------------------------------------------------------------------
-renamed = catalog.create_table("lake.renamed", schema=Schema(NestedField(1, "a", LongType())))
-renamed.append(pa.Table.from_pylist([{"a": 1}, {"a": 2}], schema=renamed.schema().as_arrow()))
-with renamed.update_schema() as update:
+# --- evolved: a column renamed, another dropped and its name reused by a new column, an int
+# promoted to long, all after data was written: read by field id (by name, the renamed
+# column would come back NULL and the reused name would read the dropped column's values).
+evolved = catalog.create_table("lake.evolved", schema=Schema(
+    NestedField(1, "a", LongType()), NestedField(2, "c", StringType()), NestedField(3, "n", IntegerType())))
+evolved.append(pa.Table.from_pylist([{"a": i, "c": f"old{i}", "n": i} for i in range(10)],
+                                    schema=evolved.schema().as_arrow()))
+with evolved.update_schema() as update:
     update.rename_column("a", "b")
-renamed = catalog.load_table("lake.renamed")
+with evolved.update_schema() as update:
+    update.delete_column("c")
+with evolved.update_schema() as update:
+    update.add_column("c", LongType())
+with evolved.update_schema() as update:
+    update.update_column("n", LongType())
+evolved = catalog.load_table("lake.evolved")
+evolved.append(pa.Table.from_pylist([{"b": i, "n": i * 2, "c": i * 10} for i in range(10, 15)],
+                                    schema=evolved.schema().as_arrow()))
+evolved = catalog.load_table("lake.evolved")
+evolved_snapshots = [s.snapshot_id for s in evolved.snapshots()]
+
+# --- nested_renamed: a field inside a struct renamed (refused: not read yet) -------------
+nested = catalog.create_table("lake.nested_renamed", schema=Schema(NestedField(
+    1, "s", StructType(NestedField(2, "x", LongType())))))
+nested.append(pa.Table.from_pylist([{"s": {"x": 1}}], schema=nested.schema().as_arrow()))
+with nested.update_schema() as update:
+    update.rename_column(("s", "x"), "y")
+nested = catalog.load_table("lake.nested_renamed")
 
 
 # --- mor: merge-on-read deletes, as Athena, Spark and Trino write them: Parquet position
@@ -220,6 +241,15 @@ cases = [
     ("date_filter", "SELECT k FROM plain WHERE day BETWEEN DATE '2026-01-10' AND DATE '2026-01-12' ORDER BY k",
      "SELECT k FROM plain WHERE day BETWEEN DATE '2026-01-10' AND DATE '2026-01-12' ORDER BY k",
      {"plain": (plain, None)}, True),
+    ("renamed_and_reused", "SELECT b, c, n FROM evolved ORDER BY b",
+     "SELECT b, c, n FROM evolved ORDER BY b", {"evolved": (evolved, None)}, True),
+    ("renamed_filter", "SELECT count(*) AS k, sum(n) AS s FROM evolved WHERE b >= 5 AND c IS NULL",
+     "SELECT count(*) AS k, CAST(sum(n) AS BIGINT) AS s FROM evolved WHERE b >= 5 AND c IS NULL",
+     {"evolved": (evolved, None)}, False),
+    ("renamed_pruned", "SELECT b, c FROM evolved WHERE c > 100 ORDER BY b",
+     "SELECT b, c FROM evolved WHERE c > 100 ORDER BY b", {"evolved": (evolved, None)}, True),
+    ("before_renames", f"SELECT a, c, n FROM evolved VERSION AS OF {evolved_snapshots[0]} ORDER BY a",
+     "SELECT a, c, n FROM e0 ORDER BY a", {"e0": (evolved, evolved_snapshots[0])}, True),
     ("position_deletes", "SELECT count(*) AS n, sum(id) AS s, count(DISTINCT v) AS vs FROM mor",
      "SELECT count(*) AS n, CAST(sum(id) AS BIGINT) AS s, count(DISTINCT v) AS vs FROM mor", {"mor": (mor, None)}, False),
     ("position_deletes_rows", "SELECT id, v FROM mor WHERE id % 5 = 1 ORDER BY id",
@@ -249,7 +279,8 @@ for name, ours, theirs, tables, ordered in cases:
 with open(os.path.join(out, "cases.json"), "w") as f:
     json.dump({
         "tables": {"events": events.metadata_location, "plain": plain.metadata_location,
-                   "renamed": renamed.metadata_location, "mor": mor.metadata_location,
+                   "evolved": evolved.metadata_location,
+                   "nested_renamed": nested.metadata_location, "mor": mor.metadata_location,
                    "equality": equality.metadata_location},
         "snapshots": snapshots,
         "cases": listing,

@@ -235,9 +235,9 @@ pub(crate) fn only_child(
 }
 
 /// The files a scan node reads: a file scan's, or the scan a Delta table's deletion
-/// vectors apply to ([`crate::row_deletes::DeletionVectorExec`], a leaf holding its scan).
+/// vectors apply to ([`crate::format_scan::FormatScanExec`], a leaf holding its scan).
 pub(crate) fn file_scan(node: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig> {
-    if let Some(dv) = node.downcast_ref::<crate::row_deletes::DeletionVectorExec>() {
+    if let Some(dv) = node.downcast_ref::<crate::format_scan::FormatScanExec>() {
         return Some(dv.scan_config());
     }
     node.downcast_ref::<DataSourceExec>()

@@ -16,9 +16,9 @@ use datafusion_proto::protobuf;
 use prost::Message;
 
 use super::{ReadMode, ShuffleReaderExec, ShuffleWriterExec};
+use crate::format_scan::FormatScanExec;
 use crate::plan::marks::{MarkCombineExec, TaskJoinExec};
 use crate::plan::single_task::{SingleTaskExec, WorkTableRef};
-use crate::row_deletes::DeletionVectorExec;
 use datafusion::common::JoinType;
 use datafusion::physical_plan::recursive_query::RecursiveQueryExec;
 use datafusion::physical_plan::sorts::partial_sort::PartialSortExec;
@@ -128,18 +128,22 @@ pub struct CompressedScanNode {
     pub compression: String,
 }
 
-/// A Delta scan's deletion vectors ([`crate::row_deletes::DeletionVectorExec`]).
+/// A table format's scan ([`crate::format_scan::FormatScanExec`]): deleted rows, columns by
+/// field id.
 #[derive(Clone, PartialEq, prost::Message)]
-pub struct DeletionVectorNode {
+pub struct FormatScanNode {
     /// The table directory.
     #[prost(string, tag = "1")]
     pub root: String,
-    /// The vectors by object path, as JSON.
+    /// The deletions by object path, as JSON.
     #[prost(string, tag = "2")]
     pub deletions: String,
     /// The scan, encoded.
     #[prost(bytes = "vec", tag = "3")]
     pub scan: Vec<u8>,
+    /// The columns' field ids by name, as JSON (empty: columns are matched by name).
+    #[prost(string, tag = "4")]
+    pub field_ids: String,
 }
 
 /// A sub-plan run whole in one task ([`crate::plan::single_task`]).
@@ -237,7 +241,7 @@ pub struct LambdaFusionNode {
     pub compressed_scan: Option<CompressedScanNode>,
     /// A Delta scan's deletion vectors.
     #[prost(message, optional, tag = "12")]
-    pub deletion_vectors: Option<DeletionVectorNode>,
+    pub format_scan: Option<FormatScanNode>,
 }
 
 const MARK_JOIN_TYPES: [JoinType; 3] = [JoinType::LeftSemi, JoinType::LeftAnti, JoinType::LeftMark];
@@ -252,7 +256,7 @@ pub fn is_extension(plan: &Arc<dyn ExecutionPlan>) -> bool {
         || plan.downcast_ref::<RecursiveQueryExec>().is_some()
         || plan.downcast_ref::<WorkTableRef>().is_some()
         || plan.downcast_ref::<PartialSortExec>().is_some()
-        || plan.downcast_ref::<DeletionVectorExec>().is_some()
+        || plan.downcast_ref::<FormatScanExec>().is_some()
 }
 
 /// The inputs an extension node travels with: its children — but a recursive query's
@@ -315,14 +319,15 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
                 r.is_distinct,
             )?));
         }
-        if let Some(d) = &node.deletion_vectors {
+        if let Some(d) = &node.format_scan {
             let proto = protobuf::PhysicalPlanNode::decode(d.scan.as_slice())
-                .map_err(|e| codec_err(format!("deletion vector scan: {e}")))?;
+                .map_err(|e| codec_err(format!("table format scan: {e}")))?;
             let scan = proto_converter.proto_to_execution_plan(&proto, &decode_ctx)?;
-            return Ok(Arc::new(DeletionVectorExec::from_json(
+            return Ok(Arc::new(FormatScanExec::from_json(
                 scan,
                 &d.root,
                 &d.deletions,
+                &d.field_ids,
             )?));
         }
         if let Some(p) = &node.partial_sort {
@@ -492,14 +497,15 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
                 }),
                 ..Default::default()
             }
-        } else if let Some(d) = node.downcast_ref::<DeletionVectorExec>() {
+        } else if let Some(d) = node.downcast_ref::<FormatScanExec>() {
             LambdaFusionNode {
-                deletion_vectors: Some(DeletionVectorNode {
+                format_scan: Some(FormatScanNode {
                     root: d.root().to_string(),
                     deletions: d.deletions_json()?,
                     scan: proto_converter
                         .execution_plan_to_proto(d.scan(), self)?
                         .encode_to_vec(),
+                    field_ids: d.field_ids_json()?,
                 }),
                 ..Default::default()
             }

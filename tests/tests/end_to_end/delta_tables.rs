@@ -75,7 +75,7 @@ async fn delta_tables_answer_as_their_writer_reads_them() {
         lambdafusion_embedded::verify::rows(&explained.batches)
     );
     assert!(
-        text.contains("DeletionVectorExec: files_with_deletions=1"),
+        text.contains("FormatScanExec: files_with_deletions=1"),
         "{text}"
     );
 }

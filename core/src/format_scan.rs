@@ -1,14 +1,22 @@
-//! Rows a table format deletes by position: Delta's deletion vectors and Iceberg's position
-//! delete files. The scheduler decides which files have deleted rows and where those rows
-//! are written down; the task that reads a data file loads its positions and hands the
-//! Parquet scan a row selection that skips them, so no deleted row leaves the scan.
+//! A Parquet scan as a table format adjusts it in the task that reads the files:
+//!
+//! - **Rows deleted by position**: Delta's deletion vectors and Iceberg's position delete
+//!   files. The scheduler decides which files have deleted rows and where those rows are
+//!   written down; the task that reads a data file loads its positions and hands the
+//!   Parquet scan a row selection that skips them, so no deleted row leaves the scan.
+//! - **Columns by field id** (Iceberg): a column renamed, or dropped and added again under
+//!   an old name, is found in each file by the field id the file's Parquet schema carries,
+//!   not by its name ([`FieldIdAdapterFactory`]). DataFusion's plan encoding does not carry
+//!   a scan's expression adapter, so the node carries the ids and sets the adapter in the
+//!   task.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
 use datafusion::arrow::array::{Array, AsArray};
-use datafusion::arrow::datatypes::{DataType, Int64Type};
+use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig};
 use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::{DataFusionError, Result as DfResult};
@@ -16,6 +24,11 @@ use datafusion::execution::{SendableRecordBatchStream, TaskContext};
 use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use datafusion::parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use datafusion::parquet::arrow::ProjectionMask;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr_adapter::{
+    DefaultPhysicalExprAdapterFactory, PhysicalExprAdapter, PhysicalExprAdapterFactory,
+};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use delta_kernel::Engine;
@@ -57,20 +70,23 @@ pub struct DeleteFile {
 }
 
 /// A Parquet scan that skips the rows its files' deletion vectors or position delete files
-/// delete. The deletions travel as descriptions; the task that reads a file loads its
-/// positions and hands the scan a row selection that skips those rows.
+/// delete, and (given field ids) matches columns to each file by field id. The deletions
+/// travel as descriptions; the task that reads a file loads its positions and hands the
+/// scan a row selection that skips those rows.
 ///
 /// A leaf: it holds its scan rather than having it as a child, so that no optimizer rule
 /// puts anything (a coalesce, a repartition) between the two.
 #[derive(Debug)]
-pub struct DeletionVectorExec {
+pub struct FormatScanExec {
     scan: Arc<dyn ExecutionPlan>,
     root: Url,
     /// Object path -> where that file's deleted rows are written down.
     deletions: Arc<BTreeMap<String, Deleted>>,
+    /// Column name -> field id, when columns are matched by field id (Iceberg).
+    field_ids: Option<Arc<BTreeMap<String, i32>>>,
 }
 
-impl DeletionVectorExec {
+impl FormatScanExec {
     /// Wraps `scan`, which must be a file scan ([`DataSourceExec`] of Parquet files).
     pub fn try_new(
         scan: Arc<dyn ExecutionPlan>,
@@ -82,7 +98,15 @@ impl DeletionVectorExec {
             scan,
             root,
             deletions: Arc::new(deletions),
+            field_ids: None,
         })
+    }
+
+    /// Matches the scan's columns to each file's by these field ids (column name -> id)
+    /// rather than by name.
+    pub fn with_field_ids(mut self, field_ids: BTreeMap<String, i32>) -> Self {
+        self.field_ids = Some(Arc::new(field_ids));
+        self
     }
 
     /// The scan it reads through.
@@ -106,13 +130,33 @@ impl DeletionVectorExec {
             .map_err(|e| DataFusionError::Internal(format!("deletions: {e}")))
     }
 
-    /// The inverse of [`Self::deletions_json`].
-    pub fn from_json(scan: Arc<dyn ExecutionPlan>, root: &str, json: &str) -> DfResult<Self> {
+    /// The field ids by column name as JSON, empty when columns are matched by name.
+    pub fn field_ids_json(&self) -> DfResult<String> {
+        match &self.field_ids {
+            None => Ok(String::new()),
+            Some(ids) => serde_json::to_string(ids.as_ref())
+                .map_err(|e| DataFusionError::Internal(format!("field ids: {e}"))),
+        }
+    }
+
+    /// The inverse of [`Self::deletions_json`] and [`Self::field_ids_json`].
+    pub fn from_json(
+        scan: Arc<dyn ExecutionPlan>,
+        root: &str,
+        deletions: &str,
+        field_ids: &str,
+    ) -> DfResult<Self> {
         let root = Url::parse(root)
-            .map_err(|e| DataFusionError::Internal(format!("deletion vector root: {e}")))?;
-        let deletions = serde_json::from_str(json)
+            .map_err(|e| DataFusionError::Internal(format!("table format scan root: {e}")))?;
+        let deletions = serde_json::from_str(deletions)
             .map_err(|e| DataFusionError::Internal(format!("deletions: {e}")))?;
-        Self::try_new(scan, root, deletions)
+        let scan = Self::try_new(scan, root, deletions)?;
+        if field_ids.is_empty() {
+            return Ok(scan);
+        }
+        let ids = serde_json::from_str(field_ids)
+            .map_err(|e| DataFusionError::Internal(format!("field ids: {e}")))?;
+        Ok(scan.with_field_ids(ids))
     }
 }
 
@@ -127,13 +171,17 @@ fn scan_config(plan: &Arc<dyn ExecutionPlan>) -> DfResult<&FileScanConfig> {
         })
 }
 
-impl DisplayAs for DeletionVectorExec {
+impl DisplayAs for FormatScanExec {
     fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
         write!(
             f,
-            "DeletionVectorExec: files_with_deletions={}, scan=",
+            "FormatScanExec: files_with_deletions={}, ",
             self.deletions.len()
         )?;
+        if self.field_ids.is_some() {
+            write!(f, "columns_by_field_id, ")?;
+        }
+        write!(f, "scan=")?;
         match self.scan.downcast_ref::<DataSourceExec>() {
             Some(scan) => scan.fmt_as(t, f),
             None => write!(f, "{}", self.scan.name()),
@@ -141,9 +189,9 @@ impl DisplayAs for DeletionVectorExec {
     }
 }
 
-impl ExecutionPlan for DeletionVectorExec {
+impl ExecutionPlan for FormatScanExec {
     fn name(&self) -> &str {
-        "DeletionVectorExec"
+        "FormatScanExec"
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
@@ -167,15 +215,19 @@ impl ExecutionPlan for DeletionVectorExec {
         self: Arc<Self>,
         children: Vec<Arc<dyn ExecutionPlan>>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        crate::plan::no_children("DeletionVectorExec", self, children)
+        crate::plan::no_children("FormatScanExec", self, children)
     }
 
     fn partition_statistics(
         &self,
         partition: Option<usize>,
     ) -> DfResult<Arc<datafusion::common::Statistics>> {
+        if self.deletions.is_empty() {
+            // The scan's own: a leaf has no inputs for DataFusion's statistics walk.
+            #[allow(deprecated)]
+            return self.scan.partition_statistics(partition);
+        }
         // Row counts and the like without the deletions would overstate: unknown.
-        let _ = partition;
         Ok(Arc::new(datafusion::common::Statistics::new_unknown(
             &self.schema(),
         )))
@@ -187,6 +239,11 @@ impl ExecutionPlan for DeletionVectorExec {
         ctx: Arc<TaskContext>,
     ) -> DfResult<SendableRecordBatchStream> {
         let mut config = self.scan_config().clone();
+        if let Some(ids) = &self.field_ids {
+            config.expr_adapter_factory = Some(Arc::new(FieldIdAdapterFactory {
+                field_ids: ids.clone(),
+            }));
+        }
         let deletions = self.deletions.clone();
         let root = self.root.clone();
         let schema = self.schema();
@@ -249,6 +306,93 @@ impl ExecutionPlan for DeletionVectorExec {
             schema,
             futures::stream::once(opened).try_flatten(),
         )))
+    }
+}
+
+/// Matches a table's columns to a Parquet file's by field id (the `PARQUET:field_id` of
+/// the file's schema): each column the expressions name is renamed to the file's column of
+/// its field id, or to a name the file lacks (read as `NULL`) when the file has no column
+/// of that id — so a renamed column is found under its old name, and a column dropped and
+/// added again under an old name does not read the old column's values. A file without
+/// field ids is matched by name. DataFusion's own adapter then casts as for any file.
+#[derive(Debug)]
+pub struct FieldIdAdapterFactory {
+    field_ids: Arc<BTreeMap<String, i32>>,
+}
+
+/// The field id metadata key parquet's Arrow reader sets.
+const PARQUET_FIELD_ID: &str = "PARQUET:field_id";
+
+impl PhysicalExprAdapterFactory for FieldIdAdapterFactory {
+    fn create(
+        &self,
+        logical_file_schema: SchemaRef,
+        physical_file_schema: SchemaRef,
+    ) -> DfResult<Arc<dyn PhysicalExprAdapter>> {
+        let in_file: HashMap<i32, &str> = physical_file_schema
+            .fields()
+            .iter()
+            .filter_map(|f| {
+                let id = f.metadata().get(PARQUET_FIELD_ID)?.parse().ok()?;
+                Some((id, f.name().as_str()))
+            })
+            .collect();
+        if in_file.is_empty() {
+            return DefaultPhysicalExprAdapterFactory
+                .create(logical_file_schema, physical_file_schema);
+        }
+        let mut renames = HashMap::new();
+        let fields: Vec<Field> = logical_file_schema
+            .fields()
+            .iter()
+            .map(|f| {
+                let name = match self.field_ids.get(f.name()) {
+                    Some(id) => in_file
+                        .get(id)
+                        .map(|n| n.to_string())
+                        .unwrap_or_else(|| format!("\u{1}iceberg field {id} not in this file")),
+                    None => f.name().clone(),
+                };
+                if &name != f.name() {
+                    renames.insert(f.name().clone(), name.clone());
+                }
+                f.as_ref().clone().with_name(name)
+            })
+            .collect();
+        let renamed = Arc::new(Schema::new_with_metadata(
+            fields,
+            logical_file_schema.metadata().clone(),
+        ));
+        Ok(Arc::new(FieldIdAdapter {
+            renames,
+            inner: DefaultPhysicalExprAdapterFactory.create(renamed, physical_file_schema)?,
+        }))
+    }
+}
+
+/// [`FieldIdAdapterFactory`]'s adapter for one file.
+#[derive(Debug)]
+struct FieldIdAdapter {
+    /// Table column name -> the name it has (or lacks) in this file.
+    renames: HashMap<String, String>,
+    inner: Arc<dyn PhysicalExprAdapter>,
+}
+
+impl PhysicalExprAdapter for FieldIdAdapter {
+    fn rewrite(&self, expr: Arc<dyn PhysicalExpr>) -> DfResult<Arc<dyn PhysicalExpr>> {
+        let renamed = expr
+            .transform(|e| {
+                if let Some(column) = e.downcast_ref::<Column>() {
+                    if let Some(name) = self.renames.get(column.name()) {
+                        return Ok(Transformed::yes(
+                            Arc::new(Column::new(name, column.index())) as Arc<dyn PhysicalExpr>,
+                        ));
+                    }
+                }
+                Ok(Transformed::no(e))
+            })
+            .data()?;
+        self.inner.rewrite(renamed)
     }
 }
 
@@ -383,5 +527,49 @@ mod tests {
             err.contains("delete row 10, but the file has 10 rows"),
             "{err}"
         );
+    }
+
+    #[test]
+    fn columns_are_found_in_each_file_by_field_id() {
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        let with_id = |name: &str, t: DataType, id: i32| {
+            Field::new(name, t, true).with_metadata(
+                [(PARQUET_FIELD_ID.to_string(), id.to_string())]
+                    .into_iter()
+                    .collect(),
+            )
+        };
+        // The table now: b (id 1, once a), c (id 4, a new column under a dropped one's name).
+        let logical = Arc::new(Schema::new(vec![
+            Field::new("b", DataType::Int64, true),
+            Field::new("c", DataType::Int64, true),
+        ]));
+        // A file written before: a (id 1, an int then), c (id 2, the dropped column).
+        let old_file = Arc::new(Schema::new(vec![
+            with_id("a", DataType::Int32, 1),
+            with_id("c", DataType::Utf8, 2),
+        ]));
+        let factory = FieldIdAdapterFactory {
+            field_ids: Arc::new([("b".to_string(), 1), ("c".to_string(), 4)].into()),
+        };
+        let adapter = factory.create(logical.clone(), old_file).unwrap();
+        let b = adapter
+            .rewrite(Arc::new(Column::new("b", 0)))
+            .unwrap()
+            .to_string();
+        assert!(b.contains("a@0") && b.contains("Int64"), "{b}");
+        let c = adapter
+            .rewrite(Arc::new(Column::new("c", 1)))
+            .unwrap()
+            .to_string();
+        assert!(!c.contains("c@1") && c.contains("NULL"), "{c}");
+        // A file without field ids is matched by name.
+        let unnumbered = Arc::new(Schema::new(vec![Field::new("b", DataType::Int64, true)]));
+        let adapter = factory.create(logical, unnumbered).unwrap();
+        let b = adapter
+            .rewrite(Arc::new(Column::new("b", 0)))
+            .unwrap()
+            .to_string();
+        assert_eq!(b, "b@0");
     }
 }
