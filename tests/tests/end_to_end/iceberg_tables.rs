@@ -19,16 +19,22 @@ fn fixtures(dir: &Path) -> Fixtures {
 }
 
 async fn engine(dir: &Path) -> Arc<Embedded> {
-    let config = EngineConfig::default()
+    engine_with(dir, Default::default()).await
+}
+
+async fn engine_with(dir: &Path, faults: lambdafusion::faults::Faults) -> Arc<Embedded> {
+    let mut config = EngineConfig::default()
         .with_bytes_per_task(1)
         .with_min_scan_bytes_per_task(1)
         .with_shuffle_bytes_per_task(1)
         .with_max_tasks_per_stage(6)
         .with_data_location(dir.display().to_string());
+    config.speculation = false;
     Embedded::start(EmbeddedOptions {
         data_dir: None,
         config,
         slots: 8,
+        faults,
         ..EmbeddedOptions::default()
     })
     .await
@@ -131,6 +137,50 @@ async fn iceberg_tables_answer_as_pyiceberg_reads_them() {
     assert_eq!(
         lambdafusion_embedded::verify::rows(&described.batches).len(),
         6
+    );
+}
+
+/// The snapshot is resolved once, when the query is planned: a commit while its tasks run
+/// (PyIceberg deleting every row of a table read through its directory, so the next query
+/// finds the new metadata) changes nothing they read.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_iceberg_query_keeps_its_snapshot_while_the_table_is_committed_to() {
+    use lambdafusion::faults::{FaultPlan, Faults};
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let _fixtures = fixtures(&root);
+    // Every task of the scan waits 2 s more than it takes: the commit lands meanwhile.
+    let slow = r#"{"faults": {"executor.slow_task": {"factor": 1, "ms": 2000}}}"#;
+    let engine = engine_with(&root, Faults::in_process(FaultPlan::parse(slow).unwrap())).await;
+    let table = root.join("warehouse/lake/plain");
+    engine
+        .sql(&format!(
+            "CREATE EXTERNAL TABLE plain STORED AS ICEBERG LOCATION '{}'",
+            table.display()
+        ))
+        .await
+        .unwrap();
+    let sql = "SELECT count(*) AS n, sum(k) AS s FROM plain";
+    let id = engine.submit(sql).await.unwrap();
+    let commit = "import sys; from pyiceberg.catalog.sql import SqlCatalog; \
+        c = SqlCatalog('fixtures', uri=f'sqlite:///{sys.argv[1]}/catalog.db', \
+        warehouse=f'file://{sys.argv[1]}/warehouse'); \
+        c.load_table('lake.plain').delete('k >= 0')";
+    lambdafusion_tests::delta::python(&["-c".as_ref(), commit.as_ref(), root.as_os_str()]);
+    let out = engine
+        .finish(&id, std::time::Duration::from_secs(120), |_| {})
+        .await
+        .unwrap();
+    let text = |cells: &Vec<lambdafusion_embedded::verify::Cell>| format!("{cells:?}");
+    assert_eq!(
+        text(&lambdafusion_embedded::verify::rows(&out.batches)[0]),
+        r#"[Text("50"), Text("1225")]"#
+    );
+    // The next query plans the new snapshot: nothing is left.
+    let after = engine.sql(sql).await.unwrap();
+    assert_eq!(
+        text(&lambdafusion_embedded::verify::rows(&after.batches)[0]),
+        r#"[Text("0"), Text("NULL")]"#
     );
 }
 
