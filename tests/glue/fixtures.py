@@ -1,12 +1,14 @@
 """Glue Data Catalog fixtures for tests/tests/end_to_end/glue_tables.rs.
 
-Usage: fixtures.py <dir> <glue endpoint> [<location prefix>]
+Usage: fixtures.py <dir> <glue endpoint> [<location prefix> <s3 endpoint>]
 
 Writes table files under <dir> with pyarrow (and one Delta table with deltalake), registers
 them in the Glue at <endpoint> (moto) with boto3 the way Athena, crawlers and Spark do,
 and writes <dir>/expected.json: each case's SQL and the answer computed here from the
 rows written, never by lambdafusion. With a location prefix (`s3://bucket/data/glue`),
-the tables are registered there instead of <dir>, for a caller that uploads <dir> to it.
+the tables are registered there instead of <dir>, for a caller that uploads <dir> to it;
+then PyIceberg's Glue catalog also writes an Iceberg table straight to S3 there (through
+<s3 endpoint>) and registers it, as Athena and Spark do.
 """
 
 import gzip
@@ -21,6 +23,7 @@ from deltalake import write_deltalake
 
 root, endpoint = os.path.abspath(sys.argv[1]), sys.argv[2]
 prefix = sys.argv[3].rstrip("/") if len(sys.argv) > 3 else None
+s3_endpoint = sys.argv[4] if len(sys.argv) > 4 else None
 
 
 def at(path):
@@ -200,6 +203,47 @@ if prefix is None:
           parameters={"table_type": "ICEBERG", "metadata_location": made.metadata_location})
     case("iceberg_scores", "SELECT player, sum(points) FROM glue.web.scores GROUP BY player ORDER BY player",
          [["a", 8], ["b", 4]])
+elif s3_endpoint:
+    # PyIceberg's own Glue catalog, its files on S3: partitioned, a column renamed between
+    # two appends, merge-on-read position deletes in one partition. The answers are
+    # PyIceberg's reading of the table, aggregated by DuckDB.
+    import duckdb
+    from pyiceberg.catalog.glue import GlueCatalog
+    from pyiceberg.partitioning import PartitionField, PartitionSpec
+    from pyiceberg.schema import Schema
+    from pyiceberg.transforms import IdentityTransform
+    from pyiceberg.types import LongType, NestedField, StringType
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "iceberg"))
+    from deletes import position_deletes
+    credentials = {"access-key-id": "test", "secret-access-key": "test", "region": "us-east-1"}
+    iceberg = GlueCatalog("glue", **{"glue.endpoint": endpoint, "s3.endpoint": s3_endpoint},
+                          **{f"{service}.{k}": v for service in ("glue", "s3") for k, v in credentials.items()})
+    games = iceberg.create_table(
+        "web.games",
+        schema=Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "player", StringType()),
+                      NestedField(3, "points", LongType())),
+        partition_spec=PartitionSpec(PartitionField(source_id=2, field_id=1000, transform=IdentityTransform(),
+                                                    name="player")),
+        location=f"{prefix}/iceberg/games")
+    games.append(pa.Table.from_pylist([{"id": i, "player": "abc"[i % 3], "points": i % 17} for i in range(300)],
+                                      schema=games.schema().as_arrow()))
+    with games.update_schema() as update:
+        update.rename_column("points", "score")
+    games = iceberg.load_table("web.games")
+    games.append(pa.Table.from_pylist([{"id": i, "player": "abc"[i % 3], "score": i % 17} for i in range(300, 400)],
+                                      schema=games.schema().as_arrow()))
+    games = iceberg.load_table("web.games")
+    first_a = sorted(t.file.file_path for t in games.scan().plan_files() if "/player=a/" in t.file.file_path)[0]
+    partition_a = next(t.file.partition for t in games.scan().plan_files() if t.file.file_path == first_a)
+    position_deletes(games, "deletes-a", first_a, lambda i: i % 2 == 0, partition=partition_a)
+    games = iceberg.load_table("web.games")
+    read = games.scan().to_arrow()
+    for name, sql in [
+        ("iceberg_games", "SELECT player, count(*), sum(score) FROM {} GROUP BY player ORDER BY player"),
+        ("iceberg_games_filter", "SELECT count(*), sum(score) FROM {} WHERE player = 'a' AND id >= 200"),
+    ]:
+        rows = duckdb.sql(sql.format("read")).fetchall()
+        case(name, sql.format("glue.web.games"), [[int(v) if isinstance(v, int) else v for v in r] for r in rows])
 
 # --- tables lambdafusion must refuse, each naming the table and why ------------------------
 # An Iceberg table whose metadata file is missing: refused, naming the table.

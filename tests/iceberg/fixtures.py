@@ -14,16 +14,14 @@ from datetime import date, datetime, timedelta
 
 import duckdb
 import pyarrow as pa
-import pyarrow.parquet as pq
 from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import EqualTo, LessThan
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
 from pyiceberg.transforms import DayTransform, IdentityTransform
-from pyiceberg.manifest import DataFile, DataFileContent, FileFormat, ManifestContent, ManifestWriterV2
-from pyiceberg.table.snapshots import Operation
-from pyiceberg.table.update.snapshot import _FastAppendFiles
-from pyiceberg.typedef import Record
+from pyiceberg.manifest import DataFileContent
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from deletes import commit_deletes, positions  # noqa: E402
 from pyiceberg.types import (DateType, DecimalType, DoubleType, IntegerType, LongType, NestedField,
                              StringType, StructType, TimestampType)
 
@@ -113,55 +111,9 @@ nested = catalog.load_table("lake.nested_renamed")
 
 # --- mor: merge-on-read deletes, as Athena, Spark and Trino write them: Parquet position
 # delete files (file_path, pos) in a delete manifest. PyIceberg 0.12 writes deletes only as
-# copy-on-write but reads position deletes, so the delete files are written here and
-# committed through PyIceberg's own snapshot producer, in a manifest of content "deletes";
-# PyIceberg's reader is the oracle. `equality`: an equality delete file (Flink's kind),
+# copy-on-write but reads position deletes, so the delete files are written and committed
+# through PyIceberg's own snapshot producer by deletes.py; PyIceberg's reader is the oracle. `equality`: an equality delete file (Flink's kind),
 # which neither PyIceberg nor lambdafusion applies: refused.
-class DeleteManifestWriter(ManifestWriterV2):
-    def content(self):
-        return ManifestContent.DELETES
-
-    @property
-    def _meta(self):
-        return {**super()._meta, "content": "deletes"}
-
-
-class AddDeleteFiles(_FastAppendFiles):
-    def new_manifest_writer(self, spec):
-        return DeleteManifestWriter(spec, self.schema(), self.new_manifest_output(), self._snapshot_id,
-                                    self._compression)
-
-
-POSITION_SCHEMA = pa.schema([
-    pa.field("file_path", pa.string(), nullable=False, metadata={b"PARQUET:field_id": b"2147483546"}),
-    pa.field("pos", pa.int64(), nullable=False, metadata={b"PARQUET:field_id": b"2147483545"}),
-])
-
-
-def local(uri):
-    return uri[len("file://"):] if uri.startswith("file://") else uri
-
-
-def commit_deletes(table, name, content, rows, schema=POSITION_SCHEMA, bounds=None, equality_ids=None):
-    """Writes `rows` as a delete file of `table` and commits it in a snapshot of its own."""
-    path = f"{table.location()}/data/{name}.parquet"
-    pq.write_table(pa.Table.from_pylist(rows, schema=schema), local(path))
-    delete_file = DataFile.from_args(
-        content=content, file_path=path, file_format=FileFormat.PARQUET, partition=Record(),
-        record_count=len(rows), file_size_in_bytes=os.path.getsize(local(path)),
-        lower_bounds=bounds, upper_bounds=bounds, equality_ids=equality_ids,
-        sort_order_id=None, spec_id=table.metadata.default_spec_id, key_metadata=None)
-    with table.transaction() as tx:
-        with AddDeleteFiles(operation=Operation.DELETE, transaction=tx, io=table.io) as producer:
-            producer.append_data_file(delete_file)
-
-
-def positions(data_file, keep_out):
-    """The positions of the rows of `data_file` whose id `keep_out` selects."""
-    ids = pq.read_table(local(data_file), columns=["id"]).column("id").to_pylist()
-    return [{"file_path": data_file, "pos": i} for i, v in enumerate(ids) if keep_out(v)]
-
-
 mor_schema = Schema(NestedField(1, "id", LongType(), required=True), NestedField(2, "v", StringType()))
 mor = catalog.create_table("lake.mor", schema=mor_schema,
                            properties={"write.delete.mode": "merge-on-read"})
@@ -173,11 +125,11 @@ mor = catalog.load_table("lake.mor")
 file_a, file_b = sorted(t.file.file_path for t in mor.scan().plan_files())
 # snapshot 3: one delete file for both files, no bounds (applies by sequence number alone)
 commit_deletes(mor, "deletes-1", DataFileContent.POSITION_DELETES,
-               positions(file_a, lambda i: i % 7 == 0) + positions(file_b, lambda i: i % 11 == 0))
+               positions(mor, file_a, lambda i: i % 7 == 0) + positions(mor, file_b, lambda i: i % 11 == 0))
 mor = catalog.load_table("lake.mor")
 # snapshot 4: a delete file whose file_path bounds name file B only (as Spark writes one file's)
 commit_deletes(mor, "deletes-2", DataFileContent.POSITION_DELETES,
-               positions(file_b, lambda i: 1500 <= i < 1600),
+               positions(mor, file_b, lambda i: 1500 <= i < 1600),
                bounds={2147483546: file_b.encode()})
 mor = catalog.load_table("lake.mor")
 mor.append(mor_rows(2000, 500))          # snapshot 5: file C, after the deletes

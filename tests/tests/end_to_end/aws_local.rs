@@ -340,9 +340,11 @@ async fn delta_tables_on_s3(stack: &Stack, client: &Client) {
 }
 
 /// The Glue fixtures (`tests/glue/fixtures.py`) registered in the stack's Glue with
-/// `s3://` locations and uploaded there, read through the scheduler's Glue client under
-/// the role the Terraform module gives it (the front checks each Glue call against it):
-/// the fixture's answers, the default database, and the refusals.
+/// `s3://` locations and uploaded there, and an Iceberg table PyIceberg's Glue catalog
+/// writes straight to the stack's S3 (partitioned, a column renamed, position deletes),
+/// read through the scheduler's Glue client under the role the Terraform module gives it
+/// (the front checks each Glue call against it): the fixture's answers, the default
+/// database, and the refusals.
 async fn glue_tables_on_s3(stack: &Stack, client: &Client) {
     use lambdafusion_embedded::verify::Cell;
     use object_store::{ObjectStoreExt, PutPayload};
@@ -354,6 +356,7 @@ async fn glue_tables_on_s3(stack: &Stack, client: &Client) {
         .arg(&root)
         .arg(stack.var("AWS_ENDPOINT_URL_GLUE"))
         .arg(format!("s3://{bucket}/data/glue"))
+        .arg(stack.var("AWS_ENDPOINT_URL_S3"))
         .output()
         .unwrap();
     assert!(
