@@ -1,13 +1,17 @@
-"""TPC-H registered in a Glue Data Catalog, two ways, for tests/tests/end_to_end/glue_tables.rs:
-`tpch_in_glue.py <parquet dir> <delta dir> <hive dir> <glue endpoint>`.
+"""TPC-H registered in a Glue Data Catalog, three ways, for tests/tests/end_to_end/glue_tables.rs:
+`tpch_in_glue.py <parquet dir> <delta dir> <hive dir> <glue endpoint> <iceberg dir>`.
 
 - database `tpch_hive`: Hive tables over Parquet written here with pyarrow from the files
   `lambdafusion tpch` generated, orders and lineitem partitioned Hive-style (by
   o_orderstatus and l_returnflag) with one Glue partition per directory, as a crawler or
   `MSCK REPAIR TABLE` registers them;
 - database `tpch_delta`: the Delta tables of tests/delta/tpch_as_delta.py
-  (`table_type = DELTA`, as Athena registers them).
+  (`table_type = DELTA`, as Athena registers them);
+- database `tpch_iceberg`: the Iceberg tables of tests/iceberg/tpch_as_iceberg.py
+  (`table_type = ICEBERG` and their `metadata_location`, as Athena registers them).
 """
+
+import json
 
 import os
 import sys
@@ -41,10 +45,12 @@ def hive_type(t):
     raise SystemExit(f"no Hive type for {t}")
 
 
-def main(parquet, delta, hive, endpoint):
+def main(parquet, delta, hive, endpoint, iceberg):
     glue = boto3.client("glue", endpoint_url=endpoint, region_name="us-east-1",
                         aws_access_key_id="test", aws_secret_access_key="test")
-    for database in ["tpch_hive", "tpch_delta"]:
+    with open(os.path.join(iceberg, "tables.json")) as f:
+        iceberg_tables = json.load(f)
+    for database in ["tpch_hive", "tpch_delta", "tpch_iceberg"]:
         glue.create_database(DatabaseInput={"Name": database})
     for table in TABLES:
         rows = ds.dataset(os.path.join(parquet, table), format="parquet").to_table()
@@ -73,7 +79,12 @@ def main(parquet, delta, hive, endpoint):
         glue.create_table(DatabaseName="tpch_delta", TableInput={
             "Name": table, "TableType": "EXTERNAL_TABLE", "Parameters": {"table_type": "DELTA"},
             "StorageDescriptor": {"Location": os.path.join(delta, table), "Columns": []}})
+        metadata = iceberg_tables[table]
+        glue.create_table(DatabaseName="tpch_iceberg", TableInput={
+            "Name": table, "TableType": "EXTERNAL_TABLE",
+            "Parameters": {"table_type": "ICEBERG", "metadata_location": metadata},
+            "StorageDescriptor": {"Location": metadata.split("/metadata/")[0], "Columns": []}})
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:5])
+    main(*sys.argv[1:6])

@@ -290,9 +290,12 @@ async fn glue_tables_lambdafusion_cannot_read_are_refused_by_name() {
     assert!(err.is_user_error(), "{err}");
 }
 
-/// TPC-H SF 0.1 registered in Glue twice (`tests/glue/tpch_in_glue.py`): as Hive tables
-/// over Parquet, orders and lineitem partitioned Hive-style with a Glue partition per
-/// directory, and as the Delta tables deltalake writes. With each database the default,
+/// TPC-H SF 0.1 registered in Glue three times (`tests/glue/tpch_in_glue.py`): as Hive
+/// tables over Parquet, orders and lineitem partitioned Hive-style with a Glue partition per
+/// directory, as the Delta tables deltalake writes, and as the Iceberg tables PyIceberg
+/// writes (`tests/iceberg/tpch_as_iceberg.py`: orders partitioned by the hidden transform
+/// month(o_orderdate), lineitem by l_returnflag, two appends a table). With each database
+/// the default,
 /// the 22 queries run unqualified, every stage split into tasks, and answer as
 /// single-process DataFusion does over the generated Parquet files.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -302,11 +305,19 @@ async fn tpch_registered_in_glue_answers_as_tpch_as_parquet() {
     let root = tempfile::tempdir().unwrap();
     let root = root.path().canonicalize().unwrap();
     let (parquet, delta, hive) = (root.join("parquet"), root.join("delta"), root.join("hive"));
+    let iceberg = root.join("iceberg");
     tpch::generate(&parquet, 0.1, 2, &|_, _| {}).unwrap();
     lambdafusion_tests::delta::python(&[
         lambdafusion_tests::delta::script("tpch_as_delta.py").as_os_str(),
         parquet.as_os_str(),
         delta.as_os_str(),
+    ]);
+    lambdafusion_tests::delta::python(&[
+        Path::new(env!("CARGO_MANIFEST_DIR"))
+            .join("iceberg/tpch_as_iceberg.py")
+            .as_os_str(),
+        parquet.as_os_str(),
+        iceberg.as_os_str(),
     ]);
     lambdafusion_tests::delta::python(&[
         Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -316,11 +327,12 @@ async fn tpch_registered_in_glue_answers_as_tpch_as_parquet() {
         delta.as_os_str(),
         hive.as_os_str(),
         moto.endpoint.as_ref(),
+        iceberg.as_os_str(),
     ]);
     let ctx = datafusion::prelude::SessionContext::new();
     tpch::register_baseline(&ctx, &parquet).await.unwrap();
     let mut failures = Vec::new();
-    for database in ["tpch_hive", "tpch_delta"] {
+    for database in ["tpch_hive", "tpch_delta", "tpch_iceberg"] {
         let config = EngineConfig::default()
             .with_bytes_per_task(1 << 20)
             .with_min_scan_bytes_per_task(1)
