@@ -14,8 +14,9 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::fmt;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{Array, AsArray};
+use datafusion::arrow::array::{Array, AsArray, BooleanArray, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Int64Type, Schema, SchemaRef};
+use datafusion::arrow::row::{OwnedRow, RowConverter, SortField};
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode};
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig};
 use datafusion::datasource::source::DataSourceExec;
@@ -25,7 +26,7 @@ use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
 use datafusion::parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use datafusion::parquet::arrow::ProjectionMask;
 use datafusion::physical_expr::expressions::Column;
-use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_expr_adapter::{
     DefaultPhysicalExprAdapterFactory, PhysicalExprAdapter, PhysicalExprAdapterFactory,
 };
@@ -33,7 +34,7 @@ use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, PlanProperties};
 use delta_kernel::Engine;
 use delta_kernel_engine::DefaultEngine;
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
@@ -48,16 +49,30 @@ pub enum Deleted {
     Iceberg(IcebergPositions),
 }
 
-/// The position delete files that apply to one Iceberg data file (the scheduler chose them
-/// by sequence number and `file_path` bounds).
+/// The delete files that apply to one Iceberg data file (the scheduler chose them by the
+/// spec's rules: sequence numbers, partitions, `file_path` bounds).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IcebergPositions {
     /// The data file as the table's metadata names it: the delete files' `file_path`.
     pub file: String,
     /// The data file's rows (its manifest's `record_count`).
     pub rows: u64,
-    /// The delete files, Parquet with the columns `file_path` and `pos`.
+    /// The position delete files, Parquet with the columns `file_path` and `pos`.
     pub delete_files: Vec<DeleteFile>,
+    /// The equality delete files: a row whose key equals one of theirs is deleted.
+    #[serde(default)]
+    pub equality: Vec<EqualityDeletes>,
+}
+
+/// One Iceberg equality delete file as it applies to a scan.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EqualityDeletes {
+    /// The delete file: Parquet with a column for each key field.
+    pub file: DeleteFile,
+    /// The key's field ids (`equality_ids`), as the delete file's columns carry them.
+    pub field_ids: Vec<i32>,
+    /// The key's columns in the scan's output, in the same order.
+    pub columns: Vec<usize>,
 }
 
 /// One Iceberg position delete file.
@@ -84,6 +99,10 @@ pub struct FormatScanExec {
     deletions: Arc<BTreeMap<String, Deleted>>,
     /// Column name -> field id, when columns are matched by field id (Iceberg).
     field_ids: Option<Arc<BTreeMap<String, i32>>>,
+    /// The scan's columns this node outputs, when the scan reads more (equality delete
+    /// keys the query does not select).
+    output: Option<Vec<usize>>,
+    properties: Arc<PlanProperties>,
 }
 
 impl FormatScanExec {
@@ -95,11 +114,32 @@ impl FormatScanExec {
     ) -> DfResult<Self> {
         scan_config(&scan)?;
         Ok(Self {
+            properties: scan.properties().clone(),
             scan,
             root,
             deletions: Arc::new(deletions),
             field_ids: None,
+            output: None,
         })
+    }
+
+    /// Outputs only these columns of the scan (by index), which reads more.
+    pub fn with_output(mut self, output: Vec<usize>) -> DfResult<Self> {
+        let schema = Arc::new(self.scan.schema().project(&output)?);
+        self.properties = Arc::new(
+            self.scan
+                .properties()
+                .as_ref()
+                .clone()
+                .with_eq_properties(EquivalenceProperties::new(schema)),
+        );
+        self.output = Some(output);
+        Ok(self)
+    }
+
+    /// The scan's columns this node outputs, when not all of them.
+    pub fn output(&self) -> Option<&[usize]> {
+        self.output.as_deref()
     }
 
     /// Matches the scan's columns to each file's by these field ids (column name -> id)
@@ -139,18 +179,23 @@ impl FormatScanExec {
         }
     }
 
-    /// The inverse of [`Self::deletions_json`] and [`Self::field_ids_json`].
+    /// The inverse of [`Self::deletions_json`], [`Self::field_ids_json`] and
+    /// [`Self::output`].
     pub fn from_json(
         scan: Arc<dyn ExecutionPlan>,
         root: &str,
         deletions: &str,
         field_ids: &str,
+        output: Option<Vec<usize>>,
     ) -> DfResult<Self> {
         let root = Url::parse(root)
             .map_err(|e| DataFusionError::Internal(format!("table format scan root: {e}")))?;
         let deletions = serde_json::from_str(deletions)
             .map_err(|e| DataFusionError::Internal(format!("deletions: {e}")))?;
-        let scan = Self::try_new(scan, root, deletions)?;
+        let mut scan = Self::try_new(scan, root, deletions)?;
+        if let Some(output) = output {
+            scan = scan.with_output(output)?;
+        }
         if field_ids.is_empty() {
             return Ok(scan);
         }
@@ -178,6 +223,18 @@ impl DisplayAs for FormatScanExec {
             "FormatScanExec: files_with_deletions={}, ",
             self.deletions.len()
         )?;
+        let equality: std::collections::BTreeSet<&str> = self
+            .deletions
+            .values()
+            .filter_map(|d| match d {
+                Deleted::Iceberg(p) => Some(p.equality.iter().map(|e| e.file.path.as_str())),
+                Deleted::Delta(_) => None,
+            })
+            .flatten()
+            .collect();
+        if !equality.is_empty() {
+            write!(f, "equality_delete_files={}, ", equality.len())?;
+        }
         if self.field_ids.is_some() {
             write!(f, "columns_by_field_id, ")?;
         }
@@ -195,7 +252,7 @@ impl ExecutionPlan for FormatScanExec {
     }
 
     fn properties(&self) -> &Arc<PlanProperties> {
-        self.scan.properties()
+        &self.properties
     }
 
     fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
@@ -222,7 +279,7 @@ impl ExecutionPlan for FormatScanExec {
         &self,
         partition: Option<usize>,
     ) -> DfResult<Arc<datafusion::common::Statistics>> {
-        if self.deletions.is_empty() {
+        if self.deletions.is_empty() && self.output.is_none() {
             // The scan's own: a leaf has no inputs for DataFusion's statistics walk.
             #[allow(deprecated)]
             return self.scan.partition_statistics(partition);
@@ -247,6 +304,7 @@ impl ExecutionPlan for FormatScanExec {
         let deletions = self.deletions.clone();
         let root = self.root.clone();
         let schema = self.schema();
+        let output = self.output.clone();
         let opened = async move {
             let Some(group) = config.file_groups.get(partition).cloned() else {
                 return Err(DataFusionError::Internal(format!(
@@ -264,11 +322,16 @@ impl ExecutionPlan for FormatScanExec {
                 }),
             )
             .await?;
-            let engine: Arc<dyn Engine> = Arc::new(DefaultEngine::builder(store).build());
+            let engine: Arc<dyn Engine> = Arc::new(DefaultEngine::builder(store.clone()).build());
             let mut files = Vec::with_capacity(group.len());
             for file in group.files() {
                 let (deleted, rows) = match deletions.get(file.object_meta.location.as_ref()) {
                     None => {
+                        files.push(file.clone());
+                        continue;
+                    }
+                    Some(Deleted::Iceberg(p)) if p.delete_files.is_empty() => {
+                        // Equality deletes only: applied to the rows below.
                         files.push(file.clone());
                         continue;
                     }
@@ -299,13 +362,173 @@ impl ExecutionPlan for FormatScanExec {
                     ),
                 ));
             }
-            config.file_groups[partition] = FileGroup::new(files);
-            DataSourceExec::from_data_source(config).execute(partition, ctx)
+            let equality: Vec<Vec<EqualityDeletes>> = files
+                .iter()
+                .map(|f| match deletions.get(f.object_meta.location.as_ref()) {
+                    Some(Deleted::Iceberg(p)) => p.equality.clone(),
+                    _ => Vec::new(),
+                })
+                .collect();
+            if equality.iter().all(|e| e.is_empty()) {
+                config.file_groups[partition] = FileGroup::new(files);
+                let stream = DataSourceExec::from_data_source(config).execute(partition, ctx)?;
+                return Ok(project(stream, output));
+            }
+            // Equality deletes filter each file's rows by its own delete files: one file at a
+            // time, the key sets loaded once for the partition.
+            let mut keys = EqualityKeys::default();
+            let scan_schema = DataSourceExec::from_data_source(config.clone()).schema();
+            for e in equality.iter().flatten() {
+                keys.load(store.as_ref(), e, &scan_schema).await?;
+            }
+            let keys = Arc::new(keys);
+            let mut streams = Vec::with_capacity(files.len());
+            for (file, equality) in files.into_iter().zip(equality) {
+                let mut one = config.clone();
+                one.file_groups = vec![FileGroup::new(vec![file])];
+                let stream = DataSourceExec::from_data_source(one).execute(0, ctx.clone())?;
+                let keys = keys.clone();
+                streams.push(stream.and_then(move |batch| {
+                    let keys = keys.clone();
+                    let equality = equality.clone();
+                    async move { keys.keep(&batch, &equality) }
+                }));
+            }
+            let stream: SendableRecordBatchStream = Box::pin(RecordBatchStreamAdapter::new(
+                scan_schema,
+                futures::stream::iter(streams).flatten(),
+            ));
+            Ok(project(stream, output))
         };
         Ok(Box::pin(RecordBatchStreamAdapter::new(
             schema,
             futures::stream::once(opened).try_flatten(),
         )))
+    }
+}
+
+/// `stream` with only the `output` columns, when given.
+fn project(
+    stream: SendableRecordBatchStream,
+    output: Option<Vec<usize>>,
+) -> SendableRecordBatchStream {
+    let Some(output) = output else {
+        return stream;
+    };
+    let schema = match stream.schema().project(&output) {
+        Ok(schema) => Arc::new(schema),
+        Err(e) => {
+            return Box::pin(RecordBatchStreamAdapter::new(
+                stream.schema(),
+                futures::stream::once(async move { Err(e.into()) }),
+            ))
+        }
+    };
+    Box::pin(RecordBatchStreamAdapter::new(
+        schema,
+        stream.and_then(move |batch| {
+            let projected = batch.project(&output).map_err(DataFusionError::from);
+            async move { projected }
+        }),
+    ))
+}
+
+/// The keys of a partition's equality delete files, one set for each key (its columns in
+/// the scan's output), rows encoded by Arrow's row format so that nulls equal nulls, as
+/// the spec wants.
+#[derive(Default)]
+struct EqualityKeys {
+    /// Delete files loaded already.
+    loaded: HashSet<String>,
+    /// Key columns -> the converter of their types and the deleted keys.
+    sets: HashMap<Vec<usize>, (RowConverter, HashSet<OwnedRow>)>,
+}
+
+impl EqualityKeys {
+    /// Adds the keys of `deletes`, its columns cast to the scan's types.
+    async fn load(
+        &mut self,
+        store: &dyn ObjectStore,
+        deletes: &EqualityDeletes,
+        scan_schema: &SchemaRef,
+    ) -> DfResult<()> {
+        if !self.loaded.insert(deletes.file.path.clone()) {
+            return Ok(());
+        }
+        let failed = |e: String| {
+            DataFusionError::Execution(format!(
+                "cannot read the Iceberg equality delete file {}: {e}",
+                deletes.file.path
+            ))
+        };
+        let types: Vec<DataType> = deletes
+            .columns
+            .iter()
+            .map(|&c| scan_schema.field(c).data_type().clone())
+            .collect();
+        if !self.sets.contains_key(&deletes.columns) {
+            let converter = RowConverter::new(types.iter().cloned().map(SortField::new).collect())?;
+            self.sets
+                .insert(deletes.columns.clone(), (converter, HashSet::new()));
+        }
+        let (converter, set) = self.sets.get_mut(&deletes.columns).expect("inserted");
+        let path = Path::parse(&deletes.file.path).map_err(|e| failed(e.to_string()))?;
+        let bytes = store.get_range(&path, 0..deletes.file.size).await?;
+        let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)?;
+        let file_schema = builder.schema().clone();
+        let indices = deletes
+            .field_ids
+            .iter()
+            .map(|id| {
+                file_schema
+                    .fields()
+                    .iter()
+                    .position(|f| {
+                        f.metadata().get(PARQUET_FIELD_ID).map(String::as_str)
+                            == Some(id.to_string().as_str())
+                    })
+                    .ok_or_else(|| failed(format!("it has no column of field id {id}")))
+            })
+            .collect::<DfResult<Vec<_>>>()?;
+        for batch in builder.build()? {
+            let batch = batch?;
+            let columns = indices
+                .iter()
+                .zip(&types)
+                .map(|(&i, t)| datafusion::arrow::compute::cast(batch.column(i), t))
+                .collect::<Result<Vec<_>, _>>()?;
+            let rows = converter.convert_columns(&columns)?;
+            set.extend(rows.iter().map(|r| r.owned()));
+        }
+        Ok(())
+    }
+
+    /// The rows of `batch` (from one data file) no key of `deletes` deletes.
+    fn keep(&self, batch: &RecordBatch, deletes: &[EqualityDeletes]) -> DfResult<RecordBatch> {
+        if deletes.is_empty() || batch.num_rows() == 0 {
+            return Ok(batch.clone());
+        }
+        let mut keep = vec![true; batch.num_rows()];
+        let mut seen = HashSet::new();
+        for d in deletes {
+            if !seen.insert(&d.columns) {
+                continue;
+            }
+            let (converter, set) = self.sets.get(&d.columns).ok_or_else(|| {
+                DataFusionError::Internal("an equality delete file was not loaded".into())
+            })?;
+            let columns: Vec<_> = d.columns.iter().map(|&c| batch.column(c).clone()).collect();
+            let rows = converter.convert_columns(&columns)?;
+            for (i, row) in rows.iter().enumerate() {
+                if keep[i] && set.contains(&row.owned()) {
+                    keep[i] = false;
+                }
+            }
+        }
+        Ok(datafusion::arrow::compute::filter_record_batch(
+            batch,
+            &BooleanArray::from(keep),
+        )?)
     }
 }
 
@@ -430,8 +653,9 @@ async fn read_position_deletes(
     out: &mut HashMap<String, Vec<u64>>,
 ) -> DfResult<()> {
     let path = Path::parse(&delete.path).map_err(|e| DataFusionError::External(Box::new(e)))?;
-    // One GET: delete files are small next to the data files they name.
-    let bytes = store.get(&path).await?.bytes().await?;
+    // One GET: delete files are small next to the data files they name, and no more than
+    // the manifest's size is read.
+    let bytes = store.get_range(&path, 0..delete.size).await?;
     let builder = ParquetRecordBatchReaderBuilder::try_new(bytes)?;
     let schema = builder.schema().clone();
     let column = |name: &str| {

@@ -9,16 +9,17 @@
 //! `VERSION AS OF <snapshot id>`, `TIMESTAMP AS OF '...'` (the newest snapshot at or before
 //! it).
 //!
-//! Position delete files (merge-on-read deletes, as Athena, Spark and Trino write them) are
-//! matched to data files at planning by the spec's rules (sequence numbers, the delete
-//! file's `referenced_data_file` or `file_path` bounds) and applied by the task that reads
-//! the data file ([`FormatScanExec`]).
+//! Delete files — position deletes (merge-on-read, as Athena, Spark and Trino write them)
+//! and equality deletes (as Flink writes them) — are matched to data files at planning by
+//! the spec's rules (sequence numbers, partitions, the delete file's
+//! `referenced_data_file` or `file_path` bounds) and applied by the task that reads the
+//! data file ([`FormatScanExec`]).
 //!
 //! The query's filters skip data files by the column bounds and null counts of their
 //! manifest entries before any task starts. Columns are read by name while no column was
 //! renamed, or dropped and added again under its old name; once one was, by the field ids
 //! of each file ([`crate::format_scan::FieldIdAdapterFactory`]). A table with a struct
-//! field renamed, equality delete files or non-Parquet files is refused — a 400 naming the
+//! field renamed or non-Parquet files is refused — a 400 naming the
 //! table and the reason, never wrong rows. Every file the metadata names must lie inside
 //! the table's directory, the location the access policy allowed.
 
@@ -51,13 +52,16 @@ use serde::Deserialize;
 use url::Url;
 
 use crate::delta::Version;
-use crate::format_scan::{DeleteFile, Deleted, FormatScanExec, IcebergPositions};
+use crate::format_scan::{DeleteFile, Deleted, EqualityDeletes, FormatScanExec, IcebergPositions};
 
 /// The format name (`STORED AS ICEBERG`) Iceberg tables are stored under in the catalog.
 pub const FORMAT: &str = "ICEBERG";
 
 /// Largest metadata, manifest list or manifest file read (a table past it is refused).
 const MAX_METADATA_BYTES: usize = 256 * 1024 * 1024;
+
+/// Largest delete file a task reads whole (a table with a larger one is refused).
+const MAX_DELETE_FILE_BYTES: u64 = 256 * 1024 * 1024;
 
 /// Creates the provider of `CREATE EXTERNAL TABLE ... STORED AS ICEBERG`: the metadata
 /// decides the columns, so the statement declares none.
@@ -479,8 +483,34 @@ struct DataFile {
     sequence: i64,
     /// The position delete files that apply to it.
     deletes: Vec<DeleteFile>,
+    /// The equality delete files that apply to it.
+    equality: Vec<EqualityDelete>,
+    /// Its partition: the spec it was written with and its values, rendered (`None` when
+    /// the spec has no fields).
+    partition: (i64, Option<String>),
     /// Its column metrics as the manifest keeps them, for pruning.
     metrics: Metrics,
+}
+
+/// An equality delete file of a snapshot, with what decides the data files it applies to.
+#[derive(Debug, Clone)]
+struct EqualityDelete {
+    file: DeleteFile,
+    sequence: i64,
+    /// The key: `equality_ids`.
+    field_ids: Vec<i32>,
+    /// Its partition, as [`DataFile::partition`].
+    partition: (i64, Option<String>),
+}
+
+impl EqualityDelete {
+    /// Whether it may delete rows of `data` (the spec's rule: the data file's sequence
+    /// number is below the delete file's, and an equality delete file of a partitioned
+    /// spec applies to its own partition only).
+    fn applies_to(&self, data: &DataFile) -> bool {
+        data.sequence < self.sequence
+            && (self.partition.1.is_none() || self.partition == data.partition)
+    }
 }
 
 /// A data file's column metrics from its manifest entry, by field id: the lower and upper
@@ -522,6 +552,7 @@ const FILE_PATH_FIELD_ID: i32 = 2147483546;
 enum Entry {
     Data(DataFile),
     PositionDeletes(PositionDeletes),
+    EqualityDeletes(EqualityDelete),
 }
 
 /// A manifest as its snapshot's manifest list lists it.
@@ -531,6 +562,8 @@ struct Manifest {
     content: i64,
     /// The sequence number its added entries inherit.
     sequence: i64,
+    /// The partition spec its files were written with.
+    spec_id: i64,
 }
 
 /// The data files of `snapshot`, each with the position delete files that apply to it:
@@ -554,6 +587,7 @@ async fn data_files(
             })?)?;
             let content = ints(batch.column_by_name("content"))?;
             let sequence = ints(batch.column_by_name("sequence_number"))?;
+            let spec = ints(batch.column_by_name("partition_spec_id"))?;
             let value = |a: &Option<Int64Array>, i: usize| {
                 a.as_ref()
                     .filter(|a| a.is_valid(i))
@@ -564,6 +598,7 @@ async fn data_files(
                     path: paths.value(i).to_string(),
                     content: value(&content, i),
                     sequence: value(&sequence, i),
+                    spec_id: value(&spec, i),
                 });
             }
         }
@@ -572,6 +607,7 @@ async fn data_files(
             path: m.clone(),
             content: 0,
             sequence: 0,
+            spec_id: 0,
         }));
     }
     let per_manifest: Vec<Vec<Entry>> =
@@ -588,18 +624,25 @@ async fn data_files(
         .await?;
     let mut files = Vec::new();
     let mut deletes = Vec::new();
+    let mut equality = Vec::new();
     for entry in per_manifest.into_iter().flatten() {
         match entry {
             Entry::Data(f) => files.push(f),
             Entry::PositionDeletes(d) => deletes.push(d),
+            Entry::EqualityDeletes(d) => equality.push(d),
         }
     }
-    if !deletes.is_empty() {
+    if !deletes.is_empty() || !equality.is_empty() {
         for file in &mut files {
             file.deletes = deletes
                 .iter()
                 .filter(|d| d.applies_to(file))
                 .map(|d| d.file.clone())
+                .collect();
+            file.equality = equality
+                .iter()
+                .filter(|d| d.applies_to(file))
+                .cloned()
                 .collect();
         }
     }
@@ -639,6 +682,16 @@ fn manifest_entries(
         .column_by_name("referenced_data_file")
         .map(|a| strings(a))
         .transpose()?;
+    let equality_ids = data_file
+        .column_by_name("equality_ids")
+        .and_then(|c| c.as_list_opt::<i32>());
+    // Rendered partition values: equality deletes apply within their partition.
+    let partition = data_file
+        .column_by_name("partition")
+        .filter(|p| p.as_struct_opt().is_some_and(|s| s.num_columns() > 0));
+    let partition_key = |row: usize| {
+        partition.and_then(|p| datafusion::arrow::util::display::array_value_to_string(p, row).ok())
+    };
     let lower = IdMaps::new(data_file, "lower_bounds", &DataType::Binary)?;
     let upper = IdMaps::new(data_file, "upper_bounds", &DataType::Binary)?;
     let nulls = IdMaps::new(data_file, "null_value_counts", &DataType::Int64)?;
@@ -677,6 +730,13 @@ fn manifest_entries(
             .filter(|c| c.is_valid(i))
             .map_or(0, |c| c.value(i));
         let size = size.value(i).max(0) as u64;
+        if manifest.content == 1 && size > MAX_DELETE_FILE_BYTES {
+            return Err(refuse(format!(
+                "delete file {file} is {size} bytes, more than the {MAX_DELETE_FILE_BYTES} a \
+                 task reads whole; compact the table's deletes (rewrite_position_delete_files, \
+                 rewrite_data_files)"
+            )));
+        }
         match (manifest.content, kind) {
             (0, 0) => out.push(Entry::Data(DataFile {
                 path: resolve(file, "a data file")?,
@@ -688,6 +748,8 @@ fn manifest_entries(
                     .map(|r| r.value(i).max(0) as u64),
                 sequence: entry_sequence,
                 deletes: Vec::new(),
+                equality: Vec::new(),
+                partition: (manifest.spec_id, partition_key(i)),
                 metrics: Metrics {
                     lower: lower.as_ref().map(|m| m.bounds(i)).unwrap_or_default(),
                     upper: upper.as_ref().map(|m| m.bounds(i)).unwrap_or_default(),
@@ -707,10 +769,28 @@ fn manifest_entries(
                 bounds: path_bound(&lower, i).zip(path_bound(&upper, i)),
             })),
             (1, 2) => {
-                return Err(refuse(format!(
-                    "its snapshot has equality delete files (as Flink writes them, e.g. \
-                     {file}), which lambdafusion does not apply yet"
-                )))
+                let ids = equality_ids
+                    .as_ref()
+                    .filter(|l| l.is_valid(i))
+                    .map(|l| ints(Some(&l.value(i))))
+                    .transpose()?
+                    .flatten()
+                    .map(|ids| ids.iter().flatten().map(|id| id as i32).collect::<Vec<_>>())
+                    .unwrap_or_default();
+                if ids.is_empty() {
+                    return Err(refuse(format!(
+                        "equality delete file {file} names no equality_ids"
+                    )));
+                }
+                out.push(Entry::EqualityDeletes(EqualityDelete {
+                    file: DeleteFile {
+                        path: resolve(file, "a delete file")?.to_string(),
+                        size,
+                    },
+                    sequence: entry_sequence,
+                    field_ids: ids,
+                    partition: (manifest.spec_id, partition_key(i)),
+                }))
             }
             (m, k) => {
                 return Err(refuse(format!(
@@ -1124,34 +1204,86 @@ impl TableProvider for IcebergTable {
         }
         statistics.total_byte_size = Precision::Inexact(kept.iter().map(|f| f.size as usize).sum());
         let groups = crate::plan::split_files(state, files, true);
-        let config = FileScanConfigBuilder::new(self.store_url.clone(), Arc::new(source))
-            .with_file_groups(groups)
-            .with_statistics(statistics)
-            .with_projection_indices(Some(logical))?
-            .with_limit(limit)
-            .build();
-        let scan = DataSourceExec::from_data_source(config);
+        // Equality deletes need their key columns read, selected or not.
+        let mut read = logical.clone();
+        let mut key_columns = |ids: &[i32]| -> DfResult<Vec<usize>> {
+            ids.iter()
+                .map(|id| {
+                    let name = self
+                        .columns
+                        .iter()
+                        .find(|(_, (i, _))| i == id)
+                        .map(|(name, _)| name)
+                        .ok_or_else(|| {
+                            DataFusionError::Plan(format!(
+                                "{}: an equality delete file's key has field {id}, which is \
+                                 not a column of the table's schema",
+                                self.label
+                            ))
+                        })?;
+                    let index = self.schema.index_of(name)?;
+                    Ok(match read.iter().position(|&c| c == index) {
+                        Some(at) => at,
+                        None => {
+                            read.push(index);
+                            read.len() - 1
+                        }
+                    })
+                })
+                .collect()
+        };
         let mut deletions = BTreeMap::new();
-        for f in kept.iter().filter(|f| !f.deletes.is_empty()) {
-            let rows = f.records.ok_or_else(|| {
-                DataFusionError::Plan(format!(
-                    "{}: data file {} has deletes but no record count",
-                    self.label, f.name
-                ))
-            })?;
+        for f in kept
+            .iter()
+            .filter(|f| !f.deletes.is_empty() || !f.equality.is_empty())
+        {
+            let rows = match (f.records, f.deletes.is_empty()) {
+                (Some(rows), _) => rows,
+                (None, true) => 0,
+                (None, false) => {
+                    return Err(DataFusionError::Plan(format!(
+                        "{}: data file {} has position deletes but no record count",
+                        self.label, f.name
+                    )))
+                }
+            };
+            let equality = f
+                .equality
+                .iter()
+                .map(|e| {
+                    Ok(EqualityDeletes {
+                        file: e.file.clone(),
+                        field_ids: e.field_ids.clone(),
+                        columns: key_columns(&e.field_ids)?,
+                    })
+                })
+                .collect::<DfResult<Vec<_>>>()?;
             deletions.insert(
                 f.path.to_string(),
                 Deleted::Iceberg(IcebergPositions {
                     file: f.name.clone(),
                     rows,
                     delete_files: f.deletes.clone(),
+                    equality,
                 }),
             );
         }
+        let widened = read.len() > logical.len();
+        let config = FileScanConfigBuilder::new(self.store_url.clone(), Arc::new(source))
+            .with_file_groups(groups)
+            .with_statistics(statistics)
+            .with_projection_indices(Some(read))?
+            // Rows an equality delete removes are removed after the scan: no limit in it.
+            .with_limit(if widened { None } else { limit })
+            .build();
+        let scan = DataSourceExec::from_data_source(config);
         if deletions.is_empty() && !self.by_field_id {
             return Ok(scan);
         }
         let mut scan = FormatScanExec::try_new(scan, self.root.clone(), deletions)?;
+        if widened {
+            scan = scan.with_output((0..logical.len()).collect())?;
+        }
         if self.by_field_id {
             scan = scan.with_field_ids(
                 self.columns
@@ -1250,7 +1382,7 @@ mod tests {
     }
 
     #[test]
-    fn position_deletes_apply_by_sequence_number_and_named_file() {
+    fn deletes_apply_by_sequence_number_partition_and_named_file() {
         let data = |name: &str, sequence| DataFile {
             path: Path::from(name),
             name: name.to_string(),
@@ -1258,6 +1390,8 @@ mod tests {
             records: Some(10),
             sequence,
             deletes: Vec::new(),
+            equality: Vec::new(),
+            partition: (0, None),
             metrics: Metrics::default(),
         };
         let deletes =
@@ -1284,6 +1418,26 @@ mod tests {
         assert!(ranged.applies_to(&data("s3://b/t/d", 1)));
         assert!(!ranged.applies_to(&data("s3://b/t/a", 1)));
         assert!(!ranged.applies_to(&data("s3://b/t/e", 1)));
+        // Equality deletes: strictly newer than the data, and within their partition
+        // unless their spec has none.
+        let equality = |sequence, partition: Option<&str>| EqualityDelete {
+            file: DeleteFile {
+                path: "e".into(),
+                size: 1,
+            },
+            sequence,
+            field_ids: vec![1],
+            partition: (0, partition.map(String::from)),
+        };
+        let mut in_eu = data("s3://b/t/a", 2);
+        in_eu.partition = (0, Some("{region: eu}".into()));
+        assert!(equality(3, Some("{region: eu}")).applies_to(&in_eu));
+        assert!(!equality(2, Some("{region: eu}")).applies_to(&in_eu));
+        assert!(!equality(3, Some("{region: us}")).applies_to(&in_eu));
+        assert!(equality(3, None).applies_to(&in_eu));
+        let mut other_spec = in_eu.clone();
+        other_spec.partition.0 = 1;
+        assert!(!equality(3, Some("{region: eu}")).applies_to(&other_spec));
     }
 
     #[test]

@@ -144,6 +144,12 @@ pub struct FormatScanNode {
     /// The columns' field ids by name, as JSON (empty: columns are matched by name).
     #[prost(string, tag = "4")]
     pub field_ids: String,
+    /// Whether the node outputs only `output`'s columns of its scan.
+    #[prost(bool, tag = "5")]
+    pub has_output: bool,
+    /// Those columns.
+    #[prost(uint32, repeated, tag = "6")]
+    pub output: Vec<u32>,
 }
 
 /// A sub-plan run whole in one task ([`crate::plan::single_task`]).
@@ -328,6 +334,8 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
                 &d.root,
                 &d.deletions,
                 &d.field_ids,
+                d.has_output
+                    .then(|| d.output.iter().map(|&c| c as usize).collect()),
             )?));
         }
         if let Some(p) = &node.partial_sort {
@@ -506,6 +514,13 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
                         .execution_plan_to_proto(d.scan(), self)?
                         .encode_to_vec(),
                     field_ids: d.field_ids_json()?,
+                    has_output: d.output().is_some(),
+                    output: d
+                        .output()
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|&c| c as u32)
+                        .collect(),
                 }),
                 ..Default::default()
             }
