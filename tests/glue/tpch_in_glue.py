@@ -9,6 +9,10 @@
   (`table_type = DELTA`, as Athena registers them);
 - database `tpch_iceberg`: the Iceberg tables of tests/iceberg/tpch_as_iceberg.py
   (`table_type = ICEBERG` and their `metadata_location`, as Athena registers them).
+
+`tpch_in_glue.py --delta-at <glue endpoint> <location prefix>` registers only `tpch_delta`,
+its tables at <prefix>/<table> (the local AWS stack's test uploads them there; its Iceberg
+tables are registered by PyIceberg's own Glue catalog).
 """
 
 import json
@@ -45,9 +49,19 @@ def hive_type(t):
     raise SystemExit(f"no Hive type for {t}")
 
 
-def main(parquet, delta, hive, endpoint, iceberg):
-    glue = boto3.client("glue", endpoint_url=endpoint, region_name="us-east-1",
+def client(endpoint):
+    return boto3.client("glue", endpoint_url=endpoint, region_name="us-east-1",
                         aws_access_key_id="test", aws_secret_access_key="test")
+
+
+def register_delta(glue, table, location):
+    glue.create_table(DatabaseName="tpch_delta", TableInput={
+        "Name": table, "TableType": "EXTERNAL_TABLE", "Parameters": {"table_type": "DELTA"},
+        "StorageDescriptor": {"Location": location, "Columns": []}})
+
+
+def main(parquet, delta, hive, endpoint, iceberg):
+    glue = client(endpoint)
     with open(os.path.join(iceberg, "tables.json")) as f:
         iceberg_tables = json.load(f)
     for database in ["tpch_hive", "tpch_delta", "tpch_iceberg"]:
@@ -76,9 +90,7 @@ def main(parquet, delta, hive, endpoint, iceberg):
                 glue.create_partition(DatabaseName="tpch_hive", TableName=table, PartitionInput={
                     "Values": [value],
                     "StorageDescriptor": dict(PARQUET, Columns=columns, Location=os.path.join(target, name))})
-        glue.create_table(DatabaseName="tpch_delta", TableInput={
-            "Name": table, "TableType": "EXTERNAL_TABLE", "Parameters": {"table_type": "DELTA"},
-            "StorageDescriptor": {"Location": os.path.join(delta, table), "Columns": []}})
+        register_delta(glue, table, os.path.join(delta, table))
         metadata = iceberg_tables[table]
         glue.create_table(DatabaseName="tpch_iceberg", TableInput={
             "Name": table, "TableType": "EXTERNAL_TABLE",
@@ -87,4 +99,10 @@ def main(parquet, delta, hive, endpoint, iceberg):
 
 
 if __name__ == "__main__":
-    main(*sys.argv[1:6])
+    if sys.argv[1] == "--delta-at":
+        glue = client(sys.argv[2])
+        glue.create_database(DatabaseInput={"Name": "tpch_delta"})
+        for table in TABLES:
+            register_delta(glue, table, f"{sys.argv[3].rstrip('/')}/{table}")
+    else:
+        main(*sys.argv[1:6])

@@ -74,7 +74,10 @@ const FAN_OUT: [(&str, &str); 5] = [
 
 /// The Glue databases the end-to-end stack attaches, as a deployment does.
 const GLUE: [(&str, &str); 2] = [
-    ("TF_VAR_glue_databases", r#"["sales","web"]"#),
+    (
+        "TF_VAR_glue_databases",
+        r#"["sales","web","tpch_iceberg","tpch_delta"]"#,
+    ),
     ("TF_VAR_glue_default_database", "sales"),
 ];
 
@@ -142,6 +145,8 @@ fn local_aws_stack_end_to_end() {
 
         // Delta Lake tables in the bucket, read through the functions.
         delta_tables_on_s3(&stack, &client).await;
+        // (The TPC-H databases first: SHOW TABLES lists every attached database.)
+        tpch_in_glue_on_s3(&stack, &client, data.path(), &ctx).await;
         glue_tables_on_s3(&stack, &client).await;
 
         // The API's error handling through the function URL.
@@ -339,6 +344,120 @@ async fn delta_tables_on_s3(stack: &Stack, client: &Client) {
     assert!(checked >= 14, "{checked} Delta cases");
 }
 
+/// Every file under `dir` into the stack's bucket under `prefix`, at the same relative path.
+async fn upload(stack: &Stack, dir: &std::path::Path, prefix: &str) {
+    use object_store::{ObjectStoreExt, PutPayload};
+    let s3 = stack.s3();
+    let mut dirs = vec![dir.to_path_buf()];
+    while let Some(d) = dirs.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                dirs.push(path);
+            } else {
+                let relative = path.strip_prefix(dir).unwrap().display().to_string();
+                s3.put(
+                    &Path::from(format!("{prefix}/{relative}")),
+                    PutPayload::from(std::fs::read(&path).unwrap()),
+                )
+                .await
+                .unwrap();
+            }
+        }
+    }
+}
+
+/// TPC-H SF 0.01 in the stack's Glue as the tools write it: Iceberg tables PyIceberg's Glue
+/// catalog writes straight to S3 (orders partitioned by month(o_orderdate), lineitem by
+/// l_returnflag, two appends a table) and Delta tables deltalake writes (uploaded), both
+/// read through the functions under the module's IAM; the queries, their tables named
+/// `glue.<database>.<table>`, answer as single-process DataFusion over the Parquet files.
+async fn tpch_in_glue_on_s3(
+    stack: &Stack,
+    client: &Client,
+    parquet: &std::path::Path,
+    ctx: &SessionContext,
+) {
+    let dir = tempfile::tempdir().unwrap();
+    let bucket = stack.var("LAMBDAFUSION_BUCKET");
+    let delta = dir.path().join("delta");
+    lambdafusion_tests::delta::python(&[
+        lambdafusion_tests::delta::script("tpch_as_delta.py").as_os_str(),
+        parquet.as_os_str(),
+        delta.as_os_str(),
+    ]);
+    upload(stack, &delta, "data/glue_tpch/delta").await;
+    let glue = stack.var("AWS_ENDPOINT_URL_GLUE");
+    let s3 = stack.var("AWS_ENDPOINT_URL_S3");
+    let tests = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let delta_at = format!("s3://{bucket}/data/glue_tpch/delta");
+    let iceberg_at = format!("s3://{bucket}/data/glue_tpch/iceberg");
+    let iceberg = dir.path().join("iceberg");
+    lambdafusion_tests::delta::python(&[
+        tests.join("glue/tpch_in_glue.py").as_os_str(),
+        "--delta-at".as_ref(),
+        glue.as_ref(),
+        delta_at.as_ref(),
+    ]);
+    lambdafusion_tests::delta::python(&[
+        tests.join("iceberg/tpch_as_iceberg.py").as_os_str(),
+        parquet.as_os_str(),
+        iceberg.as_os_str(),
+        "--glue".as_ref(),
+        glue.as_ref(),
+        "--s3".as_ref(),
+        s3.as_ref(),
+        "--location".as_ref(),
+        iceberg_at.as_ref(),
+    ]);
+    for database in ["tpch_iceberg", "tpch_delta"] {
+        for q in QUERIES {
+            let sql = in_database(tpch::query(q), database);
+            let (_, batches) = run(client, &sql).await;
+            let expected = ctx
+                .sql(tpch::query(q))
+                .await
+                .unwrap()
+                .collect()
+                .await
+                .unwrap();
+            if let Err(diff) =
+                lambdafusion_embedded::verify::compare(&expected, &batches, tpch::is_ordered(q))
+            {
+                panic!("q{q} over {database} differs from DataFusion: {diff}\n{sql}");
+            }
+        }
+    }
+}
+
+/// `sql` with every TPC-H table it names (outside quotes) as `glue.<database>.<table>`.
+fn in_database(sql: &str, database: &str) -> String {
+    let mut out = String::with_capacity(sql.len() * 2);
+    let mut word = String::new();
+    let mut quoted = false;
+    let flush = |word: &mut String, out: &mut String| {
+        if tpch::TABLES.contains(&word.as_str()) {
+            out.push_str(&format!("glue.{database}.{word}"));
+        } else {
+            out.push_str(word);
+        }
+        word.clear();
+    };
+    for c in sql.chars() {
+        if !quoted && (c.is_ascii_alphanumeric() || c == '_') {
+            word.push(c);
+            continue;
+        }
+        flush(&mut word, &mut out);
+        if c == '\'' {
+            quoted = !quoted;
+        }
+        out.push(c);
+    }
+    flush(&mut word, &mut out);
+    out
+}
+
 /// The Glue fixtures (`tests/glue/fixtures.py`) registered in the stack's Glue with
 /// `s3://` locations and uploaded there, and an Iceberg table PyIceberg's Glue catalog
 /// writes straight to the stack's S3 (partitioned, a column renamed, position deletes),
@@ -347,7 +466,6 @@ async fn delta_tables_on_s3(stack: &Stack, client: &Client) {
 /// database, and the refusals.
 async fn glue_tables_on_s3(stack: &Stack, client: &Client) {
     use lambdafusion_embedded::verify::Cell;
-    use object_store::{ObjectStoreExt, PutPayload};
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     let bucket = stack.var("LAMBDAFUSION_BUCKET");
@@ -364,24 +482,7 @@ async fn glue_tables_on_s3(stack: &Stack, client: &Client) {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let s3 = stack.s3();
-    let mut stack_dirs = vec![root.clone()];
-    while let Some(d) = stack_dirs.pop() {
-        for entry in std::fs::read_dir(&d).unwrap() {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack_dirs.push(path);
-            } else {
-                let relative = path.strip_prefix(&root).unwrap().display().to_string();
-                s3.put(
-                    &Path::from(format!("data/glue/{relative}")),
-                    PutPayload::from(std::fs::read(&path).unwrap()),
-                )
-                .await
-                .unwrap();
-            }
-        }
-    }
+    upload(stack, &root, "data/glue").await;
     let expected: serde_json::Value =
         serde_json::from_slice(&std::fs::read(root.join("expected.json")).unwrap()).unwrap();
     let mut checked = 0;
