@@ -18,7 +18,8 @@ from pyiceberg.catalog.sql import SqlCatalog
 from pyiceberg.expressions import EqualTo, LessThan
 from pyiceberg.partitioning import PartitionField, PartitionSpec
 from pyiceberg.schema import Schema
-from pyiceberg.transforms import DayTransform, IdentityTransform
+from pyiceberg.transforms import (BucketTransform, DayTransform, HourTransform, IdentityTransform,
+                                  TruncateTransform, YearTransform)
 from pyiceberg.manifest import DataFileContent
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from deletes import commit_deletes, positions  # noqa: E402
@@ -66,6 +67,23 @@ rows = batch(800, 200).append_column("score", pa.array(range(200), type=pa.int64
 events.append(rows)                    # snapshot 4
 events = catalog.load_table("lake.events")
 snapshots = [s.snapshot_id for s in events.snapshots()]
+
+# --- transforms: the hidden partition transforms not used above (bucket, truncate, year,
+# hour), two appends; filters on their source columns prune through the column bounds ----
+transforms = catalog.create_table("lake.transforms", schema=Schema(
+    NestedField(1, "id", LongType(), required=True), NestedField(2, "name", StringType()),
+    NestedField(3, "day", DateType()), NestedField(4, "ts", TimestampType())),
+    partition_spec=PartitionSpec(
+        PartitionField(source_id=1, field_id=1000, transform=BucketTransform(4), name="id_bucket"),
+        PartitionField(source_id=2, field_id=1001, transform=TruncateTransform(2), name="name_trunc"),
+        PartitionField(source_id=3, field_id=1002, transform=YearTransform(), name="day_year"),
+        PartitionField(source_id=4, field_id=1003, transform=HourTransform(), name="ts_hour")))
+for start in (0, 120):
+    transforms.append(pa.Table.from_pylist([
+        {"id": i, "name": ["alpha", "alps", "beta", "bet", None][i % 5],
+         "day": date(2024 + i % 3, 1 + i % 12, 1 + i % 28), "ts": datetime(2026, 1, 1, i % 24, i % 60)}
+        for i in range(start, start + 120)], schema=transforms.schema().as_arrow()))
+transforms = catalog.load_table("lake.transforms")
 
 # --- plain: unpartitioned, every type the reader maps ----------------------------------------
 plain = catalog.create_table("lake.plain", schema=Schema(
@@ -228,6 +246,15 @@ cases = [
      "SELECT b, c FROM evolved WHERE c > 100 ORDER BY b", {"evolved": (evolved, None)}, True),
     ("before_renames", f"SELECT a, c, n FROM evolved VERSION AS OF {evolved_snapshots[0]} ORDER BY a",
      "SELECT a, c, n FROM e0 ORDER BY a", {"e0": (evolved, evolved_snapshots[0])}, True),
+    ("transforms", "SELECT name, count(*) AS n, sum(id) AS s FROM transforms GROUP BY name ORDER BY name",
+     "SELECT name, count(*) AS n, CAST(sum(id) AS BIGINT) AS s FROM transforms GROUP BY name ORDER BY name",
+     {"transforms": (transforms, None)}, True),
+    ("transforms_filtered",
+     "SELECT id FROM transforms WHERE id IN (7, 130) OR (name LIKE 'al%' AND day >= DATE '2026-01-01' "
+     "AND ts < TIMESTAMP '2026-01-01 03:00:00') ORDER BY id",
+     "SELECT id FROM transforms WHERE id IN (7, 130) OR (name LIKE 'al%' AND day >= DATE '2026-01-01' "
+     "AND ts < TIMESTAMP '2026-01-01 03:00:00') ORDER BY id",
+     {"transforms": (transforms, None)}, True),
     ("equality_deletes", "SELECT region, count(*) AS n, sum(id) AS s FROM equality GROUP BY region ORDER BY region",
      f"SELECT region, count(*) AS n, CAST(sum(id) AS BIGINT) AS s FROM {EQ_LIVE} GROUP BY region ORDER BY region",
      {"eq_written": eq_written}, True),
@@ -269,7 +296,7 @@ for name, ours, theirs, tables, ordered in cases:
 with open(os.path.join(out, "cases.json"), "w") as f:
     json.dump({
         "tables": {"events": events.metadata_location, "plain": plain.metadata_location,
-                   "evolved": evolved.metadata_location,
+                   "evolved": evolved.metadata_location, "transforms": transforms.metadata_location,
                    "nested_renamed": nested.metadata_location, "mor": mor.metadata_location,
                    "equality": equality.metadata_location},
         "snapshots": snapshots,
