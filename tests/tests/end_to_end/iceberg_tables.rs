@@ -59,7 +59,14 @@ async fn iceberg_tables_answer_as_pyiceberg_reads_them() {
     let root = dir.path().canonicalize().unwrap();
     let fixtures = fixtures(&root);
     let engine = engine(&root).await;
-    for name in ["events", "plain", "mor", "evolved", "equality", "transforms"] {
+    for name in [
+        "events",
+        "plain",
+        "mor",
+        "evolved",
+        "equality",
+        "transforms",
+    ] {
         engine
             .sql(&format!(
                 "CREATE EXTERNAL TABLE {name} STORED AS ICEBERG LOCATION '{}'",
