@@ -123,6 +123,23 @@ impl FormatScanExec {
         })
     }
 
+    /// The same node over another scan of the table's files (the plan resized).
+    pub fn with_scan(&self, scan: Arc<dyn ExecutionPlan>) -> DfResult<Self> {
+        scan_config(&scan)?;
+        let node = Self {
+            properties: scan.properties().clone(),
+            scan,
+            root: self.root.clone(),
+            deletions: self.deletions.clone(),
+            field_ids: self.field_ids.clone(),
+            output: None,
+        };
+        match self.output.clone() {
+            Some(output) => node.with_output(output),
+            None => Ok(node),
+        }
+    }
+
     /// Outputs only these columns of the scan (by index), which reads more.
     pub fn with_output(mut self, output: Vec<usize>) -> DfResult<Self> {
         let schema = Arc::new(self.scan.schema().project(&output)?);

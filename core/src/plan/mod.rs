@@ -11,6 +11,7 @@ pub mod encoding;
 pub mod functions;
 mod joins;
 pub mod marks;
+mod resize;
 pub mod rules;
 pub mod single_task;
 mod stages;
@@ -101,14 +102,34 @@ pub fn session_state(
     state
 }
 
+/// How [`physical_plan_sized`] fits a plan planned at the widest width to its input.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Sizing {
+    /// Resize the plan ([`resize`]); plan again only where it cannot be resized.
+    Resize,
+    /// Plan again at the right width (what every query did before [`resize`]; kept as
+    /// the fallback and for `bench plan` to compare with).
+    Replan,
+}
+
 /// Creates the physical plan of `logical`, sized to its input: planned once at the widest
-/// allowed parallelism to find the bytes its scans read, then re-planned with
-/// `tasks_for_bytes(scan bytes)` partitions if that differs. Small queries become one
-/// single-partition stage; large ones fan out up to `max_tasks_per_stage`.
+/// allowed parallelism, which finds the bytes its scans read, then resized to
+/// `tasks_for_bytes(scan bytes)` partitions if that differs ([`resize`]). Small queries
+/// become one single-partition stage; large ones fan out up to `max_tasks_per_stage`.
 pub async fn physical_plan(
     state: &SessionState,
     logical: &LogicalPlan,
     config: &EngineConfig,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    physical_plan_sized(state, logical, config, Sizing::Resize).await
+}
+
+/// [`physical_plan`], with the way it is sized to its input chosen.
+pub async fn physical_plan_sized(
+    state: &SessionState,
+    logical: &LogicalPlan,
+    config: &EngineConfig,
+    sizing: Sizing,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     // Optimized with scalar subqueries rewritten to joins where DataFusion can; those
     // left (outside filters and projections) are then planned as `ScalarSubqueryExec`
@@ -132,6 +153,11 @@ pub async fn physical_plan(
     let partitions = config.tasks_for_bytes(scan_bytes(&plan));
     if partitions == widest {
         return Ok(plan);
+    }
+    if sizing == Sizing::Resize {
+        if let Some(resized) = resize::resize(plan, partitions, first.config_options())? {
+            return Ok(resized);
+        }
     }
     let sized = plan_with(partitions);
     Ok(sized

@@ -28,20 +28,32 @@ async fn graph_with(sql: &str, partitions: usize, config: EngineConfig) -> Stage
         .with_bytes_per_task(1)
         .with_min_scan_bytes_per_task(1)
         .with_max_tasks_per_stage(partitions);
+    graph_over(dir.path(), sql, config, plan::Sizing::Resize).await
+}
+
+/// The stage graph of `sql` over the tables under `dir`, planned at `config`'s width and
+/// sized by `sizing`.
+async fn graph_over(
+    dir: &std::path::Path,
+    sql: &str,
+    config: EngineConfig,
+    sizing: plan::Sizing,
+) -> StageGraph {
+    let partitions = config.stage_width();
     let runtime = RuntimeEnvBuilder::new().build_arc().unwrap();
     let state = plan::session_state(runtime, &config, partitions);
     let ctx = SessionContext::new_with_state(state);
     for t in ["facts", "dims"] {
         ctx.register_parquet(
             t,
-            dir.path().join(t).to_str().unwrap(),
+            dir.join(t).to_str().unwrap(),
             ParquetReadOptions::default(),
         )
         .await
         .unwrap();
     }
     let logical = ctx.state().create_logical_plan(sql).await.unwrap();
-    let physical = plan::physical_plan(&ctx.state(), &logical, &config)
+    let physical = plan::physical_plan_sized(&ctx.state(), &logical, &config, sizing)
         .await
         .unwrap();
     let graph = StageSplitter::split(physical, &config).unwrap();
@@ -211,6 +223,85 @@ async fn one_partition_is_one_stage() {
     assert_eq!(g.stages.len(), 1, "{}", g.display());
     assert!(g.stages[0].inputs.is_empty());
     assert_eq!(g.stages[0].tasks, 1);
+}
+
+/// Bytes of the Parquet files of `table` under `dir`.
+fn table_bytes(dir: &std::path::Path, table: &str) -> u64 {
+    std::fs::read_dir(dir.join(table))
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum()
+}
+
+/// Planned at width 8 over input worth 3 tasks, a query is resized to 3 partitions: its
+/// scan reads every byte once in 3 groups, its exchange is 3 wide; no second planning.
+#[tokio::test]
+async fn a_plan_is_resized_to_its_input() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_tables(dir.path()).await;
+    let bytes = table_bytes(dir.path(), "facts");
+    let config = EngineConfig::default()
+        .with_bytes_per_task(bytes.div_ceil(3))
+        .with_min_scan_bytes_per_task(1)
+        .with_max_tasks_per_stage(8);
+    let sql = "SELECT k, count(*), sum(v) FROM facts GROUP BY k";
+    let resized = graph_over(dir.path(), sql, config.clone(), plan::Sizing::Resize).await;
+    let text = resized.display();
+    assert_eq!(resized.stages.len(), 2, "{text}");
+    assert_eq!(resized.stages[0].tasks, 3, "{text}");
+    assert_eq!(
+        resized.stages[0].scan_bytes.iter().sum::<u64>(),
+        bytes,
+        "{text}"
+    );
+    assert_eq!(resized.stages[0].output_partitions, 3, "{text}");
+    // Planned again at width 3, the same shape.
+    let replanned = graph_over(dir.path(), sql, config, plan::Sizing::Replan).await;
+    assert_eq!(
+        replanned
+            .stages
+            .iter()
+            .map(|s| (s.tasks, s.output_partitions))
+            .collect::<Vec<_>>(),
+        resized
+            .stages
+            .iter()
+            .map(|s| (s.tasks, s.output_partitions))
+            .collect::<Vec<_>>(),
+        "{text}\n{}",
+        replanned.display()
+    );
+}
+
+/// Input worth one task is one stage whatever the width it was planned at: the join's and
+/// the aggregation's exchanges are gone, not one-wide shuffles.
+#[tokio::test]
+async fn a_small_query_resized_to_one_partition_is_one_stage() {
+    let dir = tempfile::tempdir().unwrap();
+    common::write_tables(dir.path()).await;
+    let config = EngineConfig {
+        inline_scan_bytes: 0,
+        ..EngineConfig::default()
+    }
+    .with_bytes_per_task(1 << 30)
+    .with_max_tasks_per_stage(8);
+    let g = graph_over(
+        dir.path(),
+        "SELECT d.label, count(*) FROM facts f JOIN dims d ON f.k = d.k \
+         GROUP BY d.label ORDER BY 2 DESC, 1 LIMIT 5",
+        config,
+        plan::Sizing::Resize,
+    )
+    .await;
+    assert_eq!(g.stages.len(), 1, "{}", g.display());
+    assert_eq!(g.stages[0].tasks, 1, "{}", g.display());
+    // Resized, not planned again: planned at one partition, the aggregation would be a
+    // single-mode one rather than partial and final.
+    assert!(
+        g.display().contains("mode=FinalPartitioned"),
+        "{}",
+        g.display()
+    );
 }
 
 #[tokio::test]
