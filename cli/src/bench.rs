@@ -178,23 +178,9 @@ fn parse_peak_rss(status: &str) -> Option<u64> {
 /// Long because it is the benchmark's protocol in order (load, warm, alternate, time,
 /// verify), which reads best as one sequence.
 pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, CliError> {
-    let dir = tpch::data_dir(&options.data, options.sf);
-    if !tpch::is_generated(&dir) {
-        eprintln!(
-            "generating TPC-H SF {} into {} ...",
-            options.sf,
-            dir.display()
-        );
-        let started = Instant::now();
-        tpch::generate(&dir, options.sf, 2, &|_, _| {})?;
-        eprintln!("generated in {:.1} s", started.elapsed().as_secs_f64());
-    }
-    // Table locations are checked against absolute paths.
-    let dir = std::fs::canonicalize(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let (dir, scratch, engine) = prepare(options).await?;
     let baseline = baseline_context(options);
     tpch::register_baseline(&baseline, &dir).await?;
-    let scratch = tempfile::tempdir()?;
-    let engine = start_engine(options, &dir, &scratch.path().join("adaptive"), true).await?;
     let planned_engine = match options.compare_planned {
         true => Some(start_engine(options, &dir, &scratch.path().join("planned"), false).await?),
         false => None,
@@ -364,6 +350,29 @@ async fn run_query(
 }
 
 /// An embedded engine over the generated tables, adaptive stages on or off.
+/// The data of `options` (generated if absent; its absolute path, as table locations
+/// are checked against it), a scratch directory and an embedded engine over it with the
+/// tables declared.
+pub(crate) async fn prepare(
+    options: &BenchOptions,
+) -> Result<(PathBuf, tempfile::TempDir, std::sync::Arc<Embedded>), CliError> {
+    let dir = tpch::data_dir(&options.data, options.sf);
+    if !tpch::is_generated(&dir) {
+        eprintln!(
+            "generating TPC-H SF {} into {} ...",
+            options.sf,
+            dir.display()
+        );
+        let started = Instant::now();
+        tpch::generate(&dir, options.sf, 2, &|_, _| {})?;
+        eprintln!("generated in {:.1} s", started.elapsed().as_secs_f64());
+    }
+    let dir = std::fs::canonicalize(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+    let scratch = tempfile::tempdir()?;
+    let engine = start_engine(options, &dir, &scratch.path().join("adaptive"), true).await?;
+    Ok((dir, scratch, engine))
+}
+
 async fn start_engine(
     options: &BenchOptions,
     dir: &std::path::Path,

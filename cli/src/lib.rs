@@ -9,6 +9,7 @@ pub mod display;
 pub mod error;
 pub mod fanout;
 pub mod model;
+pub mod planning;
 pub mod session;
 pub mod shell;
 pub mod tpch;

@@ -371,6 +371,35 @@ enum BenchCommand {
         #[arg(long = "set", value_name = "NAME=VALUE")]
         settings: Vec<String>,
     },
+    /// How long the scheduler takes to plan the 22 TPC-H queries: planned once and
+    /// resized to their input, against planned twice (the former way, still the
+    /// fallback), in the same run; with each plan's stages and tasks.
+    Plan {
+        /// Scale factor.
+        #[arg(long, default_value_t = 1.0)]
+        sf: f64,
+        /// Where generated data is kept (`<dir>/sf<sf>`).
+        #[arg(long, default_value = "lambdafusion-data/tpch")]
+        data: PathBuf,
+        /// Comma-separated query numbers (default: all 22).
+        #[arg(long, value_delimiter = ',')]
+        queries: Vec<usize>,
+        /// Measured plannings per query and way, after one warm-up each.
+        #[arg(long, default_value_t = 5)]
+        iterations: usize,
+        /// Target input bytes per leaf task.
+        #[arg(long, default_value_t = 32 * 1024 * 1024)]
+        bytes_per_task: u64,
+        /// Most tasks in one stage (the width every query is planned at first).
+        #[arg(long, default_value_t = 64)]
+        max_tasks_per_stage: usize,
+        /// What is planned over: the Parquet files, or their Delta or Iceberg copy.
+        #[arg(long, value_enum, default_value_t = bench::TableFormat::Parquet)]
+        table_format: bench::TableFormat,
+        /// Any other engine setting, NAME=VALUE as in docs/settings.md; repeatable.
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        settings: Vec<String>,
+    },
     /// Prices query profiles saved by `bench tpch --model aws --save-profiles` on AWS at
     /// the given scale factors (a model, not a measurement), without running anything.
     Model {
@@ -422,6 +451,31 @@ fn main() -> ExitCode {
     }
 }
 
+/// The TPC-H queries asked for (all 22 when none), each checked.
+fn tpch_queries(queries: Vec<usize>) -> Result<Vec<usize>, CliError> {
+    if let Some(q) = queries.iter().find(|q| !(1..=22).contains(*q)) {
+        return Err(format!("there is no TPC-H query {q} (1-22)").into());
+    }
+    Ok(if queries.is_empty() {
+        (1..=22).collect()
+    } else {
+        queries
+    })
+}
+
+/// `config` with the benchmark's `--set NAME=VALUE` settings applied.
+fn bench_config(mut config: EngineConfig, settings: &[String]) -> Result<EngineConfig, CliError> {
+    for setting in settings {
+        let (name, value) = setting
+            .split_once('=')
+            .ok_or_else(|| format!("--set {setting}: expected NAME=VALUE"))?;
+        config
+            .set(name.trim(), value.trim())
+            .map_err(|e| format!("--set {setting}: {e}"))?;
+    }
+    Ok(config)
+}
+
 /// Runs one command: one arm per subcommand (long for that reason).
 async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
@@ -457,26 +511,14 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                     settings,
                 },
         } => {
-            let queries = if queries.is_empty() {
-                (1..=22).collect()
-            } else {
-                queries
-            };
-            if let Some(q) = queries.iter().find(|q| !(1..=22).contains(*q)) {
-                return Err(format!("there is no TPC-H query {q} (1-22)").into());
-            }
-            let mut config = EngineConfig::default()
-                .with_bytes_per_task(bytes_per_task)
-                .with_max_tasks_per_stage(max_tasks_per_stage)
-                .with_shuffle_bytes_per_task(shuffle_bytes_per_task);
-            for setting in &settings {
-                let (name, value) = setting
-                    .split_once('=')
-                    .ok_or_else(|| format!("--set {setting}: expected NAME=VALUE"))?;
-                config
-                    .set(name.trim(), value.trim())
-                    .map_err(|e| format!("--set {setting}: {e}"))?;
-            }
+            let queries = tpch_queries(queries)?;
+            let config = bench_config(
+                EngineConfig::default()
+                    .with_bytes_per_task(bytes_per_task)
+                    .with_max_tasks_per_stage(max_tasks_per_stage)
+                    .with_shuffle_bytes_per_task(shuffle_bytes_per_task),
+                &settings,
+            )?;
             let options = bench::BenchOptions {
                 sf,
                 data,
@@ -506,6 +548,41 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             if rows.iter().any(|r| r.mismatch.is_some()) {
                 return Err("some results differ from DataFusion's".into());
             }
+            Ok(())
+        }
+        Command::Bench {
+            command:
+                BenchCommand::Plan {
+                    sf,
+                    data,
+                    queries,
+                    iterations,
+                    bytes_per_task,
+                    max_tasks_per_stage,
+                    table_format,
+                    settings,
+                },
+        } => {
+            let config = bench_config(
+                EngineConfig::default()
+                    .with_bytes_per_task(bytes_per_task)
+                    .with_max_tasks_per_stage(max_tasks_per_stage),
+                &settings,
+            )?;
+            let options = bench::BenchOptions {
+                sf,
+                data,
+                queries: tpch_queries(queries)?,
+                iterations,
+                settings,
+                config,
+                slots: EmbeddedOptions::default().slots,
+                compare_planned: false,
+                memory_limit: None,
+                model: false,
+                table_format,
+            };
+            println!("{}", lambdafusion_cli::planning::run(&options).await?);
             Ok(())
         }
         Command::Bench {
