@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite — what CI runs (.ci/run) and what you run:
-#   1. installs the pinned Python tools (moto, checkov, duckdb) into .venv,
+#   1. installs the pinned Python tools (moto, checkov, duckdb) into .venv and the browser
+#      test's tools, beside the build,
 #   2. checks the Terraform (fmt, checkov; the contract test runs with the Rust tests),
 #   3. checks formatting and starts clippy (at nice 19) beside everything below,
 #   4. runs every Rust test: unit, embedded end to end, TPC-H against DataFusion, the end-to-end
@@ -18,20 +19,36 @@ export VENV="${VENV:-$ROOT/.venv}"
 
 step() { printf '\n==> %s\n' "$*"; }
 
-step "python tools (.venv, local/requirements.txt)"
-if [ ! -x "$VENV/bin/python" ]; then
-  python3 -m venv "$VENV"
-fi
-"$VENV/bin/pip" install --quiet --disable-pip-version-check -r local/requirements.txt
-"$VENV/bin/pip" freeze --quiet | grep -i -E '^(moto|checkov|duckdb)==' | sed 's/^/    /'
+LOGS="$(mktemp -d)"
 
-step "terraform checks"
-infra/terraform/check.sh
+step "tools, in the background beside the build: .venv (local/requirements.txt), the browser"
+# Installing them waits on the network and unpacks files: beside the build, which keeps
+# both cores busy, it costs no wall time. Collected before the first step that needs them.
+(
+  if [ ! -x "$VENV/bin/python" ]; then
+    python3 -m venv "$VENV"
+  fi
+  "$VENV/bin/pip" install --quiet --disable-pip-version-check -r local/requirements.txt
+  "$VENV/bin/pip" freeze --quiet | grep -i -E '^(moto|checkov|duckdb)==' | sed 's/^/    /'
+  tests/browser/run.sh --install-only
+) >"$LOGS/tools.log" 2>&1 &
+TOOLS_PID=$!
 
 step "build everything, tests included (the local AWS stack runs the function binaries)"
 # The same targets as `cargo test --workspace`, so both share one set of dependency features
 # and nothing is compiled twice.
 cargo build --workspace --all-targets --locked
+
+step "tools installed"
+if ! wait "$TOOLS_PID"; then
+  cat "$LOGS/tools.log"
+  echo "installing the tools failed" >&2
+  exit 1
+fi
+cat "$LOGS/tools.log"
+
+step "terraform checks"
+infra/terraform/check.sh
 
 step "lints: rustfmt; clippy starts now, at the lowest CPU priority, beside the tests"
 cargo fmt --all --check
@@ -40,16 +57,21 @@ cargo fmt --all --check
 # they wait on) get the CPU first and keep their budgets; collected at the end. It has a
 # target directory of its own: cargo holds a build directory's lock while it compiles,
 # which would keep every `cargo test` below waiting for clippy.
-LOGS="$(mktemp -d)"
 CARGO_TARGET_DIR="$ROOT/target/clippy" nice -n 19 \
   cargo clippy --workspace --all-targets --locked -- -D warnings >"$LOGS/clippy.log" 2>&1 &
 CLIPPY_PID=$!
 
+step "moto_server patches (local/localstack/test_moto_server.py), beside the Rust tests"
+"$VENV/bin/python" -m unittest local/localstack/test_moto_server.py >"$LOGS/moto.log" 2>&1 &
+MOTO_PID=$!
+
 step "cargo test --workspace (the long local-stack suites run beside the rest)"
 # Each suite on the local AWS stack starts its own stack on free ports (tests/src/stack.rs),
-# so the longest ones, which mostly wait on moto, run as cargo invocations of their own.
+# so the longest ones, which mostly wait on moto, run as cargo invocations of their own;
+# so does end_to_end, the longest binary (about 9 minutes of its two test threads), which
+# would otherwise start only after every binary before it in cargo's order.
 # `--workspace` on every invocation keeps one set of features: nothing is rebuilt.
-BESIDE=(chaos store_on_the_stack)
+BESIDE=(end_to_end chaos store_on_the_stack)
 declare -A BESIDE_PID
 for t in "${BESIDE[@]}"; do
   cargo test --workspace --locked --test "$t" "$@" >"$LOGS/$t.log" 2>&1 &
@@ -80,7 +102,13 @@ for t in "${BESIDE[@]}"; do
 done
 
 step "moto_server patches (local/localstack/test_moto_server.py)"
-"$VENV/bin/python" -m unittest local/localstack/test_moto_server.py 2>&1 | tail -n 3
+if wait "$MOTO_PID"; then
+  tail -n 3 "$LOGS/moto.log"
+else
+  cat "$LOGS/moto.log"
+  echo "local/localstack/test_moto_server.py failed" >&2
+  exit 1
+fi
 
 step "python client (clients/python/test.sh)"
 # The stack half (SigV4, presigned pieces through moto) must run here, never skip.

@@ -8,6 +8,7 @@
 #   CONSOLE_DEV=1 CONSOLE_PREFIX=/prod ... # ... served under a path prefix, as behind an
 #                                          # API Gateway stage
 #   CONSOLE_SCREENSHOT_DOCS=1 ...          # also writes docs/console.png
+#   tests/browser/run.sh --install-only    # installs the tools below, runs nothing
 #
 # Environment: LAMBDAFUSION_BIN (default target/debug/lambdafusion), CONSOLE_OUT (default
 # target/browser: console.png, server logs, failure.png on failure), VENV (default .venv).
@@ -45,6 +46,11 @@ have="$("$VENV/bin/python" -c 'import selenium; print(selenium.__version__)' 2>/
 if [ "$have" != "$want" ]; then
   log "installing selenium==$want into $VENV"
   "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$HERE/requirements.txt"
+fi
+# `--install-only`: the tools above, nothing else (scripts/test.sh installs them beside
+# the build).
+if [ "${1:-}" = "--install-only" ]; then
+  exit 0
 fi
 [ -x "$BIN" ] || die "no lambdafusion binary at $BIN (build it, or set LAMBDAFUSION_BIN)"
 

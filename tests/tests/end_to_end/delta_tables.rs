@@ -10,7 +10,6 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 
-use datafusion::prelude::SessionContext;
 use lambdafusion::EngineConfig;
 use lambdafusion_embedded::{Embedded, EmbeddedOptions};
 use lambdafusion_tests::delta::Fixtures;
@@ -269,41 +268,6 @@ fn copy_dir(from: &Path, to: &Path) {
             std::fs::copy(entry.path(), to.join(entry.file_name())).unwrap();
         }
     }
-}
-
-/// TPC-H SF 0.1 stored as Delta tables by deltalake (`tests/delta/tpch_as_delta.py`:
-/// orders and lineitem partitioned, every table written in two commits): the 22 queries,
-/// every stage split into tasks, answer as single-process DataFusion does over the
-/// Parquet files the tables were written from.
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn tpch_as_delta_answers_as_tpch_as_parquet() {
-    use lambdafusion_cli::tpch;
-    let parquet = tempfile::tempdir().unwrap();
-    let delta = tempfile::tempdir().unwrap();
-    tpch::generate(parquet.path(), 0.1, 2, &|_, _| {}).unwrap();
-    lambdafusion_tests::delta::python(&[
-        lambdafusion_tests::delta::script("tpch_as_delta.py").as_os_str(),
-        parquet.path().as_os_str(),
-        delta.path().as_os_str(),
-    ]);
-    let config = EngineConfig::default()
-        .with_bytes_per_task(1 << 20)
-        .with_min_scan_bytes_per_task(1)
-        .with_shuffle_bytes_per_task(64 * 1024);
-    let engine = engine(config, delta.path(), Default::default()).await;
-    for table in tpch::TABLES {
-        engine
-            .sql(&format!(
-                "CREATE EXTERNAL TABLE {table} STORED AS DELTA LOCATION '{}'",
-                delta.path().join(table).display()
-            ))
-            .await
-            .unwrap();
-    }
-    let ctx = SessionContext::new();
-    tpch::register_baseline(&ctx, parquet.path()).await.unwrap();
-    let failures = lambdafusion_tests::tpch_failures(&engine, &ctx, "").await;
-    assert!(failures.is_empty(), "{}", failures.join("\n"));
 }
 
 /// Planning over a Delta table of 10,000 files written in 100 commits of 100 files, then
