@@ -308,14 +308,15 @@ pub fn scan_bytes(plan: &Arc<dyn ExecutionPlan>) -> u64 {
 
 /// Bytes one file group (one scan partition) reads: whole files, or their byte ranges.
 pub(crate) fn group_bytes(group: &datafusion::datasource::physical_plan::FileGroup) -> u64 {
-    group
-        .files()
-        .iter()
-        .map(|file| match &file.range {
-            Some(r) => (r.end - r.start).max(0) as u64,
-            None => file.object_meta.size,
-        })
-        .sum()
+    group.files().iter().map(file_bytes).sum()
+}
+
+/// Bytes one piece of a scan reads: the whole file, or its byte range.
+pub(crate) fn file_bytes(file: &datafusion::datasource::listing::PartitionedFile) -> u64 {
+    match &file.range {
+        Some(r) => (r.end - r.start).max(0) as u64,
+        None => file.object_meta.size,
+    }
 }
 
 /// The encoded plan a [`PlanRecord`] holds, read from object storage when it lives there.

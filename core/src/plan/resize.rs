@@ -37,6 +37,7 @@ use datafusion::physical_plan::execution_plan::InvariantLevel;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
 
+use super::{file_bytes, file_scan, group_bytes};
 use crate::format_scan::FormatScanExec;
 
 /// Why a plan was not resized: it is planned again instead.
@@ -79,20 +80,17 @@ fn resize_node(
     node: &Arc<dyn ExecutionPlan>,
     partitions: usize,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>, NotResizable> {
-    if let Some(format) = node.downcast_ref::<FormatScanExec>() {
-        let Some(scan) = resize_scan(format.scan_config(), partitions)? else {
+    if let Some(config) = file_scan(node) {
+        let Some(scan) = resize_scan(config, partitions)? else {
             return Ok(None);
         };
-        return format
-            .with_scan(scan)
-            .map(|s| Some(Arc::new(s) as _))
-            .map_err(|_| NotResizable);
-    }
-    if let Some(config) = node
-        .downcast_ref::<DataSourceExec>()
-        .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
-    {
-        return resize_scan(config, partitions);
+        return match node.downcast_ref::<FormatScanExec>() {
+            Some(format) => format
+                .with_scan(scan)
+                .map(|s| Some(Arc::new(s) as _))
+                .map_err(|_| NotResizable),
+            None => Ok(Some(scan)),
+        };
     }
     if let Some(exchange) = node.downcast_ref::<RepartitionExec>() {
         return resize_exchange(exchange, partitions).map(Some);
@@ -128,15 +126,11 @@ fn resize_scan(
 /// land in one group become one range.
 pub(crate) fn deal(groups: &[FileGroup], partitions: usize) -> Vec<FileGroup> {
     let pieces: Vec<&PartitionedFile> = groups.iter().flat_map(|g| g.files()).collect();
-    let bytes = |file: &PartitionedFile| match &file.range {
-        Some(r) => (r.end - r.start).max(0) as u64,
-        None => file.object_meta.size,
-    };
-    let total: u64 = pieces.iter().map(|p| bytes(p)).sum();
+    let total: u64 = groups.iter().map(group_bytes).sum();
     let mut dealt: Vec<Vec<PartitionedFile>> = vec![Vec::new(); partitions];
     let mut before = 0u64;
     for (i, piece) in pieces.iter().enumerate() {
-        let size = bytes(piece);
+        let size = file_bytes(piece);
         // A piece goes where its middle byte falls; without bytes to go by, by count.
         let group = if total == 0 {
             i * partitions / pieces.len()
@@ -226,10 +220,6 @@ mod tests {
             .collect()
     }
 
-    fn bytes(group: &FileGroup) -> u64 {
-        super::super::group_bytes(group)
-    }
-
     #[test]
     fn ranges_of_one_file_join_again() {
         // One 800-byte file cut into 8 ranges (one per partition at width 8).
@@ -269,7 +259,7 @@ mod tests {
             .collect();
         let dealt = deal(&groups, 3);
         assert_eq!(dealt.len(), 3);
-        let sizes: Vec<u64> = dealt.iter().map(bytes).collect();
+        let sizes: Vec<u64> = dealt.iter().map(group_bytes).collect();
         assert_eq!(sizes.iter().sum::<u64>(), 780);
         assert!(sizes.iter().all(|s| (180..=340).contains(s)), "{sizes:?}");
         // Every file once, in the order they came.
