@@ -349,7 +349,6 @@ async fn run_query(
     Ok((output, submit))
 }
 
-/// An embedded engine over the generated tables, adaptive stages on or off.
 /// The data of `options` (generated if absent; its absolute path, as table locations
 /// are checked against it), a scratch directory and an embedded engine over it with the
 /// tables declared.
@@ -373,6 +372,7 @@ pub(crate) async fn prepare(
     Ok((dir, scratch, engine))
 }
 
+/// An embedded engine over the generated tables, adaptive stages on or off.
 async fn start_engine(
     options: &BenchOptions,
     dir: &std::path::Path,

@@ -316,29 +316,89 @@ enum Model {
     Aws,
 }
 
+/// What `bench tpch` and `bench plan` run over: the TPC-H data, the queries, and the
+/// engine's settings.
+#[derive(Args)]
+struct TpchBench {
+    /// Scale factor.
+    #[arg(long, default_value_t = 1.0)]
+    sf: f64,
+    /// Where generated data is kept (`<dir>/sf<sf>`).
+    #[arg(long, default_value = "lambdafusion-data/tpch")]
+    data: PathBuf,
+    /// Comma-separated query numbers (default: all 22).
+    #[arg(long, value_delimiter = ',')]
+    queries: Vec<usize>,
+    /// Target input bytes per leaf task.
+    #[arg(long, default_value_t = 32 * 1024 * 1024)]
+    bytes_per_task: u64,
+    /// Most tasks in one stage (the width every query is planned at first).
+    #[arg(long, default_value_t = 64)]
+    max_tasks_per_stage: usize,
+    /// What lambdafusion reads: the Parquet files, or their Delta Lake or Iceberg copy
+    /// under DATA/sf<SF>/delta/ or iceberg/ (written by scripts/tpch-as-delta and
+    /// scripts/tpch-as-iceberg); DataFusion reads Parquet.
+    #[arg(long, value_enum, default_value_t = bench::TableFormat::Parquet)]
+    table_format: bench::TableFormat,
+    /// Any other engine setting for lambdafusion, NAME=VALUE as in docs/settings.md
+    /// (e.g. `--set broadcast_scan_percent=50`); repeatable. Printed with the figures.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    settings: Vec<String>,
+}
+
+impl TpchBench {
+    /// The benchmark's options: the queries checked (all 22 when none given), `base`
+    /// with the task sizes and then the `--set` settings applied; the engine's default
+    /// function slots, no memory limit, no model, adaptive stages only.
+    fn options(
+        self,
+        iterations: usize,
+        base: EngineConfig,
+    ) -> Result<bench::BenchOptions, CliError> {
+        if let Some(q) = self.queries.iter().find(|q| !(1..=22).contains(*q)) {
+            return Err(format!("there is no TPC-H query {q} (1-22)").into());
+        }
+        let mut config = base
+            .with_bytes_per_task(self.bytes_per_task)
+            .with_max_tasks_per_stage(self.max_tasks_per_stage);
+        for setting in &self.settings {
+            let (name, value) = setting
+                .split_once('=')
+                .ok_or_else(|| format!("--set {setting}: expected NAME=VALUE"))?;
+            config
+                .set(name.trim(), value.trim())
+                .map_err(|e| format!("--set {setting}: {e}"))?;
+        }
+        Ok(bench::BenchOptions {
+            sf: self.sf,
+            data: self.data,
+            queries: if self.queries.is_empty() {
+                (1..=22).collect()
+            } else {
+                self.queries
+            },
+            iterations,
+            settings: self.settings,
+            config,
+            slots: EmbeddedOptions::default().slots,
+            compare_planned: false,
+            memory_limit: None,
+            model: false,
+            table_format: self.table_format,
+        })
+    }
+}
+
 #[derive(Subcommand)]
 enum BenchCommand {
     /// The 22 TPC-H queries, lambdafusion embedded vs single-process DataFusion.
     Tpch {
-        /// Scale factor.
-        #[arg(long, default_value_t = 1.0)]
-        sf: f64,
-        /// Where generated data is kept (`<dir>/sf<sf>`).
-        #[arg(long, default_value = "lambdafusion-data/tpch")]
-        data: PathBuf,
-        /// Comma-separated query numbers (default: all 22).
-        #[arg(long, value_delimiter = ',')]
-        queries: Vec<usize>,
+        #[command(flatten)]
+        over: TpchBench,
         /// Measured runs per query and engine, after one warm-up run each; their order
         /// alternates; min and median are reported.
         #[arg(long, default_value_t = 3)]
         iterations: usize,
-        /// Target input bytes per leaf task.
-        #[arg(long, default_value_t = 32 * 1024 * 1024)]
-        bytes_per_task: u64,
-        /// Most tasks in one stage.
-        #[arg(long, default_value_t = 64)]
-        max_tasks_per_stage: usize,
         /// Concurrent tasks; default: 2 per CPU.
         #[arg(long)]
         slots: Option<usize>,
@@ -349,10 +409,6 @@ enum BenchCommand {
         /// at submit) and print those times beside the adaptive ones.
         #[arg(long)]
         compare_planned: bool,
-        /// What lambdafusion reads: the Parquet files, or their Delta Lake copy under
-        /// DATA/sf<SF>/delta/ (written by scripts/tpch-as-delta); DataFusion reads Parquet.
-        #[arg(long, value_enum, default_value_t = bench::TableFormat::Parquet)]
-        table_format: bench::TableFormat,
         /// Memory the engine's slots share, in MiB: each task gets an equal part as its
         /// own memory pool and spills past it (default: half the machine's memory).
         #[arg(long)]
@@ -366,39 +422,16 @@ enum BenchCommand {
         /// JSON file, to price them again later (`lambdafusion bench model --profiles`).
         #[arg(long, requires = "model")]
         save_profiles: Option<PathBuf>,
-        /// Any other engine setting for lambdafusion, NAME=VALUE as in docs/settings.md
-        /// (e.g. `--set broadcast_scan_percent=50`); repeatable. Printed with the figures.
-        #[arg(long = "set", value_name = "NAME=VALUE")]
-        settings: Vec<String>,
     },
     /// How long the scheduler takes to plan the 22 TPC-H queries: planned once and
     /// resized to their input, against planned twice (the former way, still the
     /// fallback), in the same run; with each plan's stages and tasks.
     Plan {
-        /// Scale factor.
-        #[arg(long, default_value_t = 1.0)]
-        sf: f64,
-        /// Where generated data is kept (`<dir>/sf<sf>`).
-        #[arg(long, default_value = "lambdafusion-data/tpch")]
-        data: PathBuf,
-        /// Comma-separated query numbers (default: all 22).
-        #[arg(long, value_delimiter = ',')]
-        queries: Vec<usize>,
+        #[command(flatten)]
+        over: TpchBench,
         /// Measured plannings per query and way, after one warm-up each.
         #[arg(long, default_value_t = 5)]
         iterations: usize,
-        /// Target input bytes per leaf task.
-        #[arg(long, default_value_t = 32 * 1024 * 1024)]
-        bytes_per_task: u64,
-        /// Most tasks in one stage (the width every query is planned at first).
-        #[arg(long, default_value_t = 64)]
-        max_tasks_per_stage: usize,
-        /// What is planned over: the Parquet files, or their Delta or Iceberg copy.
-        #[arg(long, value_enum, default_value_t = bench::TableFormat::Parquet)]
-        table_format: bench::TableFormat,
-        /// Any other engine setting, NAME=VALUE as in docs/settings.md; repeatable.
-        #[arg(long = "set", value_name = "NAME=VALUE")]
-        settings: Vec<String>,
     },
     /// Prices query profiles saved by `bench tpch --model aws --save-profiles` on AWS at
     /// the given scale factors (a model, not a measurement), without running anything.
@@ -451,31 +484,6 @@ fn main() -> ExitCode {
     }
 }
 
-/// The TPC-H queries asked for (all 22 when none), each checked.
-fn tpch_queries(queries: Vec<usize>) -> Result<Vec<usize>, CliError> {
-    if let Some(q) = queries.iter().find(|q| !(1..=22).contains(*q)) {
-        return Err(format!("there is no TPC-H query {q} (1-22)").into());
-    }
-    Ok(if queries.is_empty() {
-        (1..=22).collect()
-    } else {
-        queries
-    })
-}
-
-/// `config` with the benchmark's `--set NAME=VALUE` settings applied.
-fn bench_config(mut config: EngineConfig, settings: &[String]) -> Result<EngineConfig, CliError> {
-    for setting in settings {
-        let (name, value) = setting
-            .split_once('=')
-            .ok_or_else(|| format!("--set {setting}: expected NAME=VALUE"))?;
-        config
-            .set(name.trim(), value.trim())
-            .map_err(|e| format!("--set {setting}: {e}"))?;
-    }
-    Ok(config)
-}
-
 /// Runs one command: one arm per subcommand (long for that reason).
 async fn run(cli: Cli) -> Result<(), CliError> {
     match cli.command {
@@ -495,42 +503,26 @@ async fn run(cli: Cli) -> Result<(), CliError> {
         Command::Bench {
             command:
                 BenchCommand::Tpch {
-                    sf,
-                    data,
-                    queries,
+                    over,
                     iterations,
-                    bytes_per_task,
-                    max_tasks_per_stage,
                     slots,
                     shuffle_bytes_per_task,
                     compare_planned,
-                    table_format,
                     memory_limit_mb,
                     model,
                     save_profiles,
-                    settings,
                 },
         } => {
-            let queries = tpch_queries(queries)?;
-            let config = bench_config(
-                EngineConfig::default()
-                    .with_bytes_per_task(bytes_per_task)
-                    .with_max_tasks_per_stage(max_tasks_per_stage)
-                    .with_shuffle_bytes_per_task(shuffle_bytes_per_task),
-                &settings,
+            let defaults = over.options(
+                iterations,
+                EngineConfig::default().with_shuffle_bytes_per_task(shuffle_bytes_per_task),
             )?;
             let options = bench::BenchOptions {
-                sf,
-                data,
-                queries,
-                iterations,
-                settings,
-                config,
-                slots: slots.unwrap_or(EmbeddedOptions::default().slots),
+                slots: slots.unwrap_or(defaults.slots),
                 compare_planned,
                 memory_limit: memory_limit_mb.map(|mb| mb << 20),
                 model: model.is_some(),
-                table_format,
+                ..defaults
             };
             let rows = bench::run(&options).await?;
             println!("{}", bench::report(&options, &rows));
@@ -551,37 +543,9 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             Ok(())
         }
         Command::Bench {
-            command:
-                BenchCommand::Plan {
-                    sf,
-                    data,
-                    queries,
-                    iterations,
-                    bytes_per_task,
-                    max_tasks_per_stage,
-                    table_format,
-                    settings,
-                },
+            command: BenchCommand::Plan { over, iterations },
         } => {
-            let config = bench_config(
-                EngineConfig::default()
-                    .with_bytes_per_task(bytes_per_task)
-                    .with_max_tasks_per_stage(max_tasks_per_stage),
-                &settings,
-            )?;
-            let options = bench::BenchOptions {
-                sf,
-                data,
-                queries: tpch_queries(queries)?,
-                iterations,
-                settings,
-                config,
-                slots: EmbeddedOptions::default().slots,
-                compare_planned: false,
-                memory_limit: None,
-                model: false,
-                table_format,
-            };
+            let options = over.options(iterations, EngineConfig::default())?;
             println!("{}", lambdafusion_cli::planning::run(&options).await?);
             Ok(())
         }
