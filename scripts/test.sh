@@ -30,10 +30,19 @@ export RUSTC_WORKSPACE_WRAPPER="$(rustc --print sysroot)/bin/clippy-driver"
 export CLIPPY_ARGS="-D__CLIPPY_HACKERY__warnings__CLIPPY_HACKERY__"
 
 LOGS="$(mktemp -d)"
+# Waits for a job started beside the others; if it failed, shows its log and stops.
+collect() { # pid log what
+  if ! wait "$1"; then
+    cat "$2"
+    echo "$3 failed" >&2
+    exit 1
+  fi
+}
 
 step "tools, in the background beside the build: .venv (local/requirements.txt), the browser"
-# Installing them waits on the network and unpacks files: beside the build, which keeps
-# both cores busy, it costs no wall time. Collected before the first step that needs them.
+# Their downloads (the browser's apt packages on a fresh machine) wait on the network
+# beside the build; pip's own work is CPU the build wants too, so on a warm cache this
+# saves nothing (measured). Collected before the first step that needs them.
 (
   if [ ! -x "$VENV/bin/python" ]; then
     python3 -m venv "$VENV"
@@ -50,11 +59,7 @@ step "build and lint everything, tests included (the local AWS stack runs the fu
 cargo build --workspace --all-targets --locked
 
 step "tools installed"
-if ! wait "$TOOLS_PID"; then
-  cat "$LOGS/tools.log"
-  echo "installing the tools failed" >&2
-  exit 1
-fi
+collect "$TOOLS_PID" "$LOGS/tools.log" "installing the tools"
 cat "$LOGS/tools.log"
 
 step "terraform checks"
@@ -93,24 +98,14 @@ for package in json.load(sys.stdin)["packages"]:
 cargo test --workspace --locked --lib --bins "${OTHERS[@]}" "$@"
 cargo test --workspace --locked --doc "$@"
 for t in "${BESIDE[@]}"; do
-  if wait "${BESIDE_PID[$t]}"; then
-    echo "--- $t:"
-    grep -E '^(test .* \.\.\. |test result:)' "$LOGS/$t.log" || true
-  else
-    cat "$LOGS/$t.log"
-    echo "cargo test --test $t failed" >&2
-    exit 1
-  fi
+  collect "${BESIDE_PID[$t]}" "$LOGS/$t.log" "cargo test --test $t"
+  echo "--- $t:"
+  grep -E '^(test .* \.\.\. |test result:)' "$LOGS/$t.log" || true
 done
 
 step "moto_server patches (local/localstack/test_moto_server.py)"
-if wait "$MOTO_PID"; then
-  tail -n 3 "$LOGS/moto.log"
-else
-  cat "$LOGS/moto.log"
-  echo "local/localstack/test_moto_server.py failed" >&2
-  exit 1
-fi
+collect "$MOTO_PID" "$LOGS/moto.log" "local/localstack/test_moto_server.py"
+tail -n 3 "$LOGS/moto.log"
 
 step "python client (clients/python/test.sh)"
 # The stack half (SigV4, presigned pieces through moto) must run here, never skip.

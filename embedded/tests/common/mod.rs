@@ -57,6 +57,14 @@ pub async fn reference(dir: &Path, sql: &str) -> Vec<datafusion::arrow::array::R
     ctx.sql(sql).await.unwrap().collect().await.unwrap()
 }
 
+/// Bytes of the files directly under `dir` (a table's files).
+pub fn dir_bytes(dir: &Path) -> u64 {
+    std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().metadata().unwrap().len())
+        .sum()
+}
+
 /// `config` allowed to read tables under `dir`.
 pub fn allow(config: lambdafusion::EngineConfig, dir: &Path) -> lambdafusion::EngineConfig {
     config.with_data_location(dir.display().to_string())

@@ -1248,10 +1248,7 @@ async fn a_sorted_table_answers_the_same_at_every_size() {
         )
         .await
         .unwrap();
-    let bytes: u64 = std::fs::read_dir(&table)
-        .unwrap()
-        .map(|e| e.unwrap().metadata().unwrap().len())
-        .sum();
+    let bytes = common::dir_bytes(&table);
     for bytes_per_task in [1 << 30, bytes.div_ceil(3)] {
         let config = EngineConfig::default()
             .with_bytes_per_task(bytes_per_task)

@@ -225,21 +225,13 @@ async fn one_partition_is_one_stage() {
     assert_eq!(g.stages[0].tasks, 1);
 }
 
-/// Bytes of the Parquet files of `table` under `dir`.
-fn table_bytes(dir: &std::path::Path, table: &str) -> u64 {
-    std::fs::read_dir(dir.join(table))
-        .unwrap()
-        .map(|e| e.unwrap().metadata().unwrap().len())
-        .sum()
-}
-
 /// Planned at width 8 over input worth 3 tasks, a query is resized to 3 partitions: its
 /// scan reads every byte once in 3 groups, its exchange is 3 wide; no second planning.
 #[tokio::test]
 async fn a_plan_is_resized_to_its_input() {
     let dir = tempfile::tempdir().unwrap();
     common::write_tables(dir.path()).await;
-    let bytes = table_bytes(dir.path(), "facts");
+    let bytes = common::dir_bytes(&dir.path().join("facts"));
     let config = EngineConfig::default()
         .with_bytes_per_task(bytes.div_ceil(3))
         .with_min_scan_bytes_per_task(1)
