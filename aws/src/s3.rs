@@ -14,6 +14,7 @@ use std::sync::RwLock;
 
 use datafusion::execution::object_store::ObjectStoreRegistry;
 use object_store::aws::AmazonS3Builder;
+use object_store::client::SpawnedReqwestConnector;
 use object_store::signer::Signer;
 use object_store::ObjectStore;
 use url::Url;
@@ -27,6 +28,7 @@ pub fn endpoint_from_env() -> Option<String> {
 
 fn bucket_builder(bucket: &str, region: Option<&str>) -> AmazonS3Builder {
     let mut builder = AmazonS3Builder::from_env().with_bucket_name(bucket);
+
     if let Some(region) = region {
         builder = builder.with_region(region);
     }
@@ -46,7 +48,20 @@ pub fn bucket_store(
     bucket: &str,
     region: Option<&str>,
 ) -> object_store::Result<Arc<dyn ObjectStore>> {
-    let store: Arc<dyn ObjectStore> = Arc::new(bucket_builder(bucket, region).build()?);
+    io_bucket_store(bucket, region, None)
+}
+
+/// [`bucket_store`] whose requests run on `io` (when given), whichever runtime makes them.
+fn io_bucket_store(
+    bucket: &str,
+    region: Option<&str>,
+    io: Option<&tokio::runtime::Handle>,
+) -> object_store::Result<Arc<dyn ObjectStore>> {
+    let mut builder = bucket_builder(bucket, region);
+    if let Some(io) = io {
+        builder = builder.with_http_connector(SpawnedReqwestConnector::new(io.clone()));
+    }
+    let store: Arc<dyn ObjectStore> = Arc::new(builder.build()?);
     Ok(Arc::new(crate::metrics::CountingStore::new(
         store,
         crate::metrics::process_sink(),
@@ -64,14 +79,20 @@ pub fn bucket_signer(bucket: &str) -> object_store::Result<Arc<dyn Signer>> {
 pub struct S3Registry {
     buckets: Vec<String>,
     stores: RwLock<HashMap<String, Arc<dyn ObjectStore>>>,
+    /// The runtime its stores' requests run on: the one it was made on. A task's plan
+    /// runs on a runtime of its own that ends with the task
+    /// (`lambdafusion::executor::threads`); connections pooled by its stores must
+    /// outlive it.
+    io: Option<tokio::runtime::Handle>,
 }
 
 impl S3Registry {
-    /// A registry serving exactly `buckets`.
+    /// A registry serving exactly `buckets`, its requests run on the current runtime.
     pub fn new(buckets: Vec<String>) -> Self {
         Self {
             buckets,
             stores: RwLock::new(HashMap::new()),
+            io: tokio::runtime::Handle::try_current().ok(),
         }
     }
 
@@ -115,10 +136,13 @@ impl ObjectStoreRegistry for S3Registry {
         }
         // In the environment's region, following the bucket to its own when S3 says it is
         // elsewhere (crate::region).
+        let io = self.io.clone();
         let store: Arc<dyn ObjectStore> = Arc::new(
             crate::region::RegionFollowing::new(
                 bucket,
-                Arc::new(bucket_store),
+                Arc::new(move |bucket: &str, region: Option<&str>| {
+                    io_bucket_store(bucket, region, io.as_ref())
+                }),
                 crate::region::s3_lookup(),
             )
             .map_err(|e| DataFusionError::ObjectStore(Box::new(e)))?,

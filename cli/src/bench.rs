@@ -151,6 +151,52 @@ pub struct BenchRow {
     pub profile: Option<crate::model::QueryProfile>,
     /// Requests the query made (last lambdafusion run).
     pub requests: lambdafusion::requests::RequestCounts,
+    /// CPU time of its tasks' threads and the thread time they had (run time × threads),
+    /// ms, over all stages and over its stages of one task (last lambdafusion run).
+    pub cpu: [CpuUse; 2],
+}
+
+/// CPU time and the thread time it was used of (ms): their ratio is how busy tasks kept
+/// their threads.
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct CpuUse {
+    /// CPU time of the tasks' threads.
+    pub cpu_ms: f64,
+    /// Run time × threads of the same tasks.
+    pub capacity_ms: f64,
+}
+
+impl CpuUse {
+    /// The measured stages among `stages`, added up.
+    pub fn of<'a>(stages: impl Iterator<Item = &'a lambdafusion::status::StageStatus>) -> Self {
+        stages
+            .filter_map(|s| {
+                s.cpu_use.filter(|u| *u > 0.0).map(|u| CpuUse {
+                    cpu_ms: s.cpu_ms as f64,
+                    capacity_ms: s.cpu_ms as f64 / u,
+                })
+            })
+            .fold(CpuUse::default(), |a, b| a + b)
+    }
+
+    /// `87%`, or `-` when nothing was measured.
+    pub fn shown(&self) -> String {
+        if self.capacity_ms > 0.0 {
+            format!("{:.0}%", 100.0 * self.cpu_ms / self.capacity_ms)
+        } else {
+            "-".into()
+        }
+    }
+}
+
+impl std::ops::Add for CpuUse {
+    type Output = CpuUse;
+    fn add(self, other: CpuUse) -> CpuUse {
+        CpuUse {
+            cpu_ms: self.cpu_ms + other.cpu_ms,
+            capacity_ms: self.capacity_ms + other.capacity_ms,
+        }
+    }
 }
 
 /// Starts a new peak-resident-memory window (Linux: `clear_refs` resets `VmHWM` to the
@@ -317,6 +363,10 @@ pub async fn run(options: &BenchOptions) -> Result<Vec<BenchRow>, CliError> {
             peak_rss: engine_peak_rss,
             profile,
             requests: out.status.requests,
+            cpu: [
+                CpuUse::of(out.status.stages.iter()),
+                CpuUse::of(out.status.stages.iter().filter(|s| s.tasks == 1)),
+            ],
         };
         eprintln!(
             "q{q:<2} datafusion {:>7.1} ms  lambdafusion {:>7.1} ms (job {:>7.1} ms){}",
@@ -474,6 +524,9 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
                 r.rows.to_string(),
                 r.peak_rss.map_or("-".into(), bytes),
                 r.datafusion_peak_rss.map_or("-".into(), bytes),
+                format!("{:.0}", r.cpu[0].cpu_ms),
+                r.cpu[0].shown(),
+                r.cpu[1].shown(),
                 crate::display::requests(&r.requests),
                 if r.mismatch.is_none() {
                     "ok".into()
@@ -540,6 +593,13 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
             .filter_map(|r| r.datafusion_peak_rss)
             .max()
             .map_or("-".into(), |m| format!("max {}", bytes(m))),
+        format!("{:.0}", rows.iter().map(|r| r.cpu[0].cpu_ms).sum::<f64>()),
+        rows.iter()
+            .fold(CpuUse::default(), |a, r| a + r.cpu[0])
+            .shown(),
+        rows.iter()
+            .fold(CpuUse::default(), |a, r| a + r.cpu[1])
+            .shown(),
         crate::display::requests(&rows.iter().map(|r| r.requests).sum()),
         format!(
             "{}/{} ok",
@@ -596,6 +656,9 @@ pub fn report(options: &BenchOptions, rows: &[BenchRow]) -> String {
             "rows",
             "peak rss",
             "datafusion rss",
+            "cpu ms",
+            "cpu use",
+            "1-task cpu use",
             "requests (store r/w, GET/PUT, invokes)",
             "result",
         ],

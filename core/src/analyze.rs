@@ -22,7 +22,7 @@ use crate::Result;
 
 /// Operators the executor wraps around a stage plan's nodes for its own bookkeeping; they
 /// are not part of the plan users see.
-const WRAPPERS: &[&str] = &["StopExec"];
+const WRAPPERS: &[&str] = &["StopExec", "SpreadExec"];
 
 /// The figures of one task: the writer's (rows and bytes written, partitioning and
 /// encoding time, from its DataFusion metrics), then each operator of the stage plan
@@ -151,12 +151,13 @@ pub fn render(
             .filter_map(|t| t.output.as_ref().map(|o| o.metrics.as_slice()));
         let summed = sum_tasks(outputs).unwrap_or_default();
         let mut text = format!(
-            "{} task{} ({}), wall {} ms, task time {} ms{}{}\n",
+            "{} task{} ({}), wall {} ms, task time {} ms{}{}{}\n",
             stage.tasks,
             if stage.tasks == 1 { "" } else { "s" },
             stage.decision_note.as_deref().unwrap_or("as planned"),
             stage.elapsed_ms.unwrap_or(0),
             stage.task_ms,
+            cpu_use(stage),
             stage
                 .handoff_ms
                 .map_or(String::new(), |h| format!(", hand-off {h} ms")),
@@ -192,6 +193,21 @@ pub fn render(
             Arc::new(StringArray::from(texts)),
         ],
     )?)
+}
+
+/// A stage's CPU time and how busy it kept its tasks' threads, e.g. `, CPU 812 ms (93% of
+/// 2 threads per task)`; empty when not measured.
+pub fn cpu_use(stage: &crate::status::StageStatus) -> String {
+    match stage.cpu_use {
+        Some(share) => format!(
+            ", CPU {} ms ({:.0}% of {} thread{} per task)",
+            stage.cpu_ms,
+            share * 100.0,
+            stage.threads,
+            if stage.threads == 1 { "" } else { "s" }
+        ),
+        None => String::new(),
+    }
 }
 
 /// Pre-order over `plan` with each node's depth.

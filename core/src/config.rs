@@ -437,6 +437,16 @@ settings! {
     /// Memory each task may use before spilling (its own DataFusion memory pool);
     /// `none`: unbounded.
     task_memory_limit: Option<usize> = None; Bytes [1, u64::MAX];
+    /// Threads one task runs its plan on; its scan is cut into as many pieces, run at
+    /// once, where its plan allows ([`crate::plan::spread`]). `none`: the function's
+    /// vCPUs on Lambda (one task per function), embedded the machine's cores shared by
+    /// the tasks that run at once (every core for a stage of one task); `1`: one thread
+    /// per task.
+    task_threads: Option<usize> = None; Count [1, 256], builder with_task_threads,
+        env "LAMBDAFUSION_TASK_THREADS";
+    /// Least bytes of a task's scan one spread piece reads: a task reading less than
+    /// twice this runs on one piece ([`crate::plan::spread`]).
+    min_spread_bytes: u64 = 4 * MIB; Bytes [1, u64::MAX], builder with_min_spread_bytes;
     /// Most bytes the tasks of one process may spill to local disk together (DataFusion's
     /// spill files and spilled shuffle slices); past it a task fails with a message naming
     /// the function's ephemeral storage. `none`: DataFusion's own limit (100 GiB). The

@@ -87,6 +87,17 @@ pub struct StageStatus {
     pub objects: u64,
     /// Sum of the committed tasks' run times (ms).
     pub task_ms: u64,
+    /// Most threads a committed task of the stage ran its plan on (0: not measured).
+    #[serde(default)]
+    pub threads: u32,
+    /// CPU time the committed tasks' threads used (ms), where measured.
+    #[serde(default)]
+    pub cpu_ms: u64,
+    /// How busy the committed tasks kept the threads they had: their CPU time over their
+    /// run time × threads (1.0: every thread busy from start to commit; a task waiting on
+    /// reads or using one thread of two shows less). `None` when not measured.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu_use: Option<f64>,
     /// Wall time from dispatch to the last commit (ms), once complete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elapsed_ms: Option<u64>,
@@ -344,6 +355,7 @@ pub fn job_status(snapshot: &JobSnapshot, config: &crate::EngineConfig) -> JobSt
     let mut requests = job_requests(snapshot);
     for s in &snapshot.stages {
         let (mut rows, mut bytes, mut objects, mut task_ms, mut failed) = (0, 0, 0, 0, 0);
+        let (mut threads, mut cpu_ms, mut capacity_ms) = (0u32, 0u64, 0u64);
         let (mut speculative, mut wins, mut wasted_ms) = (0, 0, 0u64);
         let mut first_start: Option<u64> = None;
         let mut first_handoff = None;
@@ -373,7 +385,13 @@ pub fn job_status(snapshot: &JobSnapshot, config: &crate::EngineConfig) -> JobSt
                 rows += o.rows;
                 bytes += o.bytes;
                 objects += 1;
-                task_ms += o.finished_ms.saturating_sub(o.started_ms);
+                let run_ms = o.finished_ms.saturating_sub(o.started_ms);
+                task_ms += run_ms;
+                if let Some(cpu) = o.cpu {
+                    threads = threads.max(cpu.threads);
+                    cpu_ms += cpu.cpu_ms;
+                    capacity_ms += cpu.capacity_ms(run_ms);
+                }
                 stage_requests += o.requests;
             }
         }
@@ -403,6 +421,9 @@ pub fn job_status(snapshot: &JobSnapshot, config: &crate::EngineConfig) -> JobSt
             bytes,
             objects,
             task_ms,
+            threads,
+            cpu_ms,
+            cpu_use: (capacity_ms > 0).then(|| cpu_ms as f64 / capacity_ms as f64),
             elapsed_ms: match (s.dispatched_ms, snapshot.last_commit_ms(s)) {
                 (Some(d), Some(c)) => Some(c.saturating_sub(d)),
                 _ => None,

@@ -210,7 +210,7 @@ impl Embedded {
                     store.clone(),
                     every,
                 )),
-                executor: Arc::new(Executor::new(services.clone())),
+                executor: Arc::new(Executor::new(services.clone()).with_slots(options.slots)),
                 services,
                 store,
             }

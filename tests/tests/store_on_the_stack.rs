@@ -116,6 +116,7 @@ fn commit(job: &str, partition: u32, tasks: u32) -> TaskCommit {
             metrics: Vec::new(),
             requests: Default::default(),
             handoff: None,
+            cpu: None,
         },
         now_ms: 3,
         expires_at: TTL,

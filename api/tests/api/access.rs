@@ -507,6 +507,7 @@ async fn a_result_with_missing_task_outputs_is_refused() {
         metrics: Vec::new(),
         requests: Default::default(),
         handoff: None,
+        cpu: None,
     });
     store
         .create_job(&NewJob {

@@ -1075,6 +1075,7 @@ mod tests {
                 metrics: Vec::new(),
                 requests: Default::default(),
                 handoff: None,
+                cpu: None,
             }),
             error: None,
             retryable: false,

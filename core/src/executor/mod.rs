@@ -9,6 +9,7 @@
 //! while it runs (cancelled, failed, past its deadline) stops at once.
 
 mod stop;
+pub mod threads;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,7 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use datafusion::execution::{SessionState, TaskContext};
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use object_store::ObjectStoreExt;
 use tracing::{debug, info, warn, Instrument};
 
@@ -26,8 +27,8 @@ use crate::plan;
 use crate::requests::{Request, Tally};
 use crate::shuffle::{task_output_path, SharedFetches, ShuffleInputs, ShuffleWriterExec};
 use crate::state::{
-    counters_of, CommitOutcome, JobKind, JobState, PlanRecord, StageRecord, TaskCommit, TaskOutput,
-    TaskState,
+    counters_of, CommitOutcome, JobKind, JobState, PlanRecord, StageRecord, TaskCommit, TaskCpu,
+    TaskOutput, TaskState,
 };
 use crate::time::now_ms;
 use crate::{Error, Result, Services};
@@ -66,6 +67,8 @@ const COMMIT_RETRY_CAP: Duration = Duration::from_secs(10);
 pub struct Executor {
     services: Services,
     state: SessionState,
+    /// The threads a task may use ([`threads::TaskThreads::for_stage`]).
+    threads: threads::TaskThreads,
     plans: Mutex<HashMap<(String, u32), StagePlans>>,
 }
 
@@ -119,8 +122,16 @@ impl Executor {
         Self {
             services,
             state,
+            threads: threads::TaskThreads::process(),
             plans: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// This executor for a process that runs `slots` tasks at once (the embedded engine):
+    /// they share its cores.
+    pub fn with_slots(mut self, slots: usize) -> Self {
+        self.threads = threads::TaskThreads::shared(slots);
+        self
     }
 
     /// Runs a task and reports how it ended; a failure is recorded in the store (so the
@@ -261,8 +272,20 @@ impl Executor {
             )));
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let writer = self
-            .task_writer(invocation, services, &stage, plan, stop.clone(), &mut reads)
+        let threads = self
+            .threads
+            .for_stage(stage.tasks, services.config.task_threads);
+        let partitions = stage.partitions_of(task.partition);
+        let (writer, partitions, pieces) = self
+            .task_writer(
+                invocation,
+                services,
+                (&stage, plan),
+                partitions.start as usize..partitions.end as usize,
+                threads,
+                stop.clone(),
+                &mut reads,
+            )
             .await?;
         let given = invocation
             .context
@@ -298,24 +321,25 @@ impl Executor {
             &execution[..12],
         );
         let shuffle = services.shuffle_store()?;
-        // The stream hands over its first batch only after reading and computing it: a
-        // crash there is a crash mid-work, whatever the task's size.
-        let before_batch = |written: usize| -> Result<()> {
-            if written == 0 {
-                faults.crash_point(FaultKind::ExecutorCrashMidWork, &key)?;
+        // The plan runs on threads of its own, which tell its CPU time.
+        let work = {
+            let (writer, shuffle, path) = (writer.clone(), shuffle.clone(), path.clone());
+            let (faults, key) = (faults.clone(), key.clone());
+            async move {
+                // The stream hands over its first batch only after reading and computing
+                // it: a crash there is a crash mid-work, whatever the task's size.
+                let before_batch = |written: usize| -> Result<()> {
+                    if written == 0 {
+                        faults.crash_point(FaultKind::ExecutorCrashMidWork, &key)?;
+                    }
+                    Ok(())
+                };
+                writer
+                    .write_partitions(partitions, context, &shuffle, &path, &before_batch)
+                    .await
             }
-            Ok(())
         };
-        let partitions = stage.partitions_of(task.partition);
-        let written = writer
-            .write_partitions(
-                partitions.start as usize..partitions.end as usize,
-                context,
-                &shuffle,
-                &path,
-                &before_batch,
-            )
-            .await;
+        let (written, measured) = threads::run_measured(threads, work).await?;
         // A straggler (the fault plan's slow task) takes `factor` times its work time:
         // it waits before its commit, and stops if another attempt commits meanwhile.
         let written = match written {
@@ -383,6 +407,11 @@ impl Executor {
             metrics,
             requests,
             handoff,
+            cpu: measured.cpu_ms.map(|cpu_ms| TaskCpu {
+                threads: measured.threads as u32,
+                cpu_ms,
+                pieces: pieces as u32,
+            }),
         };
         self.commit_output(services, task, &stage, output, &shuffle, &path, &key)
             .await
@@ -391,16 +420,21 @@ impl Executor {
     /// Decodes the task's stage plan for this task — over its counting runtime (a decoded
     /// scan reads through the object store of the context it was decoded with), and fresh:
     /// operators keep per-execution state (a hash join's build side) that must not leak
-    /// between tasks — with `stop` wired into its leaves and joins.
+    /// between tasks — spread over the task's `threads` where its plan allows
+    /// ([`plan::spread`]), with `stop` wired into its leaves and joins. Returns the writer,
+    /// the partitions of its input the task runs (`partitions`, or all of a spread
+    /// plan's) and how many it reads at once.
+    #[allow(clippy::too_many_arguments)]
     async fn task_writer(
         &self,
         invocation: &TaskInvocation,
         services: &Services,
-        stage: &StageRecord,
-        plan: Option<PlanRecord>,
+        (stage, plan): (&StageRecord, Option<PlanRecord>),
+        partitions: std::ops::Range<usize>,
+        threads: usize,
         stop: Arc<AtomicBool>,
         reads: &mut u32,
-    ) -> Result<ShuffleWriterExec> {
+    ) -> Result<(ShuffleWriterExec, std::ops::Range<usize>, usize)> {
         let task = &invocation.task;
         let context_plans = invocation
             .context
@@ -415,11 +449,29 @@ impl Executor {
         };
         let plan = plans.decode(stage, &self.decode_context(services))?;
         let writer = ShuffleWriterExec::from_plan(&plan)?;
-        Ok(writer.with_input(stop::StopExec::wrap_leaves_and_joins(
-            writer.input().clone(),
-            stop,
-            &task.job_id,
-        )?))
+        // A coalesced task already runs several partitions at once.
+        let spread = match partitions.len() {
+            1 => plan::spread::spread(
+                writer.input(),
+                partitions.start,
+                threads,
+                services.config.min_spread_bytes,
+            ),
+            _ => None,
+        };
+        let (input, partitions, pieces) = match spread {
+            Some(spread) => {
+                let all = 0..spread.plan.output_partitioning().partition_count();
+                debug!(
+                    threads,
+                    spread.pieces, "the task's scan is spread over its threads"
+                );
+                (spread.plan, all, spread.pieces)
+            }
+            None => (writer.input().clone(), partitions.clone(), partitions.len()),
+        };
+        let input = stop::StopExec::wrap_leaves_and_joins(input, stop, &task.job_id)?;
+        Ok((writer.with_input(input), partitions, pieces))
     }
 
     /// Commits a written output; the loser of a race with another attempt deletes its

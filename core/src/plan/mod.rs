@@ -14,6 +14,7 @@ pub mod marks;
 mod resize;
 pub mod rules;
 pub mod single_task;
+pub mod spread;
 mod stages;
 pub mod switch;
 

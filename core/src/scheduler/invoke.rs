@@ -135,6 +135,7 @@ pub(super) fn context_for(
                 metrics: Vec::new(),
                 requests: Default::default(),
                 handoff: None,
+                cpu: None,
                 ..o
             })
             .collect();

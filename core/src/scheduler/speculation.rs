@@ -136,6 +136,7 @@ mod tests {
                     metrics: vec![],
                     requests: Default::default(),
                     handoff: None,
+                    cpu: None,
                 });
                 t
             })

@@ -258,6 +258,7 @@ pub(super) async fn record_result(
         metrics: Vec::new(),
         requests: Default::default(),
         handoff: None,
+        cpu: None,
     });
     services
         .store

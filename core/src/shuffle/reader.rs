@@ -658,6 +658,7 @@ mod tests {
             metrics: Vec::new(),
             requests: Default::default(),
             handoff: None,
+            cpu: None,
         }
     }
 

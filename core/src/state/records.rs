@@ -504,6 +504,31 @@ pub struct TaskOutput {
     /// retry, a sweep) or its dispatcher did not know.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub handoff: Option<crate::dispatch::Handoff>,
+    /// The threads the attempt ran on and the CPU time they used; `None` when not
+    /// measured (a platform without thread clocks, a record written before).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cpu: Option<TaskCpu>,
+}
+
+/// The threads a committed attempt ran its plan on and the CPU time they used
+/// ([`crate::executor::threads`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskCpu {
+    /// Worker threads the attempt's plan ran on.
+    pub threads: u32,
+    /// CPU time of those threads (ms): the task's own, whatever ran beside it.
+    pub cpu_ms: u64,
+    /// Pieces of its input the attempt read at once: the plan partitions of a coalesced
+    /// task, or the pieces its scan was cut into ([`crate::plan::spread`]); 1 for one.
+    #[serde(default)]
+    pub pieces: u32,
+}
+
+impl TaskCpu {
+    /// Thread time the attempt had (ms): its run time on every one of its threads.
+    pub fn capacity_ms(&self, run_ms: u64) -> u64 {
+        run_ms.saturating_mul(u64::from(self.threads.max(1)))
+    }
 }
 
 /// One operator's figures in one task, as DataFusion's metrics reported them.
@@ -748,6 +773,7 @@ mod tests {
             metrics: Vec::new(),
             requests: Default::default(),
             handoff: None,
+            cpu: None,
         }
     }
 

@@ -1220,8 +1220,9 @@ async fn a_straggler_is_overtaken_by_a_speculative_attempt() {
 }
 
 /// A table declared sorted (`WITH ORDER`), four files of contiguous id ranges, planned at
-/// width 8 and resized to one partition and to three: queries that may use its order
-/// answer as DataFusion over the same files declared unsorted.
+/// width 8 and resized to one partition and to three, each task on one thread and on
+/// three (its scan cut into sorted pieces): queries that may use its order answer as
+/// DataFusion over the same files declared unsorted.
 #[tokio::test]
 async fn a_sorted_table_answers_the_same_at_every_size() {
     use datafusion::prelude::{ParquetReadOptions, SessionContext};
@@ -1249,11 +1250,20 @@ async fn a_sorted_table_answers_the_same_at_every_size() {
         .await
         .unwrap();
     let bytes = common::dir_bytes(&table);
-    for bytes_per_task in [1 << 30, bytes.div_ceil(3)] {
+    // Each size on one thread per task, then with every task's scan cut into three
+    // contiguous pieces merged in order again.
+    let sizes = [1 << 30, bytes.div_ceil(3)];
+    for (bytes_per_task, threads) in sizes
+        .map(|b| (b, 1))
+        .into_iter()
+        .chain(sizes.map(|b| (b, 3)))
+    {
         let config = EngineConfig::default()
             .with_bytes_per_task(bytes_per_task)
             .with_min_scan_bytes_per_task(1)
-            .with_max_tasks_per_stage(8);
+            .with_max_tasks_per_stage(8)
+            .with_task_threads(Some(threads))
+            .with_min_spread_bytes(1);
         let engine = engine(config, dir.path()).await;
         engine
             .sql(&format!(
@@ -1272,8 +1282,126 @@ async fn a_sorted_table_answers_the_same_at_every_size() {
         ] {
             let got = engine.sql(sql).await.unwrap();
             let expected = unsorted.sql(sql).await.unwrap().collect().await.unwrap();
-            lambdafusion_embedded::verify::compare(&expected, &got.batches, true)
-                .unwrap_or_else(|e| panic!("{sql} at {bytes_per_task} bytes per task: {e}"));
+            lambdafusion_embedded::verify::compare(&expected, &got.batches, true).unwrap_or_else(
+                |e| panic!("{sql} at {bytes_per_task} bytes per task, {threads} threads: {e}"),
+            );
+        }
+    }
+}
+
+/// A task runs its input on every thread it has (`task_threads`, here 3 whatever the
+/// machine): every query answers as DataFusion when its whole plan is one task (the
+/// chains from its scans spread and merged again below the operators that need them
+/// whole: final aggregates, sorts, joins' build sides) and when its leaf stages have two
+/// tasks (each task's scan cut into 3 pieces, partial aggregates and join probes run on
+/// each); the tasks record the pieces they read at once and the CPU their threads used.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_task_runs_its_input_on_every_thread_it_has() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tables(dir.path()).await;
+    let bytes = common::dir_bytes(&dir.path().join("facts"));
+    let one = dir.path().join("one.parquet");
+    datafusion::prelude::SessionContext::new()
+        .sql(&format!(
+            "COPY (SELECT value AS id FROM generate_series(1, 30000)) TO '{}' \
+             OPTIONS (MAX_ROW_GROUP_SIZE 5000)",
+            one.display()
+        ))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    // A left join keeps the build side's unmatched rows once, whichever probe piece ends
+    // last; a limit is never spread (its scan may carry the limit the planner removed).
+    let extra: &[(&str, bool)] = &[
+        (
+            "SELECT d.k, count(f.id) AS n FROM dims d LEFT JOIN facts f \
+             ON d.k = f.k AND f.id < 500 GROUP BY d.k ORDER BY d.k",
+            true,
+        ),
+        ("SELECT id FROM facts LIMIT 3", false),
+        (
+            "SELECT count(*) FROM (SELECT id FROM facts WHERE id % 7 = 0 LIMIT 3)",
+            false,
+        ),
+        (
+            "SELECT count(*) FROM (SELECT k FROM facts ORDER BY k LIMIT 3)",
+            false,
+        ),
+    ];
+    for bytes_per_task in [1 << 30, bytes.div_ceil(2)] {
+        let config = EngineConfig::default()
+            .with_bytes_per_task(bytes_per_task)
+            .with_min_scan_bytes_per_task(1)
+            .with_task_threads(Some(3))
+            .with_min_spread_bytes(1);
+        let engine = engine(config, dir.path()).await;
+        register(&engine, dir.path()).await;
+        // One file of six row groups: its byte ranges are cut between row groups, and a
+        // limit folded into the filter of a one-partition plan must stay one limit.
+        engine
+            .sql(&format!(
+                "CREATE EXTERNAL TABLE one STORED AS PARQUET LOCATION '{}'",
+                one.display()
+            ))
+            .await
+            .unwrap();
+        for (sql, expected) in [
+            ("SELECT count(*), sum(id) FROM one", "30000,450015000"),
+            (
+                "SELECT count(*), 0 FROM (SELECT id FROM one WHERE id % 7 = 0 LIMIT 3)",
+                "3,0",
+            ),
+        ] {
+            let out = engine.sql(sql).await.unwrap();
+            let batch = out.batches.iter().find(|b| b.num_rows() > 0).unwrap();
+            let row = (0..batch.num_columns())
+                .map(|c| {
+                    datafusion::arrow::util::display::array_value_to_string(batch.column(c), 0)
+                        .unwrap()
+                })
+                .collect::<Vec<_>>()
+                .join(",");
+            assert_eq!(row, expected, "{sql} at {bytes_per_task} bytes per task");
+        }
+        for (sql, ordered) in QUERIES.iter().chain(extra) {
+            let out = engine
+                .sql(sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            let expected = reference(dir.path(), sql).await;
+            if let Some(diff) =
+                lambdafusion_embedded::verify::compare(&expected, &out.batches, *ordered).err()
+            {
+                panic!("{sql} at {bytes_per_task} bytes per task\n{diff}");
+            }
+            if sql.contains("LIMIT 3") {
+                continue;
+            }
+            let job = engine
+                .services()
+                .store
+                .load_job(&out.status.id)
+                .await
+                .unwrap()
+                .unwrap();
+            let cpu: Vec<_> = job
+                .tasks
+                .iter()
+                .filter_map(|t| t.output.as_ref().and_then(|o| o.cpu))
+                .collect();
+            assert!(!cpu.is_empty(), "{sql}: no task measured its CPU");
+            assert!(cpu.iter().all(|c| c.threads == 3), "{sql}: {cpu:?}");
+            assert_eq!(
+                cpu.iter().map(|c| c.pieces).max(),
+                Some(3),
+                "{sql} at {bytes_per_task} bytes per task: no task read 3 pieces at once: {cpu:?}\n{:#?}",
+                out.status.stages
+            );
+            let scan = &out.status.stages[0];
+            assert_eq!(scan.threads, 3, "{scan:?}");
+            assert!(scan.cpu_use.is_some_and(|u| u > 0.0), "{scan:?}");
         }
     }
 }

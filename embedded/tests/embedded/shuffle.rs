@@ -78,6 +78,7 @@ fn output(path: &Path, summary: lambdafusion::shuffle::WriteSummary) -> TaskOutp
         metrics: Vec::new(),
         requests: Default::default(),
         handoff: None,
+        cpu: None,
     }
 }
 

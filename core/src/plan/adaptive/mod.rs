@@ -375,6 +375,7 @@ mod tests {
             metrics: Vec::new(),
             requests: Default::default(),
             handoff: None,
+            cpu: None,
         });
         t
     }
