@@ -151,12 +151,19 @@ impl AwsConstants {
         }
     }
 
+    /// vCPUs of the executor function: Lambda allots CPU in proportion to memory, one
+    /// vCPU's worth per 1,769 MB (5.8 at 10,240 MB, shown as 6 cores), at most 6.
+    pub fn executor_vcpus(&self) -> f64 {
+        (self.executor_gb * 1024.0 / 1769.0).min(6.0)
+    }
+
     /// Each constant, its value and where it comes from (for the README and `--model`).
     pub fn sources(&self) -> Vec<(&'static str, String, &'static str)> {
         vec![
             ("Lambda arm64 GB-second", format!("${:.10}", self.lambda_gb_second), "aws.amazon.com/lambda/pricing (arm64 20% below x86's $0.0000166667: aws.amazon.com/blogs/aws, Graviton2 launch)"),
             ("Lambda request", format!("${:.2} per million", self.lambda_request * 1e6), "aws.amazon.com/lambda/pricing"),
             ("executor / scheduler memory", format!("{:.2} / {:.2} GB", self.executor_gb, self.scheduler_gb), "the Terraform module's defaults (3008 MB, 1024 MB)"),
+            ("executor vCPUs", format!("{:.2}", self.executor_vcpus()), "one per 1,769 MB (Lambda docs, configuration-memory); a task's CPU runs on as many as it read pieces at once"),
             ("S3 GET", format!("${:.4} per 1,000", self.s3_get * 1000.0), "aws.amazon.com/s3/pricing (S3 Standard)"),
             ("S3 PUT, LIST", format!("${:.3} per 1,000", self.s3_put * 1000.0), "aws.amazon.com/s3/pricing (S3 Standard)"),
             ("S3 GET first byte", format!("{} ms", self.s3_get_ms), "median of small GETs from Lambda, 18-41 ms (hpides/skyrise measurements); AWS: \"tens of milliseconds\" (S3 performance whitepaper)"),
@@ -195,10 +202,25 @@ pub struct StageProfile {
     pub out_bytes: u64,
     /// CPU time of its tasks, ms.
     pub cpu_ms: f64,
+    /// The most pieces one of its tasks read at once (its scan spread over its threads,
+    /// or a coalesced task's partitions); 0 or 1: one. A task's CPU time runs on as many
+    /// vCPUs as this, at most its function's.
+    #[serde(default)]
+    pub pieces: u32,
     /// GETs of table data.
     pub table_gets: u64,
     /// Its requests (its tasks' and the scheduler's for it).
     pub requests: RequestCounts,
+}
+
+/// CPU time of a stage's committed tasks as their threads measured it, ms; `None` unless
+/// every one of them did.
+fn measured_cpu(snapshot: &JobSnapshot, stage: u32) -> Option<f64> {
+    snapshot
+        .tasks_of(stage)
+        .filter(|t| t.state == TaskState::Succeeded)
+        .map(|t| t.output.as_ref()?.cpu.map(|c| c.cpu_ms as f64))
+        .sum()
 }
 
 /// One query as a real run measured it.
@@ -218,7 +240,9 @@ pub struct QueryProfile {
 
 /// Reads a query's profile from a finished run: its records (`snapshot`), its status
 /// (requests, hand-offs), how long its submission took, and the process's CPU time while
-/// it ran (`None`: the tasks' run times stand in for it).
+/// it ran. A stage's CPU time is what its tasks' threads measured where every committed
+/// task measured it; else its share of the process's (by task time), or without that,
+/// its tasks' run times.
 pub fn profile(
     name: &str,
     sf: f64,
@@ -287,10 +311,17 @@ pub fn profile(
                 file_bytes: s.scan_bytes.iter().sum(),
                 shuffle_bytes,
                 out_bytes: measured.map_or(0, |x| x.bytes),
-                cpu_ms: match cpu_ms {
-                    Some(cpu) if total_task_ms > 0.0 => cpu * ms / total_task_ms,
+                cpu_ms: match (measured_cpu(snapshot, s.stage), cpu_ms) {
+                    (Some(own), _) => own,
+                    (None, Some(cpu)) if total_task_ms > 0.0 => cpu * ms / total_task_ms,
                     _ => ms,
                 },
+                pieces: snapshot
+                    .tasks_of(s.stage)
+                    .filter_map(|t| t.output.as_ref()?.cpu)
+                    .map(|c| c.pieces)
+                    .max()
+                    .unwrap_or(1),
                 // What its tasks read beyond one GET per producer read is table data.
                 table_gets: task_gets.saturating_sub(producers * u64::from(s.tasks.max(1))),
                 requests,
@@ -628,7 +659,9 @@ pub fn estimate(
             + (gets / n / c.fetch_concurrency).ceil() * c.s3_get_ms
             + out / n / (c.function_mb_per_s * 1e6) * 1e3
             + c.s3_put_ms;
-        let task_ms = s.cpu_ms * growth * c.cpu_factor / n + io_ms;
+        // Its CPU time on as many vCPUs as it ran pieces at once, at most its function's.
+        let parallel = f64::from(s.pieces.max(1)).min(c.executor_vcpus()).max(1.0);
+        let task_ms = s.cpu_ms * growth * c.cpu_factor / n / parallel + io_ms;
         // An output held in memory is one PUT; past an eighth of a task's memory the
         // writer spills and uploads it in 8 MiB parts (start, parts, completion).
         let per_task_out = out / n;
@@ -898,6 +931,7 @@ mod tests {
                     shuffle_bytes: 0,
                     out_bytes: 100_000_000,
                     cpu_ms: 20_000.0,
+                    pieces: 1,
                     table_gets: 100,
                     requests: RequestCounts {
                         store_reads: 2,
@@ -914,6 +948,7 @@ mod tests {
                     shuffle_bytes: 100_000_000,
                     out_bytes: 1_000,
                     cpu_ms: 1_000.0,
+                    pieces: 1,
                     table_gets: 0,
                     requests: RequestCounts {
                         store_reads: 2,
@@ -929,6 +964,39 @@ mod tests {
             .with_bytes_per_task(100_000_000)
             .with_shuffle_bytes_per_task(50_000_000)
             .with_max_tasks_per_stage(1_000)
+    }
+
+    /// A task that read its scan as two pieces at once runs its CPU time on two vCPUs of
+    /// a function that has them, and on the 1.70 of a 3,008 MB one; one piece, on one.
+    #[test]
+    fn a_spread_task_runs_its_cpu_on_the_functions_vcpus() {
+        let one = estimate(&profile(), 1.0, &constants(), &config());
+        let mut spread = profile();
+        spread.stages[0].pieces = 2;
+        // The hand-checked constants have a 2 GB function: 2048 / 1769 = 1.158 vCPUs.
+        let c = constants();
+        assert!((c.executor_vcpus() - 2048.0 / 1769.0).abs() < 1e-9);
+        let two = estimate(&spread, 1.0, &c, &config());
+        // Scan: 2,000 ms of CPU per task (3,160 ms in all) on 1.158 vCPUs.
+        let expected = 3_160.0 - 2_000.0 + 2_000.0 / (2048.0 / 1769.0);
+        assert!(
+            (two.stages[0].task_ms - expected).abs() < 1e-6,
+            "{}",
+            two.stages[0].task_ms
+        );
+        assert!(two.stages[0].task_ms < one.stages[0].task_ms);
+        // The aggregate read one piece: unchanged.
+        assert_eq!(two.stages[1].task_ms, one.stages[1].task_ms);
+        // At 10,240 MB (5.8 vCPUs' worth on 6 cores), two pieces use two.
+        let big = AwsConstants {
+            executor_gb: 10.0,
+            ..constants()
+        };
+        assert!((big.executor_vcpus() - 10240.0 / 1769.0).abs() < 1e-9);
+        let wide = estimate(&spread, 1.0, &big, &config());
+        assert!((wide.stages[0].task_ms - (3_160.0 - 1_000.0)).abs() < 1e-6);
+        let us = AwsConstants::us_east_1();
+        assert!((us.executor_vcpus() - 1.7004).abs() < 1e-3);
     }
 
     /// The arithmetic, by hand, at the profile's own scale (SF 1).
@@ -1057,6 +1125,7 @@ mod tests {
                 shuffle_bytes,
                 out_bytes,
                 cpu_ms: 1_000.0,
+                pieces: 1,
                 table_gets: 10,
                 requests: RequestCounts::default(),
             };

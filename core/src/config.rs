@@ -442,8 +442,7 @@ settings! {
     /// vCPUs on Lambda (one task per function), embedded the machine's cores shared by
     /// the tasks that run at once (every core for a stage of one task); `1`: one thread
     /// per task.
-    task_threads: Option<usize> = None; Count [1, 256], builder with_task_threads,
-        env "LAMBDAFUSION_TASK_THREADS";
+    task_threads: Option<usize> = None; Count [1, 256], builder with_task_threads;
     /// Least bytes of a task's scan one spread piece reads: a task reading less than
     /// twice this runs on one piece ([`crate::plan::spread`]).
     min_spread_bytes: u64 = 4 * MIB; Bytes [1, u64::MAX], builder with_min_spread_bytes;

@@ -456,6 +456,7 @@ impl Executor {
                 partitions.start,
                 threads,
                 services.config.min_spread_bytes,
+                services.config.task_memory_limit,
             ),
             _ => None,
         };

@@ -2,31 +2,41 @@
 //! input on every thread it has.
 //!
 //! A task runs one partition of its stage's plan; DataFusion runs a partition on one
-//! thread. Where the partition is a file scan under operators that work row by row or
-//! partition by partition — projections, filters, partial aggregates, a partition's own
-//! sort or limit, the probe side of a join whose build side is read whole — the task's files (or byte ranges of them) are
-//! cut into `threads` groups, every such operator is rebuilt over them, and the task runs
-//! the new partitions at once (its writer merges them, [`crate::shuffle::ShuffleWriterExec::task_plan`]).
-//! What the partition reads and what the task writes are the same rows; only the work is
-//! shared out.
+//! thread. Three ways to share it out, tried in turn:
 //!
-//! Below an operator that needs its input whole (a final aggregate, a sort, a join's
-//! build side, in a stage of one partition), such a chain is spread the same way and
-//! merged again into the one partition the operator reads ([`SpreadExec`]): the scan,
-//! filters and partial aggregates run on every thread, the operator itself on one.
+//! 1. **Along a chain.** Where the partition is a file scan under operators that work
+//!    row by row or partition by partition — projections, filters, partial aggregates, a
+//!    partition's own sort or limit, the probe side of a join whose build side is read
+//!    whole — the task's files (or Parquet byte ranges) are cut into pieces, every such
+//!    operator is rebuilt over them, and the task runs the pieces at once (its writer
+//!    merges them, [`crate::shuffle::ShuffleWriterExec::task_plan`]).
+//! 2. **As DataFusion would** ([`parallelize`]). A plan of one partition (a stage of one
+//!    task: a small query, a final aggregate, a join of small inputs) is handed to
+//!    DataFusion's own distribution and sorting rules at the task's threads, which cut
+//!    its scans and add in-process exchanges, so its final aggregates, joins and sorts
+//!    run on every thread too. Only where the task's memory pool leaves each thread
+//!    enough ([`MIN_MEMORY_PER_THREAD`]), the plan holds no row limit and no operator of
+//!    ours whose partitions mean more than a share of the rows.
+//! 3. **Below.** Otherwise, in a plan of one partition, the chains of (1) below an
+//!    operator that needs its input whole are spread and merged again into the one
+//!    partition the operator reads ([`SpreadExec`]): the scans, filters and partial
+//!    aggregates run on every thread, the operator on one.
 //!
-//! A sorted scan is cut into contiguous pieces, each sorted, and merged in order again
-//! (by the writer, or by [`SpreadExec`]).
+//! What the partition reads and what the task writes are the same rows; only the work
+//! is shared out. A sorted scan is cut into contiguous pieces, each sorted, and merged in
+//! order again (by the writer, or by [`SpreadExec`]).
 //!
 //! Nothing is spread where a partition's output depends on seeing all of it at once: a
 //! chain with a row limit in a plan of one partition (where the limit may be the query's
-//! own, folded into the operator by the planner), a scan with a declared partitioning, a chain through any
-//! other operator of a stage of several partitions (a final aggregate, a window, a
-//! partitioned join read partition by partition), or a scan reading less than two
-//! pieces' worth (`min_spread_bytes` each: threads for less cost more than they save).
+//! own, folded into the operator by the planner), a scan with a declared partitioning, a
+//! chain through any other operator in a stage of several partitions (a final
+//! aggregate, a window, a partitioned join read partition by partition), or a scan
+//! reading less than two pieces' worth (`min_spread_bytes` each: threads for less cost
+//! more than they save).
 
 use std::sync::Arc;
 
+use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::listing::PartitionedFile;
 use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
@@ -34,6 +44,10 @@ use datafusion::datasource::source::DataSourceExec;
 use datafusion::error::Result as DfResult;
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_optimizer::ensure_requirements::EnsureRequirements;
+use datafusion::physical_optimizer::output_requirements::OutputRequirements;
+use datafusion::physical_optimizer::sanity_checker::SanityCheckPlan;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
 use datafusion::physical_plan::filter::FilterExec;
@@ -59,36 +73,65 @@ pub struct Spread {
     pub pieces: usize,
 }
 
+/// Least memory per thread (of a task's pool) for a plan of one partition to be planned
+/// again at the task's threads ([`parallelize`]).
+pub const MIN_MEMORY_PER_THREAD: usize = 64 * 1024 * 1024;
+
 /// Partition `partition` of `plan` as a plan of up to `threads` partitions, each
 /// scanning at least `min_piece_bytes`, that together produce its rows; `None` when it
-/// is not spread (see the [module docs](self)).
+/// is not spread (see the [module docs](self)). `memory` is the task's memory pool, if
+/// bounded.
 pub fn spread(
     plan: &Arc<dyn ExecutionPlan>,
     partition: usize,
     threads: usize,
     min_piece_bytes: u64,
+    memory: Option<usize>,
 ) -> Option<Spread> {
     if threads < 2 {
         return None;
     }
     let pieces = |bytes: u64| (bytes / min_piece_bytes.max(1)).min(threads as u64) as usize;
-    along(plan, partition, &pieces)
-        .or_else(|| {
-            (partition == 0 && plan.output_partitioning().partition_count() == 1)
-                .then(|| below(plan, &pieces))
-                .flatten()
-        })
-        .map(|plan| {
-            // The partitions it runs, or the widest chain merged below an operator.
-            let mut pieces = plan.output_partitioning().partition_count();
-            let _ = plan.apply(|node| {
-                if node.name() == "SpreadExec" {
-                    pieces = pieces.max(node.children()[0].output_partitioning().partition_count());
-                }
-                Ok(TreeNodeRecursion::Continue)
-            });
-            Spread { plan, pieces }
-        })
+    let whole = partition == 0 && plan.output_partitioning().partition_count() == 1;
+    if let Some(plan) = along(plan, partition, &pieces) {
+        let pieces = plan.output_partitioning().partition_count();
+        return Some(Spread { plan, pieces });
+    }
+    if !whole {
+        return None;
+    }
+    // Operators that hold their input (a hash table, a sort) share the task's memory
+    // among their partitions: too little each, and they fail where one would spill.
+    let roomy = memory.is_none_or(|m| m / threads >= MIN_MEMORY_PER_THREAD);
+    if let Some(plan) = roomy
+        .then(|| parallelize(plan, threads, min_piece_bytes))
+        .flatten()
+    {
+        return Some(Spread {
+            pieces: widest(&plan, |_| true),
+            plan,
+        });
+    }
+    let plan = below(plan, &pieces)?;
+    Some(Spread {
+        pieces: widest(&plan, |node| node.name() == "SpreadExec"),
+        plan,
+    })
+}
+
+/// The most partitions the inputs of the nodes `which` picks have (the widest when
+/// `which` picks every node).
+fn widest(plan: &Arc<dyn ExecutionPlan>, which: impl Fn(&dyn ExecutionPlan) -> bool) -> usize {
+    let mut most = 1;
+    let _ = plan.apply(|node| {
+        if which(node.as_ref()) {
+            for child in node.children() {
+                most = most.max(child.output_partitioning().partition_count());
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    });
+    most
 }
 
 /// How many pieces a scan partition of so many bytes is cut into.
@@ -142,6 +185,72 @@ fn along(
             ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
         )
         .ok()
+}
+
+/// Operators of ours whose partitions mean more than a share of the rows (a task's
+/// marks, a sub-plan run whole, a range of another plan's partitions): a plan holding
+/// one is not planned again by DataFusion's rules.
+const PARTITION_BOUND: &[&str] = &[
+    "MarkCombineExec",
+    "TaskJoinExec",
+    "SingleTaskExec",
+    "WorkTableRef",
+    "PartitionRangeExec",
+    "StopExec",
+    "SpreadExec",
+    "ShuffleWriterExec",
+];
+
+/// A plan of one partition (a stage of one task) as DataFusion would run it on `threads`
+/// cores: its own distribution and sorting rules ([`EnsureRequirements`]) at `threads`
+/// partitions cut its scans into pieces of at least
+/// `min_piece_bytes` and add in-process exchanges, so a final aggregate, a join or a
+/// sort runs on every thread too. The result must pass [`SanityCheckPlan`]; `None` when
+/// it does not, when nothing got wider, or when the plan holds an operator of ours whose
+/// partitions mean more than a share of the rows, or a row limit.
+fn parallelize(
+    plan: &Arc<dyn ExecutionPlan>,
+    threads: usize,
+    min_piece_bytes: u64,
+) -> Option<Arc<dyn ExecutionPlan>> {
+    // DataFusion runs these rules before it folds limits into operators; one so folded
+    // would be applied per partition after them.
+    let mut bound = false;
+    let _ = plan.apply(|node| {
+        bound |= PARTITION_BOUND.contains(&node.name()) || node.fetch().is_some();
+        Ok(if bound {
+            TreeNodeRecursion::Stop
+        } else {
+            TreeNodeRecursion::Continue
+        })
+    });
+    if bound {
+        return None;
+    }
+    let mut options = ConfigOptions::default();
+    options.execution.target_partitions = threads;
+    options.optimizer.repartition_file_scans = true;
+    options.optimizer.repartition_file_min_size =
+        usize::try_from(min_piece_bytes.saturating_mul(threads as u64)).unwrap_or(usize::MAX);
+    // As DataFusion's own pipeline does: the root's ordering is held by a requirement
+    // node while the rules run, so that no rule drops the order its output has.
+    let mut wider = plan.clone();
+    let rules: [&dyn PhysicalOptimizerRule; 3] = [
+        &OutputRequirements::new_add_mode(),
+        &EnsureRequirements::new(),
+        &OutputRequirements::new_remove_mode(),
+    ];
+    for rule in rules {
+        wider = rule.optimize(wider, &options).ok()?;
+    }
+    if plan.output_ordering().is_some() && wider.output_ordering() != plan.output_ordering() {
+        return None;
+    }
+    SanityCheckPlan::new()
+        .optimize(wider.clone(), &options)
+        .ok()?;
+    (wider.output_partitioning().partition_count() > 1 || widest(&wider, |_| true) > 1)
+        .then_some(wider)
 }
 
 /// `node` (of one partition) with every chain below it that can be spread spread and
@@ -345,6 +454,71 @@ mod tests {
                     .collect()
             })
             .collect()
+    }
+
+    /// A one-partition plan over memory (no file scan to cut) is planned again at three
+    /// partitions by DataFusion's rules: its aggregate runs three wide behind an
+    /// in-process hash exchange, its root keeps its order, and it answers the same. With
+    /// a memory pool too small to share, it is left alone.
+    #[tokio::test]
+    async fn a_one_partition_plan_is_planned_again_at_the_tasks_threads() {
+        use datafusion::arrow::array::Int64Array;
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        use datafusion::arrow::record_batch::RecordBatch;
+        use datafusion::datasource::MemTable;
+        use datafusion::physical_plan::{collect, displayable};
+        use datafusion::prelude::{SessionConfig, SessionContext};
+
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+        let batches: Vec<RecordBatch> = (0..8)
+            .map(|b| {
+                let keys = Int64Array::from_iter_values((0..1000).map(|i| (i * 7 + b) % 50));
+                RecordBatch::try_new(schema.clone(), vec![Arc::new(keys)]).unwrap()
+            })
+            .collect();
+        // Planned wide and resized to one partition, as the engine plans a small query.
+        let ctx = SessionContext::new_with_config(SessionConfig::new().with_target_partitions(4));
+        let table = MemTable::try_new(schema, vec![batches]).unwrap();
+        ctx.register_table("t", Arc::new(table)).unwrap();
+        let sql = "SELECT k, count(*) AS n FROM t GROUP BY k ORDER BY k";
+        let wide = ctx
+            .sql(sql)
+            .await
+            .unwrap()
+            .create_physical_plan()
+            .await
+            .unwrap();
+        let options = ctx.state().config_options().clone();
+        let plan = super::super::resize::resize(wide, 1, &options)
+            .unwrap()
+            .unwrap();
+        assert_eq!(plan.output_partitioning().partition_count(), 1);
+
+        let wide = spread(&plan, 0, 3, 1, None).expect("planned again");
+        let shown = displayable(wide.plan.as_ref()).indent(true).to_string();
+        assert!(
+            shown.contains("RepartitionExec: partitioning=Hash"),
+            "{shown}"
+        );
+        assert_eq!(wide.pieces, 3, "{shown}");
+        assert_eq!(
+            wide.plan.output_ordering(),
+            plan.output_ordering(),
+            "{shown}"
+        );
+        let task = ctx.task_ctx();
+        let rows = |b: Vec<RecordBatch>| {
+            datafusion::arrow::util::pretty::pretty_format_batches(&b)
+                .unwrap()
+                .to_string()
+        };
+        assert_eq!(
+            rows(collect(wide.plan, task.clone()).await.unwrap()),
+            rows(collect(plan.clone(), task).await.unwrap())
+        );
+
+        // 1 MiB for three threads: not planned again (nothing here to spread instead).
+        assert!(spread(&plan, 0, 3, 1, Some(1 << 20)).is_none());
     }
 
     #[test]
