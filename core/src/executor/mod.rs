@@ -275,6 +275,20 @@ impl Executor {
         let threads = self
             .threads
             .for_stage(stage.tasks, services.config.task_threads);
+        let given = invocation
+            .context
+            .as_deref()
+            .map_or(&[][..], |c| c.inputs.as_slice());
+        let context = self
+            .task_context(services, &stage, task.partition, given, &mut reads)
+            .await?;
+        // What the task reads of other stages (a one-task stage reads all of it).
+        let shuffle_bytes: u64 = context
+            .session_config()
+            .get_extension::<ShuffleInputs>()
+            .map_or(0, |inputs| {
+                inputs.stages.values().flatten().map(|o| o.bytes).sum()
+            });
         let partitions = stage.partitions_of(task.partition);
         let (writer, partitions, pieces) = self
             .task_writer(
@@ -282,17 +296,10 @@ impl Executor {
                 services,
                 (&stage, plan),
                 partitions.start as usize..partitions.end as usize,
-                threads,
+                (threads, shuffle_bytes),
                 stop.clone(),
                 &mut reads,
             )
-            .await?;
-        let given = invocation
-            .context
-            .as_deref()
-            .map_or(&[][..], |c| c.inputs.as_slice());
-        let context = self
-            .task_context(services, &stage, task.partition, given, &mut reads)
             .await?;
         let handoff = invocation
             .context
@@ -421,7 +428,7 @@ impl Executor {
     /// scan reads through the object store of the context it was decoded with), and fresh:
     /// operators keep per-execution state (a hash join's build side) that must not leak
     /// between tasks — spread over the task's `threads` where its plan allows
-    /// ([`plan::spread`]), with `stop` wired into its leaves and joins. Returns the writer,
+    /// ([`plan::spread`]; `shuffle_bytes`: what it reads of other stages), with `stop` wired into its leaves and joins. Returns the writer,
     /// the partitions of its input the task runs (`partitions`, or all of a spread
     /// plan's) and how many it reads at once.
     #[allow(clippy::too_many_arguments)]
@@ -431,7 +438,7 @@ impl Executor {
         services: &Services,
         (stage, plan): (&StageRecord, Option<PlanRecord>),
         partitions: std::ops::Range<usize>,
-        threads: usize,
+        (threads, shuffle_bytes): (usize, u64),
         stop: Arc<AtomicBool>,
         reads: &mut u32,
     ) -> Result<(ShuffleWriterExec, std::ops::Range<usize>, usize)> {
@@ -454,9 +461,12 @@ impl Executor {
             1 => plan::spread::spread(
                 writer.input(),
                 partitions.start,
-                threads,
-                services.config.min_spread_bytes,
-                services.config.task_memory_limit,
+                plan::spread::Room {
+                    threads,
+                    min_piece_bytes: services.config.min_spread_bytes,
+                    memory: services.config.task_memory_limit,
+                    shuffle_bytes,
+                },
             ),
             _ => None,
         };

@@ -14,9 +14,10 @@
 //!    task: a small query, a final aggregate, a join of small inputs) is handed to
 //!    DataFusion's own distribution and sorting rules at the task's threads, which cut
 //!    its scans and add in-process exchanges, so its final aggregates, joins and sorts
-//!    run on every thread too. Only where the task's memory pool leaves each thread
-//!    enough ([`MIN_MEMORY_PER_THREAD`]), the plan holds no row limit and no operator of
-//!    ours whose partitions mean more than a share of the rows.
+//!    run on every thread too. Only where the task reads at least two pieces' worth
+//!    (`min_spread_bytes` each, of files and of other stages' output), its memory pool
+//!    leaves each thread enough ([`MIN_MEMORY_PER_THREAD`]), and the plan holds no row
+//!    limit and no operator of ours whose partitions mean more than a share of the rows.
 //! 3. **Below.** Otherwise, in a plan of one partition, the chains of (1) below an
 //!    operator that needs its input whole are spread and merged again into the one
 //!    partition the operator reads ([`SpreadExec`]): the scans, filters and partial
@@ -77,17 +78,29 @@ pub struct Spread {
 /// again at the task's threads ([`parallelize`]).
 pub const MIN_MEMORY_PER_THREAD: usize = 64 * 1024 * 1024;
 
-/// Partition `partition` of `plan` as a plan of up to `threads` partitions, each
-/// scanning at least `min_piece_bytes`, that together produce its rows; `None` when it
-/// is not spread (see the [module docs](self)). `memory` is the task's memory pool, if
-/// bounded.
-pub fn spread(
-    plan: &Arc<dyn ExecutionPlan>,
-    partition: usize,
-    threads: usize,
-    min_piece_bytes: u64,
-    memory: Option<usize>,
-) -> Option<Spread> {
+/// What a task has to spread its partition over, and how much it reads.
+#[derive(Debug, Clone, Copy)]
+pub struct Room {
+    /// Threads the task runs on.
+    pub threads: usize,
+    /// Least bytes one piece of a scan reads (`min_spread_bytes`).
+    pub min_piece_bytes: u64,
+    /// The task's memory pool, if bounded.
+    pub memory: Option<usize>,
+    /// Bytes the task reads of other stages.
+    pub shuffle_bytes: u64,
+}
+
+/// Partition `partition` of `plan` as a plan of up to `room.threads` partitions, each
+/// scanning at least `room.min_piece_bytes`, that together produce its rows; `None`
+/// when it is not spread (see the [module docs](self)).
+pub fn spread(plan: &Arc<dyn ExecutionPlan>, partition: usize, room: Room) -> Option<Spread> {
+    let Room {
+        threads,
+        min_piece_bytes,
+        memory,
+        shuffle_bytes,
+    } = room;
     if threads < 2 {
         return None;
     }
@@ -101,8 +114,11 @@ pub fn spread(
         return None;
     }
     // Operators that hold their input (a hash table, a sort) share the task's memory
-    // among their partitions: too little each, and they fail where one would spill.
-    let roomy = memory.is_none_or(|m| m / threads >= MIN_MEMORY_PER_THREAD);
+    // among their partitions: too little each, and they fail where one would spill. And
+    // in-process exchanges cost more than they save on a few MiB.
+    let roomy = memory.is_none_or(|m| m / threads >= MIN_MEMORY_PER_THREAD)
+        && super::scan_bytes(plan).saturating_add(shuffle_bytes)
+            >= min_piece_bytes.saturating_mul(2);
     if let Some(plan) = roomy
         .then(|| parallelize(plan, threads, min_piece_bytes))
         .flatten()
@@ -494,7 +510,14 @@ mod tests {
             .unwrap();
         assert_eq!(plan.output_partitioning().partition_count(), 1);
 
-        let wide = spread(&plan, 0, 3, 1, None).expect("planned again");
+        // (A table in memory has no file bytes: the task's input is given as read.)
+        let room = Room {
+            threads: 3,
+            min_piece_bytes: 1,
+            memory: None,
+            shuffle_bytes: 2,
+        };
+        let wide = spread(&plan, 0, room).expect("planned again");
         let shown = displayable(wide.plan.as_ref()).indent(true).to_string();
         assert!(
             shown.contains("RepartitionExec: partitioning=Hash"),
@@ -517,8 +540,24 @@ mod tests {
             rows(collect(plan.clone(), task).await.unwrap())
         );
 
-        // 1 MiB for three threads: not planned again (nothing here to spread instead).
-        assert!(spread(&plan, 0, 3, 1, Some(1 << 20)).is_none());
+        // 1 MiB for three threads: not planned again (nothing here to spread instead);
+        // nor with 8 MiB a piece, over less than 16 MiB of input.
+        let tight = Room {
+            memory: Some(1 << 20),
+            ..room
+        };
+        assert!(spread(&plan, 0, tight).is_none());
+        let small = Room {
+            min_piece_bytes: 8 << 20,
+            shuffle_bytes: (16 << 20) - 1,
+            ..room
+        };
+        assert!(spread(&plan, 0, small).is_none());
+        let enough = Room {
+            shuffle_bytes: 16 << 20,
+            ..small
+        };
+        assert!(spread(&plan, 0, enough).is_some());
     }
 
     #[test]
