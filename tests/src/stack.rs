@@ -67,6 +67,35 @@ fn down(state: &Path) {
 }
 
 impl Stack {
+    /// The last `lines` lines of each of the stack's logs whose name starts with
+    /// `prefix` (`stream-failures`, `lambdafusion-scheduler`, `emulator`), for a failing
+    /// test to show what the stack saw.
+    pub fn log_tails(&self, prefix: &str, lines: usize) -> String {
+        let mut out = String::new();
+        let Ok(entries) = std::fs::read_dir(self.state.join("logs")) else {
+            return out;
+        };
+        let mut names: Vec<PathBuf> = entries
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with(prefix))
+            })
+            .collect();
+        names.sort();
+        for path in names {
+            let text = std::fs::read_to_string(&path).unwrap_or_default();
+            let all: Vec<&str> = text.lines().collect();
+            let tail = &all[all.len().saturating_sub(lines)..];
+            out.push_str(&format!(
+                "--- {} ({} lines)\n{}\n",
+                path.display(),
+                all.len(),
+                tail.join("\n")
+            ));
+        }
+        out
+    }
     /// Starts the stack with extra variables for the functions (`LAMBDAFUSION_*` pass
     /// through to them). Panics with the script's output when it fails.
     pub fn up(extra: &[(&str, &str)]) -> Stack {

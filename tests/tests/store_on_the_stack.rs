@@ -126,14 +126,20 @@ fn commit(job: &str, partition: u32, tasks: u32) -> TaskCommit {
 /// Waits up to 2 minutes: the scheduler finishes the job from the stream of 1,000 commit
 /// records, which on a machine running the other suites beside this one (as
 /// scripts/test.sh does) once took longer than 30 s.
-async fn wait_for_state(store: &DynamoDbJobStore, job: &str, state: JobState) {
+/// On a timeout it shows what the stack logged of stream batches it gave up on and the
+/// scheduler's last lines.
+async fn wait_for_state(stack: &Stack, store: &DynamoDbJobStore, job: &str, state: JobState) {
     for _ in 0..1200 {
         if store.get_job(job).await.unwrap().map(|j| j.state) == Some(state) {
             return;
         }
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    panic!("job {job} never became {state:?}");
+    panic!(
+        "job {job} never became {state:?}\n{}{}",
+        stack.log_tails("stream-failures", 5),
+        stack.log_tails("lambdafusion-scheduler", 20)
+    );
 }
 
 async fn faults(stack: &Stack) -> serde_json::Value {
@@ -237,7 +243,7 @@ fn the_dynamodb_store_on_the_stack() {
         assert!(issued < Duration::from_secs(1), "issued within a second: {issued:?}");
         // The counters reaching 0 woke the stack's scheduler through the stream filter,
         // which found every task committed and finished the job.
-        wait_for_state(&store, &job, JobState::Succeeded).await;
+        wait_for_state(&stack, &store, &job, JobState::Succeeded).await;
 
         // 2,000 more commits, eight at a time: memory and latency stay flat.
         let rss_before = stack.moto_rss_mb();
@@ -263,7 +269,7 @@ fn the_dynamodb_store_on_the_stack() {
                 .await;
                 latencies.extend(timed);
             }
-            wait_for_state(&store, &job, JobState::Succeeded).await;
+            wait_for_state(&stack, &store, &job, JobState::Succeeded).await;
             let _ = round;
         }
         let rss_after = stack.moto_rss_mb();
