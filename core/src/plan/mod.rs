@@ -271,6 +271,26 @@ pub(crate) fn file_scan(node: &Arc<dyn ExecutionPlan>) -> Option<&FileScanConfig
         .and_then(|scan| scan.data_source().downcast_ref::<FileScanConfig>())
 }
 
+/// Scan node `node` (whose scan is `config`) reading `groups` instead of its own file
+/// groups: a plain file scan, or a [`crate::format_scan::FormatScanExec`] over one (its
+/// deletes and field ids kept).
+pub(crate) fn with_file_groups(
+    node: &Arc<dyn ExecutionPlan>,
+    config: &FileScanConfig,
+    groups: Vec<datafusion::datasource::physical_plan::FileGroup>,
+) -> datafusion::error::Result<Arc<dyn ExecutionPlan>> {
+    use datafusion::datasource::physical_plan::FileScanConfigBuilder;
+    let scan: Arc<dyn ExecutionPlan> = DataSourceExec::from_data_source(
+        FileScanConfigBuilder::from(config.clone())
+            .with_file_groups(groups)
+            .build(),
+    );
+    match node.downcast_ref::<crate::format_scan::FormatScanExec>() {
+        Some(format) => Ok(Arc::new(format.with_scan(scan)?)),
+        None => Ok(scan),
+    }
+}
+
 /// A table's files as the file groups of its scan: one per planned partition
 /// (`target_partitions`, which the planner sizes by bytes). With `ranges`, large files are
 /// split into byte ranges (Parquet); without, whole files are dealt out (compressed text).

@@ -27,8 +27,7 @@ use std::sync::Arc;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TransformedResult, TreeNode, TreeNodeRecursion};
 use datafusion::datasource::listing::PartitionedFile;
-use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
-use datafusion::datasource::source::DataSourceExec;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig};
 use datafusion::error::Result as DfResult;
 use datafusion::physical_optimizer::sanity_checker::SanityCheckPlan;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
@@ -37,8 +36,7 @@ use datafusion::physical_plan::execution_plan::InvariantLevel;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties, Partitioning};
 
-use super::{file_bytes, file_scan, group_bytes};
-use crate::format_scan::FormatScanExec;
+use super::{file_bytes, file_scan, group_bytes, with_file_groups};
 
 /// Why a plan was not resized: it is planned again instead.
 struct NotResizable;
@@ -81,16 +79,12 @@ fn resize_node(
     partitions: usize,
 ) -> Result<Option<Arc<dyn ExecutionPlan>>, NotResizable> {
     if let Some(config) = file_scan(node) {
-        let Some(scan) = resize_scan(config, partitions)? else {
+        let Some(groups) = resize_scan(config, partitions)? else {
             return Ok(None);
         };
-        return match node.downcast_ref::<FormatScanExec>() {
-            Some(format) => format
-                .with_scan(scan)
-                .map(|s| Some(Arc::new(s) as _))
-                .map_err(|_| NotResizable),
-            None => Ok(Some(scan)),
-        };
+        return with_file_groups(node, config, groups)
+            .map(Some)
+            .map_err(|_| NotResizable);
     }
     if let Some(exchange) = node.downcast_ref::<RepartitionExec>() {
         return resize_exchange(exchange, partitions).map(Some);
@@ -98,12 +92,12 @@ fn resize_node(
     Ok(None)
 }
 
-/// A file scan with its files dealt into at most `partitions` groups; `None` when it
-/// already has no more.
+/// A file scan's files dealt into at most `partitions` groups; `None` when it already
+/// has no more.
 fn resize_scan(
     config: &FileScanConfig,
     partitions: usize,
-) -> Result<Option<Arc<dyn ExecutionPlan>>, NotResizable> {
+) -> Result<Option<Vec<FileGroup>>, NotResizable> {
     if config.file_groups.len() <= partitions {
         return Ok(None);
     }
@@ -114,11 +108,7 @@ fn resize_scan(
     if config.output_partitioning.is_some() {
         return Err(NotResizable);
     }
-    let groups = deal(&config.file_groups, partitions);
-    let resized = FileScanConfigBuilder::from(config.clone())
-        .with_file_groups(groups)
-        .build();
-    Ok(Some(DataSourceExec::from_data_source(resized)))
+    Ok(Some(deal(&config.file_groups, partitions)))
 }
 
 /// The pieces of `groups` (files or byte ranges of them), in order, dealt into at most

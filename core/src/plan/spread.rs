@@ -40,8 +40,7 @@ use std::sync::Arc;
 use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::datasource::listing::PartitionedFile;
-use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig, FileScanConfigBuilder};
-use datafusion::datasource::source::DataSourceExec;
+use datafusion::datasource::physical_plan::{FileGroup, FileScanConfig};
 use datafusion::error::Result as DfResult;
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::PhysicalExpr;
@@ -70,7 +69,8 @@ use crate::format_scan::FormatScanExec;
 pub struct Spread {
     /// The plan whose partitions, all run at once, produce the partition's rows.
     pub plan: Arc<dyn ExecutionPlan>,
-    /// The most pieces one of its scans was cut into.
+    /// The most partitions it runs at once: the pieces its scans were cut into, or the
+    /// widest operator of a plan planned again at the task's threads.
     pub pieces: usize,
 }
 
@@ -388,11 +388,11 @@ fn spread_scan(
     if parts < 2 {
         return None;
     }
-    let format = node.downcast_ref::<FormatScanExec>();
     // Byte ranges of a Parquet file may be cut anywhere (a row group belongs to the range
     // holding its middle); other formats, and scans applying deletes by row position,
     // keep their pieces whole.
-    let by_range = format.is_none() && config.file_source().file_type() == "parquet";
+    let by_range = node.downcast_ref::<FormatScanExec>().is_none()
+        && config.file_source().file_type() == "parquet";
     let groups = if by_range {
         cut(group, parts)
     } else {
@@ -401,16 +401,7 @@ fn spread_scan(
     if groups.len() < 2 {
         return None;
     }
-    let scan = FileScanConfigBuilder::from(config.clone())
-        .with_file_groups(groups)
-        .build();
-    match format {
-        Some(format) => format
-            .with_scan(DataSourceExec::from_data_source(scan))
-            .ok()
-            .map(|s| Arc::new(s) as _),
-        None => Some(DataSourceExec::from_data_source(scan)),
-    }
+    super::with_file_groups(node, config, groups).ok()
 }
 
 /// `group`'s pieces cut by byte ranges into `parts` groups of equal bytes, in order.
