@@ -46,6 +46,8 @@ pub struct AwsSettings {
     pub prefix: String,
     /// Executor function (required by the scheduler).
     pub executor_function: Option<String>,
+    /// The large executor function, where the deployment has one.
+    pub large_executor_function: Option<String>,
     /// Scheduler function (required by the executor).
     pub scheduler_function: Option<String>,
     /// Engine settings.
@@ -149,11 +151,25 @@ impl AwsSettings {
         for var in needed {
             required(var)?;
         }
+        // The scheduler sizes stages up only where it knows the large executor's memory,
+        // and needs its name to send them there: one without the other is a broken
+        // deployment, found at start rather than at the first stage sized up.
+        let large_function = get(ENV_LARGE_EXECUTOR_FUNCTION);
+        match (&large_function, engine.large_executor_memory_mb) {
+            (Some(_), None) => {
+                return Err(ConfigError::Missing(
+                    "LAMBDAFUSION_LARGE_EXECUTOR_MEMORY_MB",
+                ))
+            }
+            (None, Some(_)) => return Err(ConfigError::Missing(ENV_LARGE_EXECUTOR_FUNCTION)),
+            _ => {}
+        }
         Ok(Self {
             table,
             bucket,
             prefix,
             executor_function: get(ENV_EXECUTOR_FUNCTION),
+            large_executor_function: large_function,
             scheduler_function: get(ENV_SCHEDULER_FUNCTION),
             engine,
             glue_databases: list(ENV_GLUE_DATABASES),

@@ -15,6 +15,10 @@ pub const ENV_BUCKET: &str = "LAMBDAFUSION_BUCKET";
 pub const ENV_PREFIX: &str = "LAMBDAFUSION_PREFIX";
 /// Name or ARN of the executor function the scheduler invokes per task (required by the scheduler).
 pub const ENV_EXECUTOR_FUNCTION: &str = "LAMBDAFUSION_EXECUTOR_FUNCTION";
+/// Name or ARN of the large executor function, where the deployment has one (optional;
+/// set together with `LAMBDAFUSION_LARGE_EXECUTOR_MEMORY_MB`): the stages the scheduler
+/// sizes up run their tasks there.
+pub const ENV_LARGE_EXECUTOR_FUNCTION: &str = "LAMBDAFUSION_LARGE_EXECUTOR_FUNCTION";
 /// Name or ARN of the scheduler function an executor wakes on the fast path (required by the executor).
 pub const ENV_SCHEDULER_FUNCTION: &str = "LAMBDAFUSION_SCHEDULER_FUNCTION";
 /// Comma-separated S3 locations tables may be created on (`bucket`, `bucket/prefix` or
@@ -63,6 +67,7 @@ pub const DEPLOYMENT_ENV: &[&str] = &[
     ENV_BUCKET,
     ENV_PREFIX,
     ENV_EXECUTOR_FUNCTION,
+    ENV_LARGE_EXECUTOR_FUNCTION,
     ENV_SCHEDULER_FUNCTION,
     ENV_DATA_BUCKETS,
     ENV_ADMIN_PRINCIPALS,

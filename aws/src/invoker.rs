@@ -10,7 +10,7 @@ use aws_sdk_lambda::error::DisplayErrorContext;
 use aws_sdk_lambda::primitives::Blob;
 use aws_sdk_lambda::types::InvocationType;
 use aws_sdk_lambda::Client;
-use lambdafusion::dispatch::{DispatchEvent, DispatchRange, Invoker, TaskInvocation};
+use lambdafusion::dispatch::{DispatchEvent, DispatchRange, ExecutorSize, Invoker, TaskInvocation};
 use lambdafusion::{Error, Result};
 use serde::Serialize;
 use tokio::sync::Semaphore;
@@ -39,22 +39,26 @@ pub struct WakeEvent {
 pub struct LambdaInvoker {
     client: Client,
     executor: String,
+    large_executor: Option<String>,
     scheduler: Option<String>,
     permits: Arc<Semaphore>,
 }
 
 impl LambdaInvoker {
-    /// Invokes `executor` for tasks and `scheduler` (if any) for wake-ups, at most
-    /// `concurrency` invocations in flight.
+    /// Invokes `executor` for tasks (`large_executor`, if any, for those of stages sized
+    /// up) and `scheduler` (if any) for wake-ups, at most `concurrency` invocations in
+    /// flight.
     pub fn new(
         client: Client,
         executor: String,
+        large_executor: Option<String>,
         scheduler: Option<String>,
         concurrency: usize,
     ) -> Self {
         Self {
             client,
             executor,
+            large_executor,
             scheduler,
             permits: Arc::new(Semaphore::new(concurrency.max(1))),
         }
@@ -149,7 +153,13 @@ fn is_throttle<R>(
 #[async_trait]
 impl Invoker for LambdaInvoker {
     async fn run_task(&self, invocation: &TaskInvocation) -> Result<()> {
-        self.invoke_event(&self.executor, invocation).await
+        let function = match invocation.size {
+            ExecutorSize::Standard => &self.executor,
+            // The settings refuse a large size without its function; a stage claimed by a
+            // deployment that had one, retried after it was removed, runs on the executor.
+            ExecutorSize::Large => self.large_executor.as_ref().unwrap_or(&self.executor),
+        };
+        self.invoke_event(function, invocation).await
     }
 
     async fn dispatch(&self, range: &DispatchRange) -> Result<()> {

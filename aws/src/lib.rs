@@ -66,6 +66,7 @@ pub async fn services_with(settings: &AwsSettings) -> Result<Services> {
     let invoker = invoker::LambdaInvoker::new(
         aws_sdk_lambda::Client::new(&sdk),
         settings.executor_function.clone().unwrap_or_default(),
+        settings.large_executor_function.clone(),
         settings.scheduler_function.clone(),
         settings.engine.dispatch_concurrency,
     );

@@ -429,6 +429,19 @@ settings! {
     /// `executor_memory_mb`; embedded it says what the same query would cost on Lambda.
     executor_memory_mb: usize = 3008; Count [128, 10240],
         env "LAMBDAFUSION_EXECUTOR_MEMORY_MB", terraform "executor_memory_mb";
+    /// Memory of the large executor function in MB, where the deployment has one (the
+    /// Terraform module's `large_executor_memory_mb`): a stage whose tasks would finish
+    /// sooner there, at a cost within `size_cost_percent` of the executor's, runs on it
+    /// ([`crate::plan::adaptive::executor_size`]). Embedded, a task of such a stage gets
+    /// the threads of as many function slots as the sizes' ratio. `none`: one size.
+    large_executor_memory_mb: Option<usize> = None; Count [128, 10240],
+        env "LAMBDAFUSION_LARGE_EXECUTOR_MEMORY_MB", terraform "large_executor_memory_mb";
+    /// Most a stage may cost on the large executor, as a percentage of its predicted cost
+    /// on the executor, for its tasks to run there (they must also finish sooner): 100
+    /// takes the large executor only where it costs no more; 150 lets a stage pay half
+    /// as much again to finish sooner.
+    size_cost_percent: u32 = 150; Count [100, 100_000],
+        env "LAMBDAFUSION_SIZE_COST_PERCENT", terraform "size_cost_percent";
     /// The executor's ephemeral storage (`/tmp`) in MB: the estimate prices what is above
     /// Lambda's free 512 MB for a task's seconds.
     executor_ephemeral_storage_mb: usize = 2048; Count [512, 10240],

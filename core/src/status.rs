@@ -98,6 +98,11 @@ pub struct StageStatus {
     /// reads or using one thread of two shows less). `None` when not measured.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu_use: Option<f64>,
+    /// Memory (MB) of the executor function the stage's tasks run on: the executor's,
+    /// or the large executor's for a stage claimed for it (embedded: what it would be on
+    /// Lambda, as the cost estimate prices it).
+    #[serde(default)]
+    pub memory_mb: usize,
     /// Wall time from dispatch to the last commit (ms), once complete.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub elapsed_ms: Option<u64>,
@@ -351,7 +356,7 @@ pub fn job_status(snapshot: &JobSnapshot, config: &crate::EngineConfig) -> JobSt
     let fast_path = config.fast_path;
     let job = &snapshot.job;
     let mut stages = Vec::with_capacity(snapshot.stages.len());
-    let (mut task_seconds, mut tasks_run) = (0.0, 0u64);
+    let mut task_cost_usd = 0.0;
     let mut requests = job_requests(snapshot);
     for s in &snapshot.stages {
         let (mut rows, mut bytes, mut objects, mut task_ms, mut failed) = (0, 0, 0, 0, 0);
@@ -395,8 +400,20 @@ pub fn job_status(snapshot: &JobSnapshot, config: &crate::EngineConfig) -> JobSt
                 stage_requests += o.requests;
             }
         }
-        task_seconds += (task_ms + wasted_ms) as f64 / 1000.0;
-        tasks_run += objects + u64::from(failed) + u64::from(speculative);
+        let memory_mb = match (
+            s.decision.as_ref().map(|d| d.size),
+            config.large_executor_memory_mb,
+        ) {
+            (Some(crate::dispatch::ExecutorSize::Large), Some(large)) => large,
+            _ => config.executor_memory_mb,
+        };
+        let runs = objects + u64::from(failed) + u64::from(speculative);
+        task_cost_usd += task_cost_at(
+            config,
+            memory_mb,
+            (task_ms + wasted_ms) as f64 / 1000.0,
+            runs,
+        );
         requests += stage_requests;
         let complete = snapshot.stage_complete(s);
         let state = if complete {
@@ -424,6 +441,7 @@ pub fn job_status(snapshot: &JobSnapshot, config: &crate::EngineConfig) -> JobSt
             threads,
             cpu_ms,
             cpu_use: (capacity_ms > 0).then(|| cpu_ms as f64 / capacity_ms as f64),
+            memory_mb,
             elapsed_ms: match (s.dispatched_ms, snapshot.last_commit_ms(s)) {
                 (Some(d), Some(c)) => Some(c.saturating_sub(d)),
                 _ => None,
@@ -441,7 +459,7 @@ pub fn job_status(snapshot: &JobSnapshot, config: &crate::EngineConfig) -> JobSt
     let result_rows = (job.state == crate::state::JobState::Succeeded)
         .then(|| stages.last().map_or(0, |s| s.rows));
     let end = job.finished_ms.unwrap_or_else(now_ms);
-    let cost = task_cost(config, task_seconds, tasks_run) + request_cost(&requests);
+    let cost = task_cost_usd + request_cost(&requests);
     JobStatus {
         id: job.job_id.clone(),
         state: job.state.as_str().to_string(),
@@ -494,7 +512,17 @@ pub fn dollars(usd: f64) -> String {
 /// What `seconds` of executor time over `tasks` invocations cost with `config`'s executor:
 /// compute, ephemeral storage above 512 MB, and log ingestion.
 pub fn task_cost(config: &crate::EngineConfig, seconds: f64, tasks: u64) -> f64 {
-    let gb = config.executor_memory_mb as f64 / 1024.0;
+    task_cost_at(config, config.executor_memory_mb, seconds, tasks)
+}
+
+/// [`task_cost`] on a function of `memory_mb` (the large executor's, for its stages).
+pub fn task_cost_at(
+    config: &crate::EngineConfig,
+    memory_mb: usize,
+    seconds: f64,
+    tasks: u64,
+) -> f64 {
+    let gb = memory_mb as f64 / 1024.0;
     let extra_storage_gb = config.executor_ephemeral_storage_mb.saturating_sub(512) as f64 / 1024.0;
     seconds
         * (gb * prices::lambda_gb_second() + extra_storage_gb * prices::LAMBDA_STORAGE_GB_SECOND)

@@ -642,6 +642,7 @@ mod tests {
             from: 32,
             to: 64,
             context: None,
+            size: Default::default(),
         };
         invoker.dispatch(&range).await.unwrap();
         // This thread blocks too (it is the runtime's own, not a worker).

@@ -226,6 +226,22 @@ def iam_mode(value: str) -> str:
     return value
 
 
+def large_executor(env, executor: str, args: argparse.Namespace, local_env: dict, instances) -> list:
+    """The large executor's local entry, where the module has one (TF_VAR_large_executor_memory_mb):
+    the executor's command under the module's name for it, the executor's with "-large"."""
+    memory = env.get("TF_VAR_large_executor_memory_mb", "").strip()
+    if memory in ("", "null"):
+        return []
+    return [
+        {
+            "name": f"{executor}-large",
+            "command": [args.executor_command or os.path.join(args.bin_dir, "executor-fn")],
+            "env": local_env,
+            "instances": instances("LARGE_EXECUTOR_INSTANCES", 2),
+        }
+    ]
+
+
 def config(args: argparse.Namespace) -> int:
     env = os.environ
     table = env.get("LAMBDAFUSION_TABLE", "lambdafusion")
@@ -307,7 +323,8 @@ def config(args: argparse.Namespace) -> int:
                 "env": local_env,
                 "instances": instances("EXECUTOR_INSTANCES", 4),
             },
-        ],
+        ]
+        + large_executor(env, executor, args, local_env, instances),
         # The trigger itself (batching, filters, bisection, retries) comes from the module.
         "stream_mappings": [
             {

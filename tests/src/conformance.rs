@@ -268,6 +268,8 @@ fn coalesced(at: u64) -> StageDecision {
         input_rows: at,
         input_bytes: 10,
         note: format!("claimed at {at}"),
+        // Kept by the store like the rest: retries go to the function the claim chose.
+        size: lambdafusion::dispatch::ExecutorSize::Large,
     }
 }
 

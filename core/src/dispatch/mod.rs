@@ -56,6 +56,26 @@ impl std::fmt::Display for TaskSpec {
     }
 }
 
+/// Which executor function runs a stage's tasks: the executor, or — where the deployment
+/// has one (`large_executor_memory_mb`) — the large executor, chosen per stage at its
+/// claim ([`crate::plan::adaptive::executor_size`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ExecutorSize {
+    /// The executor function (`executor_memory_mb`).
+    #[default]
+    Standard,
+    /// The large executor function (`large_executor_memory_mb`).
+    Large,
+}
+
+impl ExecutorSize {
+    /// Whether this is the standard executor (for `skip_serializing_if`).
+    pub fn is_standard(&self) -> bool {
+        *self == Self::Standard
+    }
+}
+
 /// The payload of a task invocation: the task, and — when the dispatcher could send it
 /// within the payload limit — what it already read for the task, so that the executor
 /// starts its work without reading the store first (see [`DispatchContext`]).
@@ -73,6 +93,10 @@ pub struct TaskInvocation {
     /// function that receives the event, never part of it.
     #[serde(skip)]
     pub deadline_ms: Option<u64>,
+    /// The function that runs it (its stage's choice): the invoker's target, never part
+    /// of the event.
+    #[serde(skip)]
+    pub size: ExecutorSize,
 }
 
 impl From<TaskSpec> for TaskInvocation {
@@ -81,6 +105,7 @@ impl From<TaskSpec> for TaskInvocation {
             task,
             context: None,
             deadline_ms: None,
+            size: ExecutorSize::Standard,
         }
     }
 }
@@ -173,6 +198,9 @@ pub struct DispatchRange {
     /// What the tasks are handed (see [`TaskInvocation::context`]).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub context: Option<Arc<DispatchContext>>,
+    /// The function its tasks run on (their stage's choice).
+    #[serde(default, skip_serializing_if = "ExecutorSize::is_standard")]
+    pub size: ExecutorSize,
 }
 
 impl std::fmt::Display for DispatchRange {

@@ -21,7 +21,7 @@ use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use object_store::ObjectStoreExt;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::dispatch::{Handoff, JobBrief, TaskInvocation, TaskSpec};
+use crate::dispatch::{ExecutorSize, Handoff, JobBrief, TaskInvocation, TaskSpec};
 use crate::faults::FaultKind;
 use crate::plan;
 use crate::requests::{Request, Tally};
@@ -31,7 +31,7 @@ use crate::state::{
     TaskOutput, TaskState,
 };
 use crate::time::now_ms;
-use crate::{Error, Result, Services};
+use crate::{EngineConfig, Error, Result, Services};
 
 /// How a task invocation ended.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -272,9 +272,11 @@ impl Executor {
             )));
         }
         let stop = Arc::new(AtomicBool::new(false));
-        let threads = self
-            .threads
-            .for_stage(stage.tasks, services.config.task_threads);
+        let threads = self.threads.for_stage(
+            stage.tasks,
+            services.config.task_threads,
+            slot_weight(&stage, &services.config),
+        );
         let given = invocation
             .context
             .as_deref()
@@ -878,5 +880,20 @@ impl Executor {
                 }
             }
         })
+    }
+}
+
+/// Function slots a task of `stage` counts as ([`threads::TaskThreads::for_stage`]): the
+/// large executor's memory over the executor's, rounded, for a stage claimed for it; one
+/// otherwise.
+fn slot_weight(stage: &StageRecord, config: &EngineConfig) -> usize {
+    match (
+        stage.decision.as_ref().map(|d| d.size),
+        config.large_executor_memory_mb,
+    ) {
+        (Some(ExecutorSize::Large), Some(large)) => {
+            (large as f64 / config.executor_memory_mb.max(1) as f64).round() as usize
+        }
+        _ => 1,
     }
 }

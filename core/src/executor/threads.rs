@@ -49,10 +49,13 @@ impl TaskThreads {
     /// Threads for a task of a stage of `tasks` tasks: `set` (the `task_threads`
     /// setting) when given, else the cores shared by the tasks that run at once — every
     /// core for a stage of one task, an equal share when the stage fills every slot — at
-    /// least one.
-    pub fn for_stage(&self, tasks: u32, set: Option<usize>) -> usize {
+    /// least one. Embedded, a task of a stage on the large executor counts as `weight`
+    /// slots (the sizes' memory ratio): its share is that many slots' (at most every
+    /// core). On Lambda the function's own vCPUs already say its size.
+    pub fn for_stage(&self, tasks: u32, set: Option<usize>, weight: usize) -> usize {
         let running = self.slots.min(tasks.max(1) as usize).max(1);
-        set.unwrap_or(self.cores / running).max(1)
+        let share = (self.cores * weight.clamp(1, self.slots) / running).min(self.cores);
+        set.unwrap_or(share).max(1)
     }
 }
 
@@ -145,16 +148,22 @@ mod tests {
     #[test]
     fn a_one_task_stage_gets_every_core_a_full_stage_a_share() {
         let t = TaskThreads { cores: 4, slots: 8 };
-        assert_eq!(t.for_stage(1, None), 4);
-        assert_eq!(t.for_stage(2, None), 2);
-        assert_eq!(t.for_stage(3, None), 1);
-        assert_eq!(t.for_stage(100, None), 1);
-        assert_eq!(t.for_stage(0, None), 4);
-        assert_eq!(t.for_stage(1, Some(2)), 2);
-        assert_eq!(t.for_stage(100, Some(3)), 3, "set, whatever the machine");
-        assert_eq!(t.for_stage(1, Some(0)), 1);
+        assert_eq!(t.for_stage(1, None, 1), 4);
+        assert_eq!(t.for_stage(2, None, 1), 2);
+        assert_eq!(t.for_stage(3, None, 1), 1);
+        assert_eq!(t.for_stage(100, None, 1), 1);
+        assert_eq!(t.for_stage(0, None, 1), 4);
+        assert_eq!(t.for_stage(1, Some(2), 1), 2);
+        assert_eq!(t.for_stage(100, Some(3), 4), 3, "set, whatever the machine");
+        assert_eq!(t.for_stage(1, Some(0), 1), 1);
+        assert_eq!(
+            t.for_stage(100, None, 4),
+            2,
+            "a large task: four slots' share"
+        );
+        assert_eq!(t.for_stage(2, None, 8), 4, "at most every core");
         let lambda = TaskThreads { cores: 2, slots: 1 };
-        assert_eq!(lambda.for_stage(500, None), 2);
+        assert_eq!(lambda.for_stage(500, None, 3), 2);
     }
 
     /// Busy work on `threads` threads, `each` of CPU time apiece (a spinning task never

@@ -32,6 +32,7 @@ impl Scheduler {
                         task: send.task.clone(),
                         context: send.context.clone(),
                         deadline_ms: None,
+                        size: send.size,
                     };
                     let result = invoker.run_task(&invocation).await;
                     (send, result)

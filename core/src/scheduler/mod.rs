@@ -36,8 +36,8 @@ use std::sync::Arc;
 use tracing::warn;
 
 use crate::access::Caller;
-use crate::dispatch::{DispatchContext, Handoff, TaskSpec};
-use crate::state::{ChangeRecord, JobState};
+use crate::dispatch::{DispatchContext, ExecutorSize, Handoff, TaskSpec};
+use crate::state::{ChangeRecord, JobSnapshot, JobState};
 use crate::time::now_ms;
 use crate::{EngineConfig, Error, Result, Services};
 
@@ -93,6 +93,8 @@ struct PendingInvocation {
     /// Record the accepted invocation on the task item (retries and re-sends; a
     /// stage's first dispatch is confirmed on the stage instead).
     confirm: bool,
+    /// The function it runs on: its stage's choice.
+    size: ExecutorSize,
 }
 
 impl Scheduler {
@@ -203,23 +205,33 @@ impl Scheduler {
 impl PendingInvocation {
     /// A task's first attempt as its stage's dispatch sends it: confirmed on the stage
     /// (or its commit counter), not on a task item.
-    fn first(task: TaskSpec, context: Option<Arc<DispatchContext>>) -> Self {
+    fn first(task: TaskSpec, context: Option<Arc<DispatchContext>>, size: ExecutorSize) -> Self {
         Self {
             task,
             context,
             throttles: 0,
             confirm: false,
+            size,
         }
     }
 
     /// An attempt sent again (a retry, a re-send after a throttle or a dead dispatcher):
-    /// confirmed on its task item once accepted.
-    fn again(task: TaskSpec, throttles: u32) -> Self {
+    /// confirmed on its task item once accepted; on the function its stage was claimed
+    /// for (in `snapshot`).
+    fn again(task: TaskSpec, throttles: u32, snapshot: &JobSnapshot) -> Self {
+        let size = snapshot
+            .stages
+            .iter()
+            .find(|s| s.stage == task.stage)
+            .and_then(|s| s.decision.as_ref())
+            .map(|d| d.size)
+            .unwrap_or_default();
         Self {
             task,
             context: None,
             throttles,
             confirm: true,
+            size,
         }
     }
 }

@@ -107,7 +107,7 @@ impl Scheduler {
                         partition,
                         attempt,
                     };
-                    pending.push(PendingInvocation::again(spec, 0));
+                    pending.push(PendingInvocation::again(spec, 0, snapshot));
                 }
             }
             next = match (next, check.next_ms) {
@@ -242,7 +242,11 @@ impl Scheduler {
                         .start_attempt(job_id, task.stage, task.partition, next, now, expires_at)
                         .await?
                     {
-                        pending.push(PendingInvocation::again(spec(next), task.throttles));
+                        pending.push(PendingInvocation::again(
+                            spec(next),
+                            task.throttles,
+                            snapshot,
+                        ));
                     }
                 }
                 TaskState::Failed => {
@@ -265,7 +269,11 @@ impl Scheduler {
                 {
                     debug!(job_id = %job_id, stage = task.stage, task = task.partition,
                         state = ?task.state, "sending an attempt again");
-                    pending.push(PendingInvocation::again(spec(task.attempt), task.throttles));
+                    pending.push(PendingInvocation::again(
+                        spec(task.attempt),
+                        task.throttles,
+                        snapshot,
+                    ));
                 }
                 _ => {}
             }
@@ -412,7 +420,12 @@ impl Scheduler {
         }
         let handoff = origin.map(|h| h.plus(2));
         let context = context_for(snapshot, &snapshot.stages[index], plans, handoff);
-        self.dispatch_stage(&job_id, stage, tasks, context, &stage_key)
+        let size = snapshot.stages[index]
+            .decision
+            .as_ref()
+            .map(|d| d.size)
+            .unwrap_or_default();
+        self.dispatch_stage(&job_id, stage, tasks, context, size, &stage_key)
             .await?;
         store.confirm_stage(&job_id, stage, now_ms()).await?;
         // The first look for stragglers ([`super::speculation`]).
@@ -472,7 +485,7 @@ impl Scheduler {
                     partition,
                     attempt: 1,
                 };
-                pending.push(PendingInvocation::again(task, 0));
+                pending.push(PendingInvocation::again(task, 0, snapshot));
             }
         }
         Ok(pending)

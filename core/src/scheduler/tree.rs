@@ -9,7 +9,7 @@ use std::sync::Arc;
 use futures::StreamExt;
 use tracing::{warn, Instrument};
 
-use crate::dispatch::{DispatchContext, DispatchRange, TaskSpec};
+use crate::dispatch::{DispatchContext, DispatchRange, ExecutorSize, TaskSpec};
 use crate::faults::FaultKind;
 use crate::state::{
     counter_of, counters_of, DispatchConfirmation, JobSnapshot, StageRecord, COUNTER_TASKS,
@@ -34,6 +34,7 @@ impl Scheduler {
         stage: u32,
         tasks: u32,
         context: Option<Arc<DispatchContext>>,
+        size: ExecutorSize,
         stage_key: &str,
     ) -> Result<()> {
         let faults = &self.services.faults;
@@ -46,6 +47,7 @@ impl Scheduler {
                     from,
                     to,
                     context: context.as_ref().map(|c| with_handoff(c, 1)),
+                    size,
                 })
                 .collect();
             if faults.fires(FaultKind::SchedulerCrashMidDispatch, stage_key) {
@@ -60,7 +62,11 @@ impl Scheduler {
         let context = context.as_ref().map(|c| with_handoff(c, 1));
         let mut sends: Vec<PendingInvocation> = (0..tasks)
             .map(|partition| {
-                PendingInvocation::first(first_attempt(job_id, stage, partition), context.clone())
+                PendingInvocation::first(
+                    first_attempt(job_id, stage, partition),
+                    context.clone(),
+                    size,
+                )
             })
             .collect();
         if faults.fires(FaultKind::SchedulerCrashMidDispatch, stage_key) {
@@ -132,7 +138,7 @@ impl Scheduler {
             let sends = (range.from..range.to)
                 .map(|partition| {
                     let task = first_attempt(&range.job_id, range.stage, partition);
-                    PendingInvocation::first(task, context.clone())
+                    PendingInvocation::first(task, context.clone(), range.size)
                 })
                 .collect();
             self.dispatch(sends).await;

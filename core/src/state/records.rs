@@ -5,6 +5,7 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::dispatch::ExecutorSize;
 use crate::requests::RequestCounts;
 
 /// Lifecycle of a job.
@@ -346,6 +347,10 @@ pub struct StageDecision {
     pub input_bytes: u64,
     /// One line saying what was decided and why, for the status and EXPLAIN.
     pub note: String,
+    /// The executor function its tasks run on
+    /// ([`crate::plan::adaptive::executor_size`]).
+    #[serde(default, skip_serializing_if = "ExecutorSize::is_standard")]
+    pub size: ExecutorSize,
 }
 
 /// One task of a split partition: it reads producers `producers.0..producers.1` of input

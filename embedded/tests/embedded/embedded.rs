@@ -1289,6 +1289,74 @@ async fn a_sorted_table_answers_the_same_at_every_size() {
     }
 }
 
+/// With a large executor (`large_executor_memory_mb`), a stage whose measured CPU says it
+/// finishes sooner there runs on it: its decision and status say so and price its tasks
+/// at the large size, embedded its tasks get the threads of as many slots as the sizes'
+/// ratio, and every answer is DataFusion's. Without one, or with no CPU measured yet (a
+/// query's first stages), stages stay on the executor.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stage_that_would_finish_sooner_on_the_large_executor_runs_there() {
+    let dir = tempfile::tempdir().unwrap();
+    write_tables(dir.path()).await;
+    // 128 MB (a fourteenth of a vCPU) against 10,240 MB: any CPU spread over threads is
+    // sooner there, and any cost is allowed.
+    let bytes = common::dir_bytes(&dir.path().join("facts"));
+    let mut sized = EngineConfig::default()
+        .with_bytes_per_task(bytes.div_ceil(2))
+        .with_min_scan_bytes_per_task(1)
+        .with_min_spread_bytes(1);
+    for (k, v) in [
+        ("executor_memory_mb", "128"),
+        ("large_executor_memory_mb", "10240"),
+        ("size_cost_percent", "100000"),
+    ] {
+        sized.set(k, v).unwrap();
+    }
+    let mut one_size = sized.clone();
+    one_size.large_executor_memory_mb = None;
+    for (config, large) in [(sized, true), (one_size, false)] {
+        let engine = engine(config, dir.path()).await;
+        register(&engine, dir.path()).await;
+        let mut sized_up = 0;
+        for (sql, ordered) in QUERIES.iter() {
+            let out = engine
+                .sql(sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            let expected = reference(dir.path(), sql).await;
+            if let Some(diff) =
+                lambdafusion_embedded::verify::compare(&expected, &out.batches, *ordered).err()
+            {
+                panic!("{sql} (large executor: {large})\n{diff}");
+            }
+            let stages = &out.status.stages;
+            // The first stage to run has nothing measured before it.
+            let first = stages.iter().find(|s| s.tasks > 0).unwrap();
+            assert_eq!(first.memory_mb, 128, "{sql}: {first:?}");
+            for s in stages.iter().filter(|s| s.memory_mb == 10240) {
+                assert!(large, "{sql}: sized up without a large executor: {s:?}");
+                let note = s.decision_note.as_deref().unwrap_or_default();
+                assert!(
+                    note.contains("on the large executor (10240 MB"),
+                    "{sql}: {note}"
+                );
+                sized_up += 1;
+            }
+            if large {
+                let notes: Vec<_> = stages
+                    .iter()
+                    .filter_map(|s| s.decision_note.as_deref())
+                    .collect();
+                assert!(
+                    notes.iter().any(|n| n.contains("executor")),
+                    "{sql}: no stage says which executor it ran on: {notes:?}"
+                );
+            }
+        }
+        assert_eq!(sized_up > 0, large, "stages sized up: {sized_up}");
+    }
+}
+
 /// A task runs its input on every thread it has (`task_threads`, here 3 whatever the
 /// machine): every query answers as DataFusion when its whole plan is one task (the
 /// chains from its scans spread and merged again below the operators that need them

@@ -904,14 +904,17 @@ fn deployment_scope<'m>(module: &'m Module, inputs: &Inputs) -> Result<Scope<'m>
                     attrs: stack_attributes(kind, name, inputs),
                     unknown: None,
                 }
-            } else if attr(body, "count").is_some() || attr(body, "for_each").is_some() {
+            } else if attr(body, "for_each").is_some() {
                 Known {
                     attrs: hcl::Map::new(),
                     unknown: Some(format!(
-                        "{address} has `count` or `for_each`, which the local stack does not play"
+                        "{address} has `for_each`, which the local stack does not play"
                     )),
                 }
             } else {
+                // A resource with `count` (0 or 1, [`Scope::exists`]) is named by its
+                // configuration like any other; other resources name it through the
+                // locals its name comes from, never as `resource[0]`.
                 let unknown = |why: String| Known {
                     attrs: hcl::Map::new(),
                     unknown: Some(format!(
@@ -3933,6 +3936,53 @@ mod tests {
             function(&d, "dev-scheduler").env["LAMBDAFUSION_EXECUTOR_FUNCTION"],
             "dev-executor"
         );
+    }
+
+    #[test]
+    fn a_large_executor_is_played_as_the_executor_with_more_memory() {
+        let d = deploy(&module_files(), &[]).unwrap();
+        assert_eq!(d.functions.len(), 2, "none by default");
+        assert!(!function(&d, "sched-local")
+            .env
+            .contains_key("LAMBDAFUSION_LARGE_EXECUTOR_FUNCTION"));
+        let d = deploy(&module_files(), &[("large_executor_memory_mb", "10240")]).unwrap();
+        assert_eq!(d.functions.len(), 3);
+        // Named after the executor, as the stack names it.
+        let large = function(&d, "exec-local-large");
+        let executor = function(&d, "exec-local");
+        assert_eq!(large.memory_mb, 10240);
+        assert_eq!(large.env, executor.env);
+        assert_eq!(large.role, executor.role, "the executor's role");
+        assert_eq!(large.invoke.max_retry_attempts, 0);
+        assert_eq!(large.invoke.on_failure.as_deref(), Some("sched-local"));
+        for f in [&d.functions[0], &d.functions[1], &d.functions[2]] {
+            assert_eq!(
+                f.env["LAMBDAFUSION_LARGE_EXECUTOR_FUNCTION"],
+                "exec-local-large"
+            );
+            assert_eq!(f.env["LAMBDAFUSION_LARGE_EXECUTOR_MEMORY_MB"], "10240");
+        }
+        // Both roles that dispatch tasks may invoke it, and it may write its own logs.
+        let role = executor.role.as_ref().unwrap();
+        let scheduler = function(&d, "sched-local").role.as_ref().unwrap();
+        let statement = |role: &RoleConfig, sid: &str| {
+            role.statements
+                .iter()
+                .find(|s| s.sid.as_deref() == Some(sid))
+                .unwrap()
+                .resources
+                .clone()
+        };
+        let arn = "arn:aws:lambda:us-east-1:000000000000:function:exec-local";
+        for r in [role, scheduler] {
+            assert_eq!(
+                statement(r, "DispatchTasks"),
+                [arn.to_string(), format!("{arn}-large")]
+            );
+        }
+        assert!(statement(role, "WriteOwnLogs")
+            .iter()
+            .any(|l| l.ends_with("/aws/lambda/exec-local-large:*")));
     }
 
     #[test]

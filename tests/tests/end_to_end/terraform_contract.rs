@@ -64,10 +64,11 @@ const DATA_KEYS: &str = "var.data_kms_key_arns";
 const GLUE: &str = r#"concat(["${local.glue_catalog_arn}:catalog"], [for d in var.glue_databases : "${local.glue_catalog_arn}:database/${d}"], [for d in var.glue_databases : "${local.glue_catalog_arn}:table/${d}/*"])"#;
 const POISON_QUEUE: &str = "aws_sqs_queue.poison.arn";
 const SCHEDULER_FN: &str = "aws_lambda_function.scheduler.arn";
-const EXECUTOR_FN: &str = "aws_lambda_function.executor.arn";
+/// The executors tasks go to: the executor, and the large one where there is one.
+const EXECUTOR_FN: &str = r#"local.has_large_executor ? [aws_lambda_function.executor.arn, "${aws_lambda_function.executor.arn}-large"] : [aws_lambda_function.executor.arn]"#;
 const ANY_RESOURCE: &str = r#""*""#;
 const SCHEDULER_LOGS: &str = r#""${aws_cloudwatch_log_group.scheduler.arn}:*""#;
-const EXECUTOR_LOGS: &str = r#""${aws_cloudwatch_log_group.executor.arn}:*""#;
+const EXECUTOR_LOGS: &str = r#"local.has_large_executor ? ["${aws_cloudwatch_log_group.executor.arn}:*", "${aws_cloudwatch_log_group.executor.arn}-large:*"] : ["${aws_cloudwatch_log_group.executor.arn}:*"]"#;
 
 // ---------------------------------------------------------------------------------------
 // What the module must say, built from the contract
@@ -232,7 +233,12 @@ fn contract_with(lists: &ActionLists) -> Contract {
 
     let mut functions = BTreeMap::new();
     functions.insert("scheduler", (strings(SCHEDULER_REQUIRED_ENV), scheduler));
-    functions.insert("executor", (strings(EXECUTOR_REQUIRED_ENV), executor));
+    functions.insert(
+        "executor",
+        (strings(EXECUTOR_REQUIRED_ENV), executor.clone()),
+    );
+    // The executor's code with more memory, under the executor's role.
+    functions.insert("executor_large", (strings(EXECUTOR_REQUIRED_ENV), executor));
     Contract {
         runtime: RUNTIME.to_string(),
         handler: HANDLER.to_string(),
@@ -815,7 +821,9 @@ fn check_iam(module: &Module, contract: &Contract, errors: &mut Vec<String>) {
                 continue;
             }
         };
-        if !roles_seen.insert(role.clone()) {
+        // The large executor is the executor's code: it runs under the executor's role.
+        let shares_executor_role = *function_name == "executor_large" && role == "executor";
+        if !roles_seen.insert(role.clone()) && !shares_executor_role {
             errors.push(format!(
                 "{function_name}: shares role {role} with another function (one role per function)"
             ));
@@ -1536,7 +1544,7 @@ fn negative_extra_stream_filter_is_detected() {
 fn negative_wrong_resource_is_detected() {
     let src = mutate(
         &module_source(),
-        "resources = [aws_lambda_function.executor.arn]",
+        "resources = local.executor_arns",
         "resources = [aws_lambda_function.scheduler.arn]",
     );
     assert_detected(

@@ -377,11 +377,53 @@ fn a_stage_wider_than_the_executors_reserved_concurrency_is_refused() {
     let executor = planned(&plan, "module.lambdafusion.aws_lambda_function.executor");
     assert_eq!(executor["reserved_concurrent_executions"], 50);
     // Budget limits are validated before anything is planned.
+    let err = flat(
+        &example
+            .plan(&["large_executor_memory_mb=2048"])
+            .unwrap_err(),
+    );
+    assert!(
+        err.contains("large_executor_memory_mb must be null or above executor_memory_mb"),
+        "{err}"
+    );
     let err = flat(&example.plan(&["max_query_cost_usd=0"]).unwrap_err());
     assert!(
         err.contains("max_query_cost_usd must be null or above 0"),
         "{err}"
     );
+}
+
+#[test]
+fn a_large_executor_is_the_executors_code_with_more_memory_and_both_functions_know_it() {
+    let Some(example) = Example::new() else {
+        return;
+    };
+    example.package("ok", Some(Manifest::For { arch: "arm64" }));
+    let plan = example.plan(&[]).unwrap();
+    assert!(
+        planned_of(&plan, "aws_lambda_function").len() == 2,
+        "no large executor by default"
+    );
+    let plan = example.plan(&["large_executor_memory_mb=10240"]).unwrap();
+    let large = planned(
+        &plan,
+        "module.lambdafusion.aws_lambda_function.executor_large[0]",
+    );
+    let executor = planned(&plan, "module.lambdafusion.aws_lambda_function.executor");
+    assert_eq!(large["memory_size"], 10240);
+    assert_eq!(large["function_name"], "lambdafusion-executor-large");
+    assert_eq!(large["source_code_hash"], executor["source_code_hash"]);
+    assert_eq!(large["architectures"], executor["architectures"]);
+    let config = planned(
+        &plan,
+        "module.lambdafusion.aws_lambda_function_event_invoke_config.executor_large[0]",
+    );
+    assert_eq!(
+        config["maximum_retry_attempts"], 0,
+        "the scheduler owns retries"
+    );
+    // The functions' environments are only known at apply (they name the bucket); the
+    // local stack's reader checks them (local/emulator, `a_large_executor_*`).
 }
 
 /// Every planned resource of `kind`, by address.

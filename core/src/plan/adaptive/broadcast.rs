@@ -125,6 +125,7 @@ pub(super) fn switched_join(
         input_rows: small.iter().chain(&large).map(|o| o.rows).sum(),
         input_bytes: small_bytes + large_bytes,
         note: String::new(),
+        size: Default::default(),
     };
     if switch.mode == SwitchMode::Join {
         // It ran inside the large side's tasks, which wrote its output.

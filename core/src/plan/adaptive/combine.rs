@@ -62,6 +62,7 @@ pub(super) fn combine(
         input_rows: outputs.iter().map(|o| o.rows).sum(),
         input_bytes: 0,
         note: format!("passed through ({why}): {consumers} reads stage {input} directly"),
+        size: Default::default(),
     };
     if !config.adaptive || direct <= config.max_shuffle_reads || producers <= 1 {
         return Ok(pass_through(format!(

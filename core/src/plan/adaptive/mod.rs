@@ -41,11 +41,13 @@
 //!
 //! One file per rule (`coalesce.rs`, `split.rs`, `fuse.rs`, `broadcast.rs`,
 //! `combine.rs`); `sizing.rs` gathers what a stage's inputs committed and applies the
-//! coalesce and split rules in order.
+//! coalesce and split rules in order. Then, where the deployment has two executor
+//! sizes, [`executor_size`] picks the function the stage's tasks run on.
 
 mod broadcast;
 mod coalesce;
 mod combine;
+pub mod executor_size;
 mod fuse;
 mod sizing;
 mod split;
@@ -139,6 +141,11 @@ pub fn decide(
             (source != input).then_some((input, source))
         })
         .collect();
+    let (size, why) = executor_size::choose(stage, &decision, snapshot, config);
+    decision.size = size;
+    if !why.is_empty() {
+        decision.note = format!("{}; {why}", decision.note);
+    }
     Ok(decision)
 }
 
@@ -275,6 +282,7 @@ mod tests {
             input_rows: 0,
             input_bytes: 0,
             note: String::new(),
+            size: Default::default(),
         };
         let groups: Vec<_> = (0..3).map(|t| decision.partitions_of(t)).collect();
         assert_eq!(groups, vec![0..1, 1..3, 3..5]);
@@ -314,6 +322,7 @@ mod tests {
             input_rows: 0,
             input_bytes: 0,
             note: String::new(),
+            size: Default::default(),
         };
         let groups: Vec<_> = (0..4).map(|t| decision.partitions_of(t)).collect();
         assert_eq!(groups, vec![0..1, 1..2, 1..2, 2..3]);

@@ -161,6 +161,7 @@ pub(super) fn size(
         input_rows: inputs.rows,
         input_bytes: 0,
         note: String::new(),
+        size: Default::default(),
     };
     if !inputs.other_widths.is_empty() {
         return Ok(StageDecision {

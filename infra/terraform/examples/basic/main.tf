@@ -26,6 +26,7 @@ module "lambdafusion" {
 
   scheduler_reserved_concurrency = var.scheduler_reserved_concurrency
   executor_reserved_concurrency  = var.executor_reserved_concurrency
+  large_executor_memory_mb       = var.large_executor_memory_mb
   max_tasks_per_stage            = var.max_tasks_per_stage
   max_scan_bytes_per_query       = var.max_scan_bytes_per_query
   max_query_cost_usd             = var.max_query_cost_usd

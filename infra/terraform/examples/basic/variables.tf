@@ -124,6 +124,12 @@ variable "executor_reserved_concurrency" {
   default     = null
 }
 
+variable "large_executor_memory_mb" {
+  description = "Memory of a second, larger executor for the stages that finish sooner there at about the same cost (e.g. 10240), or null for one size; see docs/deploy.md, Two executor sizes."
+  type        = number
+  default     = null
+}
+
 variable "max_tasks_per_stage" {
   description = "Most tasks per stage (null: the code's 1000); at most executor_reserved_concurrency when that is set."
   type        = number

@@ -6,6 +6,11 @@ locals {
   # environment without a dependency cycle.
   scheduler_function_name = "${var.name_prefix}-scheduler"
   executor_function_name  = "${var.name_prefix}-executor"
+  # The large executor's name is the executor's with "-large", so its ARN (and its log
+  # group's) is the executor's with "-large" too: the roles can name it whether or not
+  # it exists.
+  large_executor_function_name = "${local.executor_function_name}-large"
+  has_large_executor           = var.large_executor_memory_mb != null
   function_names = {
     scheduler = local.scheduler_function_name
     executor  = local.executor_function_name
@@ -76,6 +81,9 @@ locals {
         LAMBDAFUSION_MAX_QUERIES_PER_CALLER   = var.max_queries_per_caller
         LAMBDAFUSION_MAX_TASKS_PER_CALLER     = var.max_tasks_per_caller
         LAMBDAFUSION_MAX_QUERY_COST_USD       = var.max_query_cost_usd
+        LAMBDAFUSION_LARGE_EXECUTOR_MEMORY_MB = var.large_executor_memory_mb
+        LAMBDAFUSION_LARGE_EXECUTOR_FUNCTION  = local.has_large_executor ? local.large_executor_function_name : null
+        LAMBDAFUSION_SIZE_COST_PERCENT        = var.size_cost_percent
       } : name => tostring(value) if value != null
     },
   )
@@ -376,4 +384,97 @@ resource "aws_lambda_function_event_invoke_config" "executor" {
   # Lambda checks that the executor's role may invoke the destination (WakeScheduler in
   # the executor's engine policy; see "Ordering" in iam.tf).
   depends_on = [aws_iam_role_policy.executor]
+}
+
+# ---------------------------------------------------------------------------------------
+# executor-fn, large: the same code, role and settings with more memory (and vCPUs), for
+# the stages the scheduler sizes up (large_executor_memory_mb; none by default)
+# ---------------------------------------------------------------------------------------
+
+resource "aws_cloudwatch_log_group" "executor_large" {
+  #checkov:skip=CKV_AWS_158:Logs are encrypted with CloudWatch's own key; a customer-managed KMS key costs $1/month plus requests and buys nothing for operational logs without secrets.
+  #checkov:skip=CKV_AWS_338:Retention is a variable (default 30 days); a year of debug logs for an ephemeral query engine is cost without use.
+  count             = local.has_large_executor ? 1 : 0
+  name              = "/aws/lambda/${local.large_executor_function_name}"
+  retention_in_days = var.log_retention_days
+  tags              = local.tags
+}
+
+resource "aws_lambda_function" "executor_large" {
+  #checkov:skip=CKV_AWS_117:No VPC: the function only calls public AWS APIs (DynamoDB, S3, Lambda); a VPC would add NAT or endpoint costs and cold-start latency for nothing.
+  #checkov:skip=CKV_AWS_173:The environment holds resource names and tuning numbers, no secrets; Lambda encrypts it at rest with its service key, a customer-managed KMS key would only add cost.
+  #checkov:skip=CKV_AWS_272:Code signing needs an AWS Signer profile and signed artifacts from CI; the zips come straight from `cargo lambda build` in this deployment.
+  #checkov:skip=CKV_AWS_50:X-Ray is PassThrough by default (tracing_mode): Active tracing costs up to $5 per million task invocations and the engine's segments carry no query; lambdafusion logs follows a query instead.
+  #checkov:skip=CKV_AWS_116:Failed and expired task events go to the on-failure destination (aws_lambda_function_event_invoke_config.executor_large), which reaches the scheduler, as the executor's do.
+  count         = local.has_large_executor ? 1 : 0
+  function_name = local.large_executor_function_name
+  description   = "lambdafusion executor, large: runs one task of a stage the scheduler sized up"
+  role          = aws_iam_role.executor.arn
+
+  filename         = local.code_in_s3.executor ? null : var.executor_zip_path
+  s3_bucket        = local.code_in_s3.executor ? aws_s3_object.code["executor"].bucket : null
+  s3_key           = local.code_in_s3.executor ? aws_s3_object.code["executor"].key : null
+  source_code_hash = filebase64sha256(var.executor_zip_path)
+  runtime          = "provided.al2023"
+  handler          = "bootstrap"
+  architectures    = [local.architecture]
+
+  memory_size = var.large_executor_memory_mb
+  timeout     = var.executor_timeout_seconds
+  # Its tasks count against the account's unreserved pool; the executor's reservation, if
+  # any, stays the executor's.
+  reserved_concurrent_executions = -1
+
+  ephemeral_storage {
+    size = var.executor_ephemeral_storage_mb
+  }
+
+  tracing_config {
+    mode = var.tracing_mode
+  }
+
+  logging_config {
+    log_format            = "JSON"
+    application_log_level = "INFO"
+    system_log_level      = "INFO"
+    log_group             = "/aws/lambda/${local.large_executor_function_name}"
+  }
+
+  environment {
+    variables = merge(local.engine_env, {
+      LAMBDAFUSION_SCHEDULER_FUNCTION = local.scheduler_function_name
+      LAMBDAFUSION_EXECUTOR_FUNCTION  = local.executor_function_name
+      LAMBDAFUSION_MAX_SPILL_BYTES    = tostring(local.max_spill_bytes.executor)
+    })
+  }
+
+  tags = local.tags
+
+  lifecycle {
+    precondition {
+      condition     = local.architecture_problem.executor == null
+      error_message = "executor-fn: ${coalesce(local.architecture_problem.executor, "-")}."
+    }
+  }
+
+  depends_on = [
+    aws_cloudwatch_log_group.executor_large,
+    aws_iam_role_policy.executor_runtime,
+  ]
+}
+
+# As the executor's: no retries by Lambda, failures and expired events to the scheduler.
+resource "aws_lambda_function_event_invoke_config" "executor_large" {
+  count                        = local.has_large_executor ? 1 : 0
+  function_name                = local.large_executor_function_name
+  maximum_retry_attempts       = 0
+  maximum_event_age_in_seconds = var.executor_max_event_age_seconds
+
+  destination_config {
+    on_failure {
+      destination = aws_lambda_function.scheduler.arn
+    }
+  }
+
+  depends_on = [aws_iam_role_policy.executor, aws_lambda_function.executor_large]
 }

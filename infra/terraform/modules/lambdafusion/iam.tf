@@ -195,7 +195,7 @@ data "aws_iam_policy_document" "scheduler" {
   statement {
     sid       = "DispatchTasks"
     actions   = ["lambda:InvokeFunction"]
-    resources = [aws_lambda_function.executor.arn]
+    resources = local.executor_arns
   }
 
   # The nodes of invocation trees: stages wider than dispatch_fanout go out through
@@ -224,11 +224,18 @@ resource "aws_iam_role" "executor" {
   tags               = local.tags
 }
 
+locals {
+  # The executors tasks are dispatched to: the executor, and the large one (its ARN the
+  # executor's with "-large") where there is one.
+  executor_arns = local.has_large_executor ? [aws_lambda_function.executor.arn, "${aws_lambda_function.executor.arn}-large"] : [aws_lambda_function.executor.arn]
+}
+
 data "aws_iam_policy_document" "executor_runtime" {
   statement {
-    sid       = "WriteOwnLogs"
-    actions   = ["logs:CreateLogStream", "logs:PutLogEvents"]
-    resources = ["${aws_cloudwatch_log_group.executor.arn}:*"]
+    sid     = "WriteOwnLogs"
+    actions = ["logs:CreateLogStream", "logs:PutLogEvents"]
+    # The large executor's log group, where there is one, is the executor's with "-large".
+    resources = local.has_large_executor ? ["${aws_cloudwatch_log_group.executor.arn}:*", "${aws_cloudwatch_log_group.executor.arn}-large:*"] : ["${aws_cloudwatch_log_group.executor.arn}:*"]
   }
 
   statement {
@@ -311,7 +318,7 @@ data "aws_iam_policy_document" "executor" {
   statement {
     sid       = "DispatchTasks"
     actions   = ["lambda:InvokeFunction"]
-    resources = [aws_lambda_function.executor.arn]
+    resources = local.executor_arns
   }
 }
 

@@ -63,6 +63,11 @@ output "executor_function_name" {
   value       = aws_lambda_function.executor.function_name
 }
 
+output "large_executor_function_name" {
+  description = "Name of the large executor function; null without large_executor_memory_mb."
+  value       = local.has_large_executor ? local.large_executor_function_name : null
+}
+
 output "executor_function_arn" {
   description = "ARN of the executor function."
   value       = aws_lambda_function.executor.arn

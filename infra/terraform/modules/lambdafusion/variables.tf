@@ -109,6 +109,28 @@ variable "executor_memory_mb" {
   }
 }
 
+variable "large_executor_memory_mb" {
+  description = "Memory of a second, larger executor function in MB, or null (the default) for none. With it the scheduler runs a stage's tasks there when the CPU its query measured says they finish sooner at a cost within size_cost_percent of the executor's (docs/deploy.md, \"Two executor sizes\"). It is the executor's code, role and settings under the name <name_prefix>-executor-large; both functions read its memory as LAMBDAFUSION_LARGE_EXECUTOR_MEMORY_MB and its name as LAMBDAFUSION_LARGE_EXECUTOR_FUNCTION. 10240 MB (~5.8 vCPUs) suits the stages that spread over threads, and needs an account whose Lambda memory quota allows it."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.large_executor_memory_mb == null ? true : (var.large_executor_memory_mb > var.executor_memory_mb && var.large_executor_memory_mb <= 10240)
+    error_message = "large_executor_memory_mb must be null or above executor_memory_mb and at most 10240."
+  }
+}
+
+variable "size_cost_percent" {
+  description = "Most a stage may cost on the large executor, as a percentage of its predicted cost on the executor, for its tasks to run there (LAMBDAFUSION_SIZE_COST_PERCENT); they must also finish sooner. null for the code's default (150). Used only with large_executor_memory_mb."
+  type        = number
+  default     = null
+
+  validation {
+    condition     = var.size_cost_percent == null ? true : (var.size_cost_percent >= 100 && var.size_cost_percent <= 100000)
+    error_message = "size_cost_percent must be null or from 100 to 100000."
+  }
+}
+
 variable "executor_timeout_seconds" {
   description = "Timeout of the executor function in seconds. Tasks are sized to run for seconds, but a skewed partition must still finish rather than be retried forever, so the default is Lambda's maximum (900); only the time actually used is billed."
   type        = number
