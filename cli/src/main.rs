@@ -358,17 +358,11 @@ impl TpchBench {
         if let Some(q) = self.queries.iter().find(|q| !(1..=22).contains(*q)) {
             return Err(format!("there is no TPC-H query {q} (1-22)").into());
         }
-        let mut config = base
-            .with_bytes_per_task(self.bytes_per_task)
-            .with_max_tasks_per_stage(self.max_tasks_per_stage);
-        for setting in &self.settings {
-            let (name, value) = setting
-                .split_once('=')
-                .ok_or_else(|| format!("--set {setting}: expected NAME=VALUE"))?;
-            config
-                .set(name.trim(), value.trim())
-                .map_err(|e| format!("--set {setting}: {e}"))?;
-        }
+        let config = with_settings(
+            base.with_bytes_per_task(self.bytes_per_task)
+                .with_max_tasks_per_stage(self.max_tasks_per_stage),
+            &self.settings,
+        )?;
         Ok(bench::BenchOptions {
             sf: self.sf,
             data: self.data,
@@ -446,6 +440,11 @@ enum BenchCommand {
         /// scale factor.
         #[arg(long, value_delimiter = ',')]
         detail: Vec<String>,
+        /// A deployment setting to price with, NAME=VALUE as in docs/settings.md (e.g.
+        /// `--set large_executor_memory_mb=10240` for a second executor size);
+        /// repeatable.
+        #[arg(long = "set", value_name = "NAME=VALUE")]
+        settings: Vec<String>,
     },
     /// How fast a wide stage starts: the time from its claim to its last task start,
     /// through the invocation tree and sent directly (embedded; the local AWS stack's run
@@ -534,7 +533,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 }
                 println!(
                     "\n{}",
-                    model_report(&profiles, &[1.0, 10.0, 100.0, 1000.0], &[])?
+                    model_report(&profiles, &[1.0, 10.0, 100.0, 1000.0], &[], &[])?
                 );
             }
             if rows.iter().any(|r| r.mismatch.is_some()) {
@@ -555,13 +554,14 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                     profiles,
                     sf,
                     detail,
+                    settings,
                 },
         } => {
             if let Some(bad) = sf.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
                 return Err(format!("--sf {bad}: a scale factor is a positive number").into());
             }
             let profiles = lambdafusion_cli::model::load_profiles(&profiles)?;
-            println!("{}", model_report(&profiles, &sf, &detail)?);
+            println!("{}", model_report(&profiles, &sf, &detail, &settings)?);
             Ok(())
         }
         Command::Bench {
@@ -592,16 +592,35 @@ async fn run(cli: Cli) -> Result<(), CliError> {
     }
 }
 
+/// `config` with each `NAME=VALUE` of `--set` applied.
+fn with_settings(mut config: EngineConfig, settings: &[String]) -> Result<EngineConfig, CliError> {
+    for setting in settings {
+        let (name, value) = setting
+            .split_once('=')
+            .ok_or_else(|| format!("--set {setting}: expected NAME=VALUE"))?;
+        config
+            .set(name.trim(), value.trim())
+            .map_err(|e| format!("--set {setting}: {e}"))?;
+    }
+    Ok(config)
+}
+
 /// The AWS model's tables for `profiles` at each scale factor of `scales`, priced with
-/// the deployment's defaults, and the stages of the queries named in `detail`.
+/// the deployment's defaults and `settings` (`--set`), and the stages of the queries
+/// named in `detail`.
 fn model_report(
     profiles: &[lambdafusion_cli::model::QueryProfile],
     scales: &[f64],
     detail: &[String],
+    settings: &[String],
 ) -> Result<String, CliError> {
     use lambdafusion_cli::model;
-    let config = EngineConfig::default();
-    let constants = model::AwsConstants::us_east_1();
+    let config = with_settings(EngineConfig::default(), settings)?;
+    // The executor's memory is the deployment's (`--set executor_memory_mb=1769`).
+    let constants = model::AwsConstants {
+        executor_gb: config.executor_memory_mb as f64 / 1024.0,
+        ..model::AwsConstants::us_east_1()
+    };
     let mut out = format!(
         "AWS model (the deployment's defaults: {} bytes per scan task, {} per shuffle task, \
          at most {} tasks per stage)\n\n{}",

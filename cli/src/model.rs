@@ -25,7 +25,7 @@
 //!   units (a task item's size grows with its shuffle's partitions: every consumer's
 //!   slice end is in it), against Athena's $5 per TB scanned.
 
-use lambdafusion::plan::adaptive::{combine_groups, human_bytes};
+use lambdafusion::plan::adaptive::{combine_groups, executor_size, human_bytes};
 use lambdafusion::requests::RequestCounts;
 use lambdafusion::state::{EdgeKind, JobSnapshot, StageRecord, TaskState};
 use lambdafusion::status::JobStatus;
@@ -154,7 +154,7 @@ impl AwsConstants {
     /// vCPUs of the executor function: Lambda allots CPU in proportion to memory, one
     /// vCPU's worth per 1,769 MB (5.8 at 10,240 MB, shown as 6 cores), at most 6.
     pub fn executor_vcpus(&self) -> f64 {
-        (self.executor_gb * 1024.0 / 1769.0).min(6.0)
+        (self.executor_gb * 1024.0 / executor_size::MB_PER_VCPU).min(6.0)
     }
 
     /// Each constant, its value and where it comes from (for the README and `--model`).
@@ -397,6 +397,9 @@ pub struct StageEstimate {
     pub rru: f64,
     /// Executor GB-seconds.
     pub gb_seconds: f64,
+    /// Memory of the executor function its tasks run on, MB (the large executor's where
+    /// the scheduler would choose it).
+    pub memory_mb: usize,
     /// Where the model departs from the measured stage's shape, and why.
     pub note: String,
 }
@@ -635,6 +638,7 @@ pub fn estimate(
                 wru: 2.0,
                 rru: 0.0,
                 gb_seconds: 0.0,
+                memory_mb: 0,
                 note: notes.join("; "),
             });
             cost += 2.0 * c.dynamodb_wru;
@@ -659,13 +663,34 @@ pub fn estimate(
             + (gets / n / c.fetch_concurrency).ceil() * c.s3_get_ms
             + out / n / (c.function_mb_per_s * 1e6) * 1e3
             + c.s3_put_ms;
-        // Its CPU time on as many vCPUs as it ran pieces at once, at most its function's.
-        let parallel = f64::from(s.pieces.max(1)).min(c.executor_vcpus()).max(1.0);
-        let task_ms = s.cpu_ms * growth * c.cpu_factor / n / parallel + io_ms;
+        // Its CPU time on as many vCPUs as it ran pieces at once, at most its function's —
+        // every vCPU for a one-task stage the engine plans again at its threads.
+        let piece = config.min_spread_bytes.max(1) as f64;
+        let pieces = if tasks == 1 && read_bytes / n >= 2.0 * piece {
+            f64::INFINITY
+        } else {
+            f64::from(s.pieces.max(1))
+        };
+        let cpu_ms = s.cpu_ms * growth * c.cpu_factor / n;
+        let on = |vcpus: f64| cpu_ms / pieces.min(vcpus).max(1.0) + io_ms;
+        let standard_ms = on(c.executor_vcpus());
+        // The function the scheduler would choose, by the same comparison
+        // ([`executor_size`]) from this stage's own CPU share.
+        let standard_mb = (c.executor_gb * 1024.0).round() as usize;
+        let large = config.large_executor_memory_mb.filter(|&large| {
+            let share = (standard_ms - io_ms) / standard_ms.max(1e-9);
+            let compared = executor_size::compare(standard_mb, large, share, pieces);
+            executor_size::takes_large(compared, config.size_cost_percent)
+        });
+        let (task_ms, memory_mb) = match large {
+            Some(mb) => (on(executor_size::vcpus(mb)), mb),
+            None => (standard_ms, standard_mb),
+        };
+        let executor_gb = memory_mb as f64 / 1024.0;
         // An output held in memory is one PUT; past an eighth of a task's memory the
         // writer spills and uploads it in 8 MiB parts (start, parts, completion).
         let per_task_out = out / n;
-        let spills = per_task_out > c.executor_gb * 1e9 / 8.0;
+        let spills = per_task_out > executor_gb * 1e9 / 8.0;
         let puts = n * if spills {
             (per_task_out / (8.0 * 1048576.0)).ceil() + 2.0
         } else {
@@ -695,8 +720,7 @@ pub fn estimate(
         let wru = n * (item_kb.ceil() + 1.0) + 4.0 + f64::from(tree);
         let snapshot_reads = (s.requests.store_reads as f64).max(1.0);
         let rru = n * item_kb / 4.0 * snapshot_reads.min(4.0) + n;
-        let gb_seconds =
-            n * task_ms / 1e3 * c.executor_gb + f64::from(tree) * 0.05 * c.scheduler_gb;
+        let gb_seconds = n * task_ms / 1e3 * executor_gb + f64::from(tree) * 0.05 * c.scheduler_gb;
         let start = s
             .inputs
             .iter()
@@ -727,6 +751,7 @@ pub fn estimate(
             wru,
             rru,
             gb_seconds,
+            memory_mb,
             note: notes.join("; "),
         });
     }
@@ -762,6 +787,7 @@ pub fn stage_report(e: &QueryEstimate) -> String {
                 format!("{:.0}", s.gets),
                 format!("{:.0}", s.puts),
                 format!("{:.1}", s.gb_seconds),
+                s.memory_mb.to_string(),
                 s.note.clone(),
             ]
         })
@@ -776,6 +802,7 @@ pub fn stage_report(e: &QueryEstimate) -> String {
             "GETs",
             "PUTs",
             "GB-s",
+            "MB",
             "note",
         ],
         &rows,
@@ -845,6 +872,34 @@ pub fn report(
         .collect();
     let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
     out.push_str(&text_table(&headers, &rows));
+    if let (Some(large), Some(&sf)) = (config.large_executor_memory_mb, scales.last()) {
+        let chosen: Vec<String> = profiles
+            .iter()
+            .filter_map(|p| {
+                let e = estimate(p, sf, c, config);
+                let up: Vec<String> = e
+                    .stages
+                    .iter()
+                    .filter(|s| s.memory_mb == large)
+                    .map(|s| s.stage.to_string())
+                    .collect();
+                (!up.is_empty()).then(|| format!("{} (stage {})", p.name, up.join(", ")))
+            })
+            .collect();
+        out.push_str(&format!(
+            "\nFunction size per stage at SF {sf}: the executor ({:.0} MB) unless the large \
+             executor ({large} MB) finishes it sooner within size_cost_percent ({}%) of its \
+             cost, by the scheduler's comparison from each stage's measured CPU share \
+             (the per-stage table has each stage's MB). On the large executor: {}.\n",
+            c.executor_gb * 1024.0,
+            config.size_cost_percent,
+            if chosen.is_empty() {
+                "no stage".to_string()
+            } else {
+                chosen.join("; ")
+            }
+        ));
+    }
     let mut calls: Vec<u32> = profiles.iter().map(|p| p.handoff_calls).collect();
     calls.sort_unstable();
     let calls = calls.get(calls.len() / 2).copied().unwrap_or(4);
@@ -997,6 +1052,41 @@ mod tests {
         assert!((wide.stages[0].task_ms - (3_160.0 - 1_000.0)).abs() < 1e-6);
         let us = AwsConstants::us_east_1();
         assert!((us.executor_vcpus() - 1.7004).abs() < 1e-3);
+    }
+
+    /// With a large executor, a CPU-bound one-task stage (planned again at its function's
+    /// threads) runs there, sooner, at the GB-seconds of its memory; a scan of one piece
+    /// per task, which no vCPU speeds, stays on the executor; a cost percent below what
+    /// the large one costs keeps both there.
+    #[test]
+    fn a_cpu_bound_one_task_stage_is_priced_on_the_large_executor() {
+        let mut q = profile();
+        q.stages[1].inputs = vec![(0, EdgeKind::Gather)];
+        q.stages[1].tasks = 1;
+        q.stages[1].planned = 1;
+        q.stages[1].cpu_ms = 50_000.0;
+        let c = constants();
+        let one_size = estimate(&q, 1.0, &c, &config());
+        assert_eq!(one_size.stages[1].memory_mb, 2048);
+        let mut sized = config();
+        sized.set("large_executor_memory_mb", "10240").unwrap();
+        let two = estimate(&q, 1.0, &c, &sized);
+        assert_eq!(
+            two.stages[0].memory_mb, 2048,
+            "one piece per task: no sooner"
+        );
+        assert_eq!(two.stages[0], one_size.stages[0]);
+        let (small, large) = (&one_size.stages[1], &two.stages[1]);
+        assert_eq!(large.memory_mb, 10240);
+        // 50 s of CPU on 1.16 vCPUs or on 5.79, beside the same reads.
+        let io = small.task_ms - 50_000.0 / (2048.0 / 1769.0);
+        assert!((large.task_ms - (io + 50_000.0 / (10240.0 / 1769.0))).abs() < 1e-6);
+        assert!((large.gb_seconds - large.task_ms / 1e3 * 10.0).abs() < 1e-9);
+        assert!(large.gb_seconds > small.gb_seconds && large.gb_seconds < 1.5 * small.gb_seconds);
+        assert!(two.latency_ms < one_size.latency_ms);
+        sized.set("size_cost_percent", "100").unwrap();
+        let thrifty = estimate(&q, 1.0, &c, &sized);
+        assert_eq!(thrifty.stages[1].memory_mb, 2048);
     }
 
     /// The arithmetic, by hand, at the profile's own scale (SF 1).
