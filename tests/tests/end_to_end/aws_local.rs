@@ -1209,3 +1209,71 @@ fn doctor_reads_the_accounts_quotas_and_says_what_will_not_work() {
         "{out}"
     );
 }
+
+/// A deployment with a large executor (`large_executor_memory_mb`): the stages the
+/// scheduler sizes up (here every one that would finish sooner, whatever the cost) run on
+/// the module's `<executor>-large` function — invoked by both roles under the emulator's
+/// IAM, its events retried by nobody but the scheduler — and the answers are DataFusion's.
+#[test]
+fn a_stage_sized_up_runs_on_the_large_executor() {
+    let data = tempfile::tempdir().unwrap();
+    let mut env = FAN_OUT.to_vec();
+    // 512 MB is 0.29 of a vCPU: a task of one piece finishes sooner on 10,240 MB when a
+    // seventh of its time is CPU (TPC-H at SF 0.01 spends 4-8% of it so: its tasks wait
+    // on the stack's S3 and DynamoDB). The emulator holds a function to its memory.
+    env.push(("TF_VAR_executor_memory_mb", "512"));
+    env.push(("TF_VAR_large_executor_memory_mb", "10240"));
+    env.push(("TF_VAR_size_cost_percent", "100000"));
+    let stack = Stack::up(&env);
+    runtime().block_on(async {
+        let client = Client::new(&stack.endpoint());
+        load_tpch(&stack, &client, data.path()).await;
+        let ctx = baseline(data.path()).await;
+        let (mut sized_up, mut notes) = (0, Vec::new());
+        for q in [3, 10, 18] {
+            let status = check_query(&client, &ctx, q).await;
+            let first = status.stages.iter().find(|s| s.tasks > 0).unwrap();
+            assert_eq!(
+                first.memory_mb, 512,
+                "q{q}: nothing measured before its first stage"
+            );
+            notes.extend(status.stages.iter().filter_map(|s| s.decision_note.clone()));
+            for s in status.stages.iter().filter(|s| s.memory_mb == 10240) {
+                let note = s.decision_note.as_deref().unwrap_or_default();
+                assert!(
+                    note.contains("on the large executor (10240 MB"),
+                    "q{q}: {note}"
+                );
+                sized_up += s.tasks;
+            }
+        }
+        // A first stage that computes (a 4 KB string made of each line item's comment)
+        // measures the CPU share that sizes up the stages after it.
+        let sql = "SELECT l_orderkey % 7 AS k, sum(length(repeat(l_comment, 100))) AS n \
+                   FROM lineitem GROUP BY k ORDER BY k";
+        let (status, batches) = run(&client, sql).await;
+        let expected = ctx.sql(sql).await.unwrap().collect().await.unwrap();
+        lambdafusion_embedded::verify::compare(&expected, &batches, true).unwrap();
+        for s in status.stages.iter().filter(|s| s.memory_mb == 10240) {
+            sized_up += s.tasks;
+        }
+        notes.extend(status.stages.iter().filter_map(|s| s.decision_note.clone()));
+        assert!(sized_up > 0, "no stage was sized up: {notes:#?}");
+        // Its own log holds the tasks it ran: the function was invoked, not just named.
+        let large_log = stack.log_tails("lambdafusion-executor-large", 1_000_000);
+        let tasks_run = large_log
+            .lines()
+            .filter(|l| l.contains(r#""message":"task done""#) && l.contains("Committed"))
+            .count();
+        assert!(
+            large_log.contains("Memory Size: 10240 MB"),
+            "the large executor's REPORT lines do not say 10240 MB"
+        );
+        assert!(
+            tasks_run > 0,
+            "the large executor's log shows no committed task:\n{}",
+            stack.log_tails("lambdafusion-executor-large", 20)
+        );
+        assert_eq!(stack.access_denied(), Vec::<String>::new());
+    });
+}
