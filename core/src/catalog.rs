@@ -1,17 +1,22 @@
-//! The table catalog: external tables created with `CREATE EXTERNAL TABLE`, kept in the
-//! job store (schema resolved once, at creation) and served to DataFusion through a
-//! schema provider that builds a table only when a query names it.
+//! The table catalog: external tables created with `CREATE EXTERNAL TABLE` and views
+//! created with `CREATE VIEW`, kept in the job store (schema resolved once, at creation)
+//! and served to DataFusion through a schema provider that builds a table only when a
+//! query names it. A view is stored as its statement and planned again, through this
+//! catalog and the caller's access policy, each time a query reads it; DataFusion then
+//! inlines its plan, so the stages and tasks see only the tables under it.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
 
 use async_trait::async_trait;
+use datafusion::catalog::view::ViewTable;
 use datafusion::catalog::{SchemaProvider, TableProvider};
+use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{DFSchema, TableReference};
 use datafusion::datasource::listing::ListingTableUrl;
 use datafusion::error::{DataFusionError, Result as DfResult};
 use datafusion::execution::{SessionState, SessionStateBuilder};
-use datafusion::logical_expr::{CreateExternalTable, DdlStatement, LogicalPlan};
+use datafusion::logical_expr::{CreateExternalTable, CreateView, DdlStatement, LogicalPlan};
 
 use crate::access::AccessPolicy;
 use crate::plan::{decode_schema, encode_schema};
@@ -19,16 +24,26 @@ use crate::state::{JobStore, TableRecord};
 use crate::time::now_ms;
 use crate::{Error, Result, Services};
 
+/// The `format` of a view's catalog entry.
+pub const VIEW_FORMAT: &str = "VIEW";
+
+/// Most views one query may read through one another (a view reading a view ...); past
+/// it the query is refused — also what stops a view that reads itself, which `CREATE OR
+/// REPLACE VIEW` can make.
+pub const MAX_VIEW_DEPTH: usize = 16;
+
 /// Schema provider over a snapshot of the catalog (one store query per session).
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct CatalogSchema {
-    tables: BTreeMap<String, TableRecord>,
+    tables: Arc<BTreeMap<String, TableRecord>>,
     /// Used only to create table providers (file format factories, object stores).
     state: SessionState,
     /// Checked again at every query: a table created under an older policy is refused.
     access: AccessPolicy,
     /// The default Glue database, searched for names no declared table has.
     glue_default: Option<Arc<crate::glue::GlueSchema>>,
+    /// Views being expanded around this provider (0 for a query's own).
+    depth: usize,
 }
 
 impl CatalogSchema {
@@ -45,12 +60,73 @@ impl CatalogSchema {
             .map(|t| (t.name.clone(), t))
             .collect();
         Ok(Self {
-            tables,
+            tables: Arc::new(tables),
             state,
             access,
             glue_default: None,
+            depth: 0,
         })
     }
+
+    /// The plan of the view `record`: its statement planned again over this catalog one
+    /// level deeper (each table it reads checked against the access policy as a query's
+    /// own would be).
+    async fn view(&self, record: &TableRecord) -> DfResult<Arc<dyn TableProvider>> {
+        if self.depth >= MAX_VIEW_DEPTH {
+            return Err(DataFusionError::Plan(format!(
+                "view {} is read through more than {MAX_VIEW_DEPTH} views: does a view read \
+                 itself (CREATE OR REPLACE VIEW can make one)? Replace one of them",
+                record.name
+            )));
+        }
+        let state = fresh_state(&self.state);
+        let inner = CatalogSchema {
+            depth: self.depth + 1,
+            ..self.clone()
+        };
+        let options = state.config().options().catalog.clone();
+        state
+            .catalog_list()
+            .catalog(&options.default_catalog)
+            .ok_or_else(|| DataFusionError::Internal("default catalog missing".into()))?
+            .register_schema(&options.default_schema, Arc::new(inner))?;
+        let plan = Box::pin(state.create_logical_plan(&record.ddl)).await?;
+        let LogicalPlan::Ddl(DdlStatement::CreateView(view)) = plan else {
+            return Err(DataFusionError::Internal(format!(
+                "catalog entry {} does not hold a CREATE VIEW statement",
+                record.name
+            )));
+        };
+        // Only its schema as created: columns the tables under it gained since are not
+        // the view's.
+        let stored = decode_schema(&record.schema).map_err(DataFusionError::from)?;
+        if view.input.schema().as_arrow().fields() != stored.fields() {
+            return Err(DataFusionError::Plan(format!(
+                "view {} no longer reads what it was created over: the tables under it \
+                 changed ({} now, {} then); create it again",
+                record.name,
+                view.input.schema().as_arrow(),
+                stored
+            )));
+        }
+        Ok(Arc::new(ViewTable::new(
+            view.input.as_ref().clone(),
+            view.definition.clone(),
+        )))
+    }
+}
+
+/// A session state like `state` (its settings, runtime, table formats) with a catalog
+/// list of its own, to plan a catalog entry's statement in.
+fn fresh_state(state: &SessionState) -> SessionState {
+    let mut own = SessionStateBuilder::new()
+        .with_config(state.config().clone())
+        .with_runtime_env(state.runtime_env().clone())
+        .with_default_features()
+        .build();
+    crate::delta::register(&mut own);
+    crate::iceberg::register(&mut own);
+    own
 }
 
 #[async_trait]
@@ -65,6 +141,14 @@ impl SchemaProvider for CatalogSchema {
             None => (name, crate::delta::Version::Latest),
         };
         match self.tables.get(name) {
+            Some(record) if record.format == VIEW_FORMAT => {
+                if version != crate::delta::Version::Latest {
+                    return Err(DataFusionError::Plan(format!(
+                        "{name} is a view: VERSION AS OF and TIMESTAMP AS OF read Delta and                          Iceberg tables only"
+                    )));
+                }
+                self.view(record).await.map(Some)
+            }
             Some(record) => {
                 for location in &record.locations {
                     self.access.check_location(location).map_err(|e| {
@@ -109,14 +193,7 @@ pub fn lists_tables(sql: &str) -> bool {
 pub async fn install(state: &SessionState, services: &Services, list: bool) -> Result<()> {
     // A separate state: resolving tables through the catalog being installed would
     // make the catalog's own DDL planning look itself up.
-    let own = SessionStateBuilder::new()
-        .with_config(state.config().clone())
-        .with_runtime_env(state.runtime_env().clone())
-        .with_default_features()
-        .build();
-    let mut own = own;
-    crate::delta::register(&mut own);
-    crate::iceberg::register(&mut own);
+    let own = fresh_state(state);
     let access = &services.config.access;
     let glue_default = match &services.glue {
         Some(glue) => crate::glue::install(state, &own, glue, access, list).await?,
@@ -359,16 +436,84 @@ pub async fn create_table(
     Ok(Some(record))
 }
 
-/// Drops a catalog table.
+/// Drops a catalog table (`view: false`) or view (`view: true`); the other kind of
+/// entry under the name is refused, naming the statement that drops it.
 pub async fn drop_table(
     store: &dyn JobStore,
     name: &TableReference,
     if_exists: bool,
+    view: bool,
 ) -> Result<bool> {
     let name = table_name(name)?;
+    let kind = if view { "view" } else { "table" };
+    if let Some(record) = store.get_table(&name).await? {
+        if (record.format == VIEW_FORMAT) != view {
+            return Err(Error::InvalidInput(if view {
+                format!("{name} is a table, not a view: DROP TABLE {name}")
+            } else {
+                format!("{name} is a view, not a table: DROP VIEW {name}")
+            }));
+        }
+    }
     let existed = store.delete_table(&name).await?;
     if !existed && !if_exists {
-        return Err(Error::InvalidInput(format!("table {name} does not exist")));
+        return Err(Error::InvalidInput(format!("{kind} {name} does not exist")));
     }
     Ok(existed)
+}
+
+/// Creates (or replaces) a view: its statement and the schema of its rows are stored, to
+/// be planned again at every query that reads it. The query under it must only read:
+/// tables and views of this catalog (unqualified names), no `information_schema`, no
+/// writes. Returns the stored record.
+pub async fn create_view(store: &dyn JobStore, cmd: &CreateView, sql: &str) -> Result<TableRecord> {
+    let name = table_name(&cmd.name)?;
+    if cmd.temporary {
+        return Err(Error::InvalidInput(
+            "temporary views are not supported: a view is part of the catalog".into(),
+        ));
+    }
+    if let Some(existing) = store.get_table(&name).await? {
+        if existing.format != VIEW_FORMAT {
+            return Err(Error::InvalidInput(format!(
+                "{name} is a table: a view cannot replace it (DROP TABLE {name} first)"
+            )));
+        }
+        if !cmd.or_replace {
+            return Err(Error::InvalidInput(format!(
+                "view {name} already exists (use CREATE OR REPLACE VIEW, or DROP VIEW first)"
+            )));
+        }
+    }
+    crate::sql::read_only_view(&cmd.input)?;
+    let mut qualified = None;
+    cmd.input.apply_with_subqueries(|node| {
+        if let LogicalPlan::TableScan(scan) = node {
+            if !matches!(scan.table_name, TableReference::Bare { .. }) {
+                qualified = Some(scan.table_name.to_string());
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    if let Some(table) = qualified {
+        return Err(Error::InvalidInput(format!(
+            "view {name} reads {table}: a view reads the catalog's own tables and views, by \
+             unqualified name"
+        )));
+    }
+    let schema = cmd.input.schema().as_arrow().clone();
+    let record = TableRecord {
+        name: name.clone(),
+        ddl: sql.to_string(),
+        locations: Vec::new(),
+        format: VIEW_FORMAT.into(),
+        schema: encode_schema(&schema)?,
+        partition_columns: Vec::new(),
+        created_ms: now_ms(),
+    };
+    if !store.put_table(&record, cmd.or_replace).await? {
+        return Err(Error::InvalidInput(format!("view {name} already exists")));
+    }
+    Ok(record)
 }

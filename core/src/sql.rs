@@ -390,7 +390,9 @@ pub enum Verdict<'a> {
 pub fn verdict(plan: &LogicalPlan) -> Result<Verdict<'_>> {
     match plan {
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(_))
-        | LogicalPlan::Ddl(DdlStatement::DropTable(_)) => Ok(Verdict::Catalog),
+        | LogicalPlan::Ddl(DdlStatement::DropTable(_))
+        | LogicalPlan::Ddl(DdlStatement::CreateView(_))
+        | LogicalPlan::Ddl(DdlStatement::DropView(_)) => Ok(Verdict::Catalog),
         LogicalPlan::DescribeTable(_) => Ok(Verdict::Metadata),
         LogicalPlan::Analyze(analyze) => {
             read_only(&analyze.input)?;
@@ -409,6 +411,18 @@ pub fn verdict(plan: &LogicalPlan) -> Result<Verdict<'_>> {
             }
         }
     }
+}
+
+/// Refuses the query under a view unless it only reads, and reads no `information_schema`
+/// (answered by the scheduler, it cannot run inside a query's stages).
+pub fn read_only_view(plan: &LogicalPlan) -> Result<()> {
+    read_only(plan)?;
+    if reads_information_schema(plan) {
+        return Err(Error::InvalidInput(
+            "a view cannot read information_schema: query it directly".into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses `plan` if any node of it, subqueries included, writes, changes the catalog or
@@ -434,14 +448,17 @@ fn refused(node: &LogicalPlan) -> Option<Error> {
                 .to_string()
         }
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(_))
-        | LogicalPlan::Ddl(DdlStatement::DropTable(_)) => {
-            "CREATE EXTERNAL TABLE and DROP TABLE are statements of their own: they \
-             cannot be explained or nested"
+        | LogicalPlan::Ddl(DdlStatement::DropTable(_))
+        | LogicalPlan::Ddl(DdlStatement::CreateView(_))
+        | LogicalPlan::Ddl(DdlStatement::DropView(_)) => {
+            "CREATE EXTERNAL TABLE, DROP TABLE, CREATE VIEW and DROP VIEW are statements of \
+             their own: they cannot be explained or nested"
                 .to_string()
         }
         LogicalPlan::Ddl(other) => format!(
-            "{} is not supported: the catalog holds external tables only \
-             (CREATE EXTERNAL TABLE ... STORED AS PARQUET|CSV|JSON LOCATION '...')",
+            "{} is not supported: the catalog holds external tables \
+             (CREATE EXTERNAL TABLE ... STORED AS PARQUET|CSV|JSON LOCATION '...') and views \
+             (CREATE VIEW ... AS SELECT ...)",
             other.name()
         ),
         LogicalPlan::Statement(datafusion::logical_expr::Statement::SetVariable(_)) => {

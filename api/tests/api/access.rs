@@ -224,6 +224,19 @@ async fn callers_see_only_their_own_queries_unless_admins() {
     )
     .await;
     assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    // Views are the catalog's too: only its writers create or drop one.
+    let view = "CREATE VIEW few AS SELECT k FROM dims WHERE k < 3";
+    let (status, body) = call(&router, post("bob", serde_json::json!({ "sql": view }))).await;
+    assert_eq!(status, StatusCode::FORBIDDEN, "{body}");
+    let (status, body) = call(&router, post("alice", serde_json::json!({ "sql": view }))).await;
+    assert_eq!(status, StatusCode::ACCEPTED, "{body}");
+    for sql in [
+        "DROP VIEW few",
+        "CREATE OR REPLACE VIEW few AS SELECT 1 AS k",
+    ] {
+        let (status, body) = call(&router, post("bob", serde_json::json!({ "sql": sql }))).await;
+        assert_eq!(status, StatusCode::FORBIDDEN, "{sql}: {body}");
+    }
 
     let (_, body) = call(
         &router,

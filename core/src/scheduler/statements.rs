@@ -28,8 +28,8 @@ use crate::{Error, Result, Services};
 /// may return: its rows are computed in the scheduler's own process.
 pub const METADATA_RESULT_LIMIT: usize = 16 * 1024 * 1024;
 
-/// Runs catalog DDL (`CREATE EXTERNAL TABLE`, `DROP TABLE`) and records it as a finished
-/// job owned by the caller.
+/// Runs catalog DDL (`CREATE EXTERNAL TABLE`, `DROP TABLE`, `CREATE [OR REPLACE] VIEW`,
+/// `DROP VIEW`) and records it as a finished job owned by the caller.
 pub(super) async fn catalog(
     services: &Services,
     state: &SessionState,
@@ -59,13 +59,41 @@ pub(super) async fn catalog(
         }
         LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => {
             access.check_catalog_writer(&options.caller)?;
-            let existed =
-                crate::catalog::drop_table(services.store.as_ref(), &drop.name, drop.if_exists)
-                    .await?;
+            let existed = crate::catalog::drop_table(
+                services.store.as_ref(),
+                &drop.name,
+                drop.if_exists,
+                false,
+            )
+            .await?;
             message_batch(&if existed {
                 format!("table {} dropped", drop.name)
             } else {
                 format!("table {} does not exist; nothing changed", drop.name)
+            })?
+        }
+        LogicalPlan::Ddl(DdlStatement::CreateView(cmd)) => {
+            access.check_catalog_writer(&options.caller)?;
+            let record = crate::catalog::create_view(services.store.as_ref(), cmd, sql).await?;
+            message_batch(&format!(
+                "view {} created: {} columns",
+                record.name,
+                plan::decode_schema(&record.schema)?.fields().len()
+            ))?
+        }
+        LogicalPlan::Ddl(DdlStatement::DropView(drop)) => {
+            access.check_catalog_writer(&options.caller)?;
+            let existed = crate::catalog::drop_table(
+                services.store.as_ref(),
+                &drop.name,
+                drop.if_exists,
+                true,
+            )
+            .await?;
+            message_batch(&if existed {
+                format!("view {} dropped", drop.name)
+            } else {
+                format!("view {} does not exist; nothing changed", drop.name)
             })?
         }
         other => {

@@ -13,3 +13,4 @@ mod peer_cases;
 mod persistence;
 mod planning;
 mod shuffle;
+mod views;

@@ -289,6 +289,27 @@ fn local_aws_stack_end_to_end() {
         assert!(out.function_error().is_some());
         run(&client, "SELECT 1").await;
 
+        // A view: kept in DynamoDB beside the tables, planned again at each query.
+        run(
+            &client,
+            "CREATE VIEW urgent AS SELECT o_orderkey, o_totalprice FROM orders \
+             WHERE o_orderpriority = '1-URGENT'",
+        )
+        .await;
+        let (_, batches) = run(&client, "SELECT count(*), sum(o_totalprice) FROM urgent").await;
+        let expected = ctx
+            .sql(
+                "SELECT count(*), sum(o_totalprice) FROM orders \
+                 WHERE o_orderpriority = '1-URGENT'",
+            )
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        lambdafusion_embedded::verify::compare(&expected, &batches, false).unwrap();
+        run(&client, "DROP VIEW urgent").await;
+
         assert!(
             store.active_jobs(None, 100).await.unwrap().is_empty(),
             "no job left running"
