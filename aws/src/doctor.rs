@@ -56,6 +56,8 @@ pub struct Facts {
     pub scheduler: Option<FunctionFacts>,
     /// The executor, if it exists.
     pub executor: Option<FunctionFacts>,
+    /// The large executor (`<prefix>-executor-large`), if it exists.
+    pub large_executor: Option<FunctionFacts>,
 }
 
 /// How a finding bears on the deployment.
@@ -87,8 +89,8 @@ pub async fn client() -> Client {
     Client::new(&crate::clients::sdk_config().await)
 }
 
-/// Reads the account's quotas and the functions `<name_prefix>-scheduler` and
-/// `-executor` (as the Terraform module names them).
+/// Reads the account's quotas and the functions `<name_prefix>-scheduler`, `-executor`
+/// and, where there is one, `-executor-large` (as the Terraform module names them).
 pub async fn gather(client: &Client, name_prefix: &str) -> Result<Facts> {
     let service = |what: &str, e: String| {
         Error::InvalidInput(format!(
@@ -109,8 +111,9 @@ pub async fn gather(client: &Client, name_prefix: &str) -> Result<Facts> {
             .map_or(0, |n| n.max(0) as u64),
         scheduler: None,
         executor: None,
+        large_executor: None,
     };
-    for (slot, role) in [("scheduler", true), ("executor", false)] {
+    for slot in ["scheduler", "executor", "executor-large"] {
         let name = format!("{name_prefix}-{slot}");
         let config = match client
             .get_function_configuration()
@@ -163,10 +166,10 @@ pub async fn gather(client: &Client, name_prefix: &str) -> Result<Facts> {
                 .map(|v| v.iter().map(|(k, v)| (k.clone(), v.clone())).collect())
                 .unwrap_or_default(),
         };
-        if role {
-            facts.scheduler = Some(f);
-        } else {
-            facts.executor = Some(f);
+        match slot {
+            "scheduler" => facts.scheduler = Some(f),
+            "executor" => facts.executor = Some(f),
+            _ => facts.large_executor = Some(f),
         }
     }
     Ok(facts)
@@ -308,7 +311,15 @@ pub fn assess(facts: &Facts, name_prefix: &str) -> Vec<Finding> {
             ),
         ));
     }
-    for f in [scheduler, executor] {
+    large_executor(facts, &settings, &mut out);
+    for f in [
+        Some(scheduler),
+        Some(executor),
+        facts.large_executor.as_ref(),
+    ]
+    .into_iter()
+    .flatten()
+    {
         let vcpus = (f.memory_mb as f64 / MB_PER_VCPU).clamp(0.07, 6.0);
         out.push(finding(
             Ok,
@@ -336,6 +347,44 @@ pub fn assess(facts: &Facts, name_prefix: &str) -> Vec<Finding> {
     }
     out.sort_by_key(|f| std::cmp::Reverse(f.level));
     out
+}
+
+/// Whether the large executor the scheduler sends sized-up stages to is there, with the
+/// memory it sizes them for.
+fn large_executor(facts: &Facts, settings: &AwsSettings, out: &mut Vec<Finding>) {
+    let wanted = settings
+        .large_executor_function
+        .as_ref()
+        .zip(settings.engine.large_executor_memory_mb);
+    match (wanted, &facts.large_executor) {
+        (Some((name, _)), None) => out.push(finding(
+            Level::Problem,
+            format!(
+                "the scheduler sends sized-up stages to {name}, which does not exist: apply the \
+                 Terraform module (large_executor_memory_mb), or unset \
+                 LAMBDAFUSION_LARGE_EXECUTOR_FUNCTION"
+            ),
+        )),
+        (Some((name, mb)), Some(f)) if f.name != *name || f.memory_mb != mb as u64 => {
+            out.push(finding(
+                Level::Problem,
+                format!(
+                    "the scheduler sizes stages for {name} at {mb} MB, but {} has {} MB: \
+                     apply the Terraform module again",
+                    f.name, f.memory_mb
+                ),
+            ))
+        }
+        (None, Some(f)) => out.push(finding(
+            Level::Warn,
+            format!(
+                "{} exists but the scheduler does not use it (no \
+                 LAMBDAFUSION_LARGE_EXECUTOR_FUNCTION): left from an earlier deployment?",
+                f.name
+            ),
+        )),
+        _ => {}
+    }
 }
 
 #[cfg(test)]
@@ -369,6 +418,7 @@ mod tests {
             unreserved: limit - reserved,
             scheduler: Some(function("lf-scheduler", scheduler)),
             executor: Some(function("lf-executor", executor)),
+            large_executor: None,
         }
     }
 
@@ -438,5 +488,48 @@ mod tests {
         assert!(problems(&f)[0].contains("function lf-executor not found"));
         let zero = problems(&facts(10_000, None, Some(0)));
         assert!(zero[0].contains("throttles every task"), "{zero:?}");
+    }
+
+    #[test]
+    fn the_large_executor_must_be_there_with_the_memory_stages_are_sized_for() {
+        let mut f = facts(10_000, None, Some(1_000));
+        let scheduler = f.scheduler.as_mut().unwrap();
+        scheduler
+            .env
+            .insert("LAMBDAFUSION_MAX_TASKS_PER_STAGE".into(), "64".into());
+        scheduler.env.insert(
+            "LAMBDAFUSION_LARGE_EXECUTOR_FUNCTION".into(),
+            "lf-executor-large".into(),
+        );
+        scheduler.env.insert(
+            "LAMBDAFUSION_LARGE_EXECUTOR_MEMORY_MB".into(),
+            "10240".into(),
+        );
+        assert!(
+            problems(&f)[0].contains("lf-executor-large, which does not exist"),
+            "{:?}",
+            problems(&f)
+        );
+        f.large_executor = Some(FunctionFacts {
+            memory_mb: 5120,
+            ..function("lf-executor-large", None)
+        });
+        assert!(problems(&f)[0].contains("at 10240 MB, but lf-executor-large has 5120 MB"));
+        f.large_executor.as_mut().unwrap().memory_mb = 10240;
+        assert!(problems(&f).is_empty(), "{:?}", problems(&f));
+        let all = assess(&f, "lf");
+        assert!(all
+            .iter()
+            .any(|x| x.text.starts_with("lf-executor-large: 10240 MB (5.8 vCPU)")));
+        // One without the scheduler's settings is left over.
+        let scheduler = f.scheduler.as_mut().unwrap();
+        scheduler.env.remove("LAMBDAFUSION_LARGE_EXECUTOR_FUNCTION");
+        scheduler
+            .env
+            .remove("LAMBDAFUSION_LARGE_EXECUTOR_MEMORY_MB");
+        let all = assess(&f, "lf");
+        assert!(all
+            .iter()
+            .any(|x| x.level == Level::Warn && x.text.contains("does not use it")));
     }
 }

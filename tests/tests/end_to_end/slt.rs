@@ -57,6 +57,17 @@ const KNOWN: &[(&str, &str)] = &[
     ("limit.slt:549", "unsupported"),
 ];
 
+/// Records of the CI subset the engine answers wrongly, as single-process DataFusion does
+/// (`file:line`, and why): bugs of DataFusion's planner the engine inherits, each checked
+/// against the right answer (`DISPUTED` in `tests/src/slt.rs`) so that a fix shows.
+const KNOWN_WRONG: &[(&str, &str)] = &[
+    // DataFusion's expression simplifier unwraps the cast of a zoned timestamp column
+    // into a literal of another zone and shifts the instant: a row 23:00:01Z is found
+    // equal to 00:00:01Z. Reached through the view (inlined as DataFusion inlines it),
+    // as through the same query written with a CTE.
+    ("timestamps.slt:4301", "a cast unwrapped across time zones"),
+];
+
 /// Fewest records the CI subset must pass: a harness that skipped everything would
 /// otherwise pass too.
 const CURATED_MIN_PASSED: usize = 3900;
@@ -133,20 +144,20 @@ fn curated_files_pass() {
     let mut seen = Vec::new();
     for r in &reports {
         for d in &r.details {
-            match KNOWN
-                .iter()
-                .find(|(at, class)| d.starts_with(&format!("{at} ERROR[{class}]")))
-            {
+            match KNOWN.iter().chain(KNOWN_WRONG).find(|(at, class)| {
+                d.starts_with(&format!("{at} ERROR[{class}]"))
+                    || (KNOWN_WRONG.contains(&(at, class)) && d.starts_with(&format!("{at} WRONG")))
+            }) {
                 Some(known) => seen.push(known),
                 None => problems.push(d.clone()),
             }
         }
     }
     assert!(problems.is_empty(), "{}", problems.join("\n"));
-    for known in KNOWN {
+    for known in KNOWN.iter().chain(KNOWN_WRONG) {
         assert!(
             seen.contains(&known),
-            "{} no longer fails as listed in KNOWN: remove it",
+            "{} no longer fails as listed in KNOWN / KNOWN_WRONG: remove it",
             known.0
         );
     }

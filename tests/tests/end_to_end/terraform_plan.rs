@@ -424,6 +424,15 @@ fn a_large_executor_is_the_executors_code_with_more_memory_and_both_functions_kn
     );
     // The functions' environments are only known at apply (they name the bucket); the
     // local stack's reader checks them (local/emulator, `a_large_executor_*`).
+    // Watched as the executor is.
+    let alarms = planned_of(&plan, "aws_cloudwatch_metric_alarm");
+    for metric in ["Errors", "Throttles", "AsyncEventsDropped"] {
+        assert!(
+            alarms.iter().any(|(_, v)| v["metric_name"] == metric
+                && v["dimensions"]["FunctionName"] == "lambdafusion-executor-large"),
+            "no {metric} alarm on the large executor"
+        );
+    }
 }
 
 /// Every planned resource of `kind`, by address.

@@ -5,10 +5,15 @@
 locals {
   alarm_actions = concat(var.alarm_actions, aws_sns_topic.alarms[*].arn)
 
-  alarmed_functions = {
-    scheduler = aws_lambda_function.scheduler.function_name
-    executor  = aws_lambda_function.executor.function_name
-  }
+  alarmed_functions = merge(
+    {
+      scheduler = aws_lambda_function.scheduler.function_name
+      executor  = aws_lambda_function.executor.function_name
+    },
+    # The large executor, where there is one: its tasks fail, throttle and age out as
+    # the executor's do.
+    { for f, name in { executor_large = local.large_executor_function_name } : f => name if local.has_large_executor },
+  )
 
   # Per function: a Lambda metric, and above what it alarms (sum over 5 minutes).
   function_metrics = {
