@@ -52,6 +52,11 @@ async fn catalog_and_results_survive_a_restart() {
     }
     let first = engine.sql(sql).await.unwrap();
     let job = first.status.id.clone();
+    // A view over them, kept with the tables.
+    engine
+        .sql(&format!("CREATE VIEW totals AS {sql}"))
+        .await
+        .unwrap();
     // A job left running, as if the process died in the middle of it.
     let orphan = JobRecord {
         task_limit: None,
@@ -105,9 +110,11 @@ async fn catalog_and_results_survive_a_restart() {
             "{t} missing: {listed:?}"
         );
     }
-    // Queries plan against the stored schema and run.
+    // Queries plan against the stored schema and run; so does the view.
     let again = engine.sql(sql).await.unwrap();
     lambdafusion_embedded::verify::compare(&first.batches, &again.batches, false).unwrap();
+    let view = engine.sql("SELECT * FROM totals").await.unwrap();
+    lambdafusion_embedded::verify::compare(&first.batches, &view.batches, false).unwrap();
     // The earlier result is still readable.
     let (_, batches) = lambdafusion::results::collect(engine.services(), &job)
         .await
@@ -130,8 +137,9 @@ async fn catalog_and_results_survive_a_restart() {
         .await
         .unwrap()
         .is_empty());
-    // Dropping a table is durable too.
+    // Dropping a table or a view is durable too.
     engine.sql("DROP TABLE dims").await.unwrap();
+    engine.sql("DROP VIEW totals").await.unwrap();
     drop(engine);
     let engine = start(state.path(), data.path()).await;
     let tables = engine.services().store.list_tables().await.unwrap();
