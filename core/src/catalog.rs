@@ -296,12 +296,29 @@ fn table_name(name: &TableReference) -> Result<String> {
         TableReference::Bare { table } if table.contains('@') => Err(Error::InvalidInput(format!(
             "table {table}: a table name may not contain @"
         ))),
+        TableReference::Bare { table } if table.trim().is_empty() => Err(Error::InvalidInput(
+            "a table or view name may not be empty".into(),
+        )),
+        // Glue's and Athena's limit; DynamoDB keys hold at most 1 KB of sort key.
+        TableReference::Bare { table } if table.len() > MAX_NAME_BYTES => {
+            Err(Error::InvalidInput(format!(
+                "table {}...: a table or view name is at most {MAX_NAME_BYTES} bytes, not {}",
+                table.chars().take(32).collect::<String>(),
+                table.len()
+            )))
+        }
+        TableReference::Bare { table } if table.chars().any(char::is_control) => Err(
+            Error::InvalidInput("a table or view name may not hold control characters".into()),
+        ),
         TableReference::Bare { table } => Ok(table.to_string()),
         other => Err(Error::InvalidInput(format!(
             "table {other}: only unqualified table names are supported"
         ))),
     }
 }
+
+/// Longest table or view name, in bytes.
+pub const MAX_NAME_BYTES: usize = 255;
 
 /// A location as the catalog stores it: the URL DataFusion resolves it to — or, for a
 /// local path with a glob (`/data/public_*.csv`), the path itself, so that the glob is
@@ -516,4 +533,27 @@ pub async fn create_view(store: &dyn JobStore, cmd: &CreateView, sql: &str) -> R
         return Err(Error::InvalidInput(format!("view {name} already exists")));
     }
     Ok(record)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_are_refused_empty_too_long_or_with_control_characters() {
+        let bare = |t: &str| TableReference::bare(t.to_string());
+        assert_eq!(table_name(&bare("a#b")).unwrap(), "a#b");
+        assert_eq!(table_name(&bare(&"v".repeat(255))).unwrap().len(), 255);
+        for (name, says) in [
+            ("", "may not be empty"),
+            ("  ", "may not be empty"),
+            (&*"v".repeat(256), "at most 255 bytes, not 256"),
+            ("a\nb", "control characters"),
+            ("t@v1", "may not contain @"),
+        ] {
+            let e = table_name(&bare(name)).unwrap_err().to_string();
+            assert!(e.contains(says), "{name:?}: {e}");
+        }
+        assert!(table_name(&TableReference::partial("s", "t")).is_err());
+    }
 }

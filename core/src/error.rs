@@ -140,6 +140,24 @@ impl StoreError {
     }
 }
 
+/// Whether a local file system error is about the path a statement named (missing, not
+/// a directory, a directory where a file should be), not the machine.
+fn local_path_error(source: &(dyn std::error::Error + Send + Sync + 'static)) -> bool {
+    use std::io::ErrorKind::*;
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(source);
+    while let Some(e) = cause {
+        if let Some(io) = e.downcast_ref::<std::io::Error>() {
+            return matches!(
+                io.kind(),
+                NotFound | NotADirectory | IsADirectory | InvalidInput
+            );
+        }
+        cause = e.source();
+    }
+    let text = source.to_string();
+    text.contains("Not a directory") || text.contains("Is a directory")
+}
+
 impl Error {
     /// A job store error of `kind` (see [`StoreError`]).
     pub fn store(kind: StoreErrorKind, message: impl Into<String>) -> Self {
@@ -191,6 +209,15 @@ impl Error {
                 }
                 object_store::Error::PermissionDenied { .. } => {
                     Error::Forbidden(e.strip_backtrace().to_string())
+                }
+                // A local path that is not what the statement says (a file where a
+                // table's directory should be): the statement's fault. Object stores
+                // over the network keep their failures (a 5xx, retried).
+                object_store::Error::Generic {
+                    store: "LocalFileSystem",
+                    ref source,
+                } if local_path_error(source.as_ref()) => {
+                    Error::InvalidInput(e.strip_backtrace().to_string())
                 }
                 _ => Error::DataFusion(e),
             },
@@ -317,6 +344,33 @@ impl From<datafusion::arrow::error::ArrowError> for Error {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_local_path_that_is_not_a_table_is_the_statements_fault() {
+        let store_error = |store: &'static str, kind: std::io::ErrorKind| {
+            Error::DataFusion(DataFusionError::ObjectStore(Box::new(
+                object_store::Error::Generic {
+                    store,
+                    source: Box::new(std::io::Error::new(kind, "Not a directory (os error 20)")),
+                },
+            )))
+        };
+        use std::io::ErrorKind::*;
+        assert!(matches!(
+            store_error("LocalFileSystem", NotADirectory).planning(),
+            Error::InvalidInput(_)
+        ));
+        // The machine failing stays the engine's.
+        assert!(matches!(
+            store_error("LocalFileSystem", OutOfMemory).planning(),
+            Error::DataFusion(_)
+        ));
+        // A network store's failure too: it is retried.
+        assert!(matches!(
+            store_error("S3", NotADirectory).planning(),
+            Error::DataFusion(_)
+        ));
+    }
 
     #[test]
     fn store_errors_are_retried_only_when_transient() {
