@@ -144,7 +144,8 @@ impl SchemaProvider for CatalogSchema {
             Some(record) if record.format == VIEW_FORMAT => {
                 if version != crate::delta::Version::Latest {
                     return Err(DataFusionError::Plan(format!(
-                        "{name} is a view: VERSION AS OF and TIMESTAMP AS OF read Delta and                          Iceberg tables only"
+                        "{name} is a view: VERSION AS OF and TIMESTAMP AS OF read Delta and \
+                         Iceberg tables only"
                     )));
                 }
                 self.view(record).await.map(Some)

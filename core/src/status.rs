@@ -400,13 +400,7 @@ pub fn job_status(snapshot: &JobSnapshot, config: &crate::EngineConfig) -> JobSt
                 stage_requests += o.requests;
             }
         }
-        let memory_mb = match (
-            s.decision.as_ref().map(|d| d.size),
-            config.large_executor_memory_mb,
-        ) {
-            (Some(crate::dispatch::ExecutorSize::Large), Some(large)) => large,
-            _ => config.executor_memory_mb,
-        };
+        let memory_mb = crate::plan::adaptive::executor_size::memory_mb(s.size(), config);
         let runs = objects + u64::from(failed) + u64::from(speculative);
         task_cost_usd += task_cost_at(
             config,

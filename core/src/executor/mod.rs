@@ -21,7 +21,7 @@ use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 use object_store::ObjectStoreExt;
 use tracing::{debug, info, warn, Instrument};
 
-use crate::dispatch::{ExecutorSize, Handoff, JobBrief, TaskInvocation, TaskSpec};
+use crate::dispatch::{Handoff, JobBrief, TaskInvocation, TaskSpec};
 use crate::faults::FaultKind;
 use crate::plan;
 use crate::requests::{Request, Tally};
@@ -884,16 +884,9 @@ impl Executor {
 }
 
 /// Function slots a task of `stage` counts as ([`threads::TaskThreads::for_stage`]): the
-/// large executor's memory over the executor's, rounded, for a stage claimed for it; one
-/// otherwise.
+/// memory of the function its stage was claimed for over the executor's, rounded (one on
+/// the executor).
 fn slot_weight(stage: &StageRecord, config: &EngineConfig) -> usize {
-    match (
-        stage.decision.as_ref().map(|d| d.size),
-        config.large_executor_memory_mb,
-    ) {
-        (Some(ExecutorSize::Large), Some(large)) => {
-            (large as f64 / config.executor_memory_mb.max(1) as f64).round() as usize
-        }
-        _ => 1,
-    }
+    let memory = plan::adaptive::executor_size::memory_mb(stage.size(), config);
+    (memory as f64 / config.executor_memory_mb.max(1) as f64).round() as usize
 }

@@ -37,7 +37,7 @@ use tracing::warn;
 
 use crate::access::Caller;
 use crate::dispatch::{DispatchContext, ExecutorSize, Handoff, TaskSpec};
-use crate::state::{ChangeRecord, JobSnapshot, JobState};
+use crate::state::{ChangeRecord, JobSnapshot, JobState, StageRecord};
 use crate::time::now_ms;
 use crate::{EngineConfig, Error, Result, Services};
 
@@ -223,8 +223,7 @@ impl PendingInvocation {
             .stages
             .iter()
             .find(|s| s.stage == task.stage)
-            .and_then(|s| s.decision.as_ref())
-            .map(|d| d.size)
+            .map(StageRecord::size)
             .unwrap_or_default();
         Self {
             task,

@@ -59,18 +59,7 @@ pub(super) async fn catalog(
         }
         LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => {
             access.check_catalog_writer(&options.caller)?;
-            let existed = crate::catalog::drop_table(
-                services.store.as_ref(),
-                &drop.name,
-                drop.if_exists,
-                false,
-            )
-            .await?;
-            message_batch(&if existed {
-                format!("table {} dropped", drop.name)
-            } else {
-                format!("table {} does not exist; nothing changed", drop.name)
-            })?
+            drop_entry(services, &drop.name, drop.if_exists, false).await?
         }
         LogicalPlan::Ddl(DdlStatement::CreateView(cmd)) => {
             access.check_catalog_writer(&options.caller)?;
@@ -83,18 +72,7 @@ pub(super) async fn catalog(
         }
         LogicalPlan::Ddl(DdlStatement::DropView(drop)) => {
             access.check_catalog_writer(&options.caller)?;
-            let existed = crate::catalog::drop_table(
-                services.store.as_ref(),
-                &drop.name,
-                drop.if_exists,
-                true,
-            )
-            .await?;
-            message_batch(&if existed {
-                format!("view {} dropped", drop.name)
-            } else {
-                format!("view {} does not exist; nothing changed", drop.name)
-            })?
+            drop_entry(services, &drop.name, drop.if_exists, true).await?
         }
         other => {
             return Err(Error::Internal(format!(
@@ -105,6 +83,23 @@ pub(super) async fn catalog(
     };
     let schema = batches[0].schema();
     record_result(services, job_id, sql, &options.caller, schema, &batches).await
+}
+
+/// Drops the catalog's table (`view: false`) or view `name`, and says what happened.
+async fn drop_entry(
+    services: &Services,
+    name: &datafusion::common::TableReference,
+    if_exists: bool,
+    view: bool,
+) -> Result<Vec<RecordBatch>> {
+    let existed =
+        crate::catalog::drop_table(services.store.as_ref(), name, if_exists, view).await?;
+    let kind = if view { "view" } else { "table" };
+    message_batch(&if existed {
+        format!("{kind} {name} dropped")
+    } else {
+        format!("{kind} {name} does not exist; nothing changed")
+    })
 }
 
 /// The rows of `EXPLAIN`: DataFusion's logical and physical plans and the stage graph.

@@ -420,11 +420,7 @@ impl Scheduler {
         }
         let handoff = origin.map(|h| h.plus(2));
         let context = context_for(snapshot, &snapshot.stages[index], plans, handoff);
-        let size = snapshot.stages[index]
-            .decision
-            .as_ref()
-            .map(|d| d.size)
-            .unwrap_or_default();
+        let size = snapshot.stages[index].size();
         self.dispatch_stage(&job_id, stage, tasks, context, size, &stage_key)
             .await?;
         store.confirm_stage(&job_id, stage, now_ms()).await?;

@@ -218,6 +218,12 @@ pub struct StageRecord {
 }
 
 impl StageRecord {
+    /// The executor function its tasks run on: its claim's choice (the executor before
+    /// it is claimed).
+    pub fn size(&self) -> ExecutorSize {
+        self.decision.as_ref().map(|d| d.size).unwrap_or_default()
+    }
+
     /// The stages that must be complete before this one is claimed: its inputs and,
     /// while adaptive stages are on, the small side of a join it may switch.
     pub fn waits_for(&self, adaptive: bool) -> impl Iterator<Item = u32> + '_ {

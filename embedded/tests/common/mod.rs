@@ -43,8 +43,8 @@ pub async fn write_tables(dir: &Path) {
     .unwrap();
 }
 
-pub async fn reference(dir: &Path, sql: &str) -> Vec<datafusion::arrow::array::RecordBatch> {
-    let ctx = SessionContext::new();
+/// Registers the two tables [`write_tables`] wrote under `dir` in `ctx`.
+pub async fn register_parquet(ctx: &SessionContext, dir: &Path) {
     for t in ["facts", "dims"] {
         ctx.register_parquet(
             t,
@@ -54,7 +54,32 @@ pub async fn reference(dir: &Path, sql: &str) -> Vec<datafusion::arrow::array::R
         .await
         .unwrap();
     }
+}
+
+pub async fn reference(dir: &Path, sql: &str) -> Vec<datafusion::arrow::array::RecordBatch> {
+    let ctx = SessionContext::new();
+    register_parquet(&ctx, dir).await;
     ctx.sql(sql).await.unwrap().collect().await.unwrap()
+}
+
+/// The embedded engine with `config` (allowed to read `dir`) and four function slots,
+/// the two tables under `dir` created in its catalog.
+pub async fn engine_with_tables(
+    config: lambdafusion::EngineConfig,
+    dir: &Path,
+) -> std::sync::Arc<lambdafusion_embedded::Embedded> {
+    let engine = lambdafusion_embedded::Embedded::start(lambdafusion_embedded::EmbeddedOptions {
+        data_dir: None,
+        config: allow(config, dir),
+        slots: 4,
+        ..lambdafusion_embedded::EmbeddedOptions::default()
+    })
+    .await
+    .unwrap();
+    for sql in create_statements(dir) {
+        engine.sql(&sql).await.unwrap();
+    }
+    engine
 }
 
 /// Bytes of the files directly under `dir` (a table's files).

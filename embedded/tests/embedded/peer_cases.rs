@@ -10,7 +10,7 @@ use crate::common;
 
 use common::{reference, write_tables};
 use lambdafusion::EngineConfig;
-use lambdafusion_embedded::{Embedded, EmbeddedOptions};
+use lambdafusion_embedded::Embedded;
 
 /// Tasks as small as they go: every stage that can have several tasks has them.
 async fn engine(dir: &Path) -> Arc<Embedded> {
@@ -19,18 +19,7 @@ async fn engine(dir: &Path) -> Arc<Embedded> {
         .with_min_scan_bytes_per_task(1)
         .with_shuffle_bytes_per_task(1)
         .with_max_tasks_per_stage(4);
-    let engine = Embedded::start(EmbeddedOptions {
-        data_dir: None,
-        config: common::allow(config, dir),
-        slots: 4,
-        ..EmbeddedOptions::default()
-    })
-    .await
-    .unwrap();
-    for sql in common::create_statements(dir) {
-        engine.sql(&sql).await.unwrap();
-    }
-    engine
+    common::engine_with_tables(config, dir).await
 }
 
 /// Each query, with whether its rows are ordered.

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::physical_plan::{displayable, ExecutionPlan};
-use datafusion::prelude::{ParquetReadOptions, SessionContext};
+use datafusion::prelude::SessionContext;
 use lambdafusion::plan::{self, StageGraph, StageSplitter};
 use lambdafusion::shuffle::ShuffleWriterExec;
 use lambdafusion::state::{EdgeKind, StageInput};
@@ -43,15 +43,7 @@ async fn graph_over(
     let runtime = RuntimeEnvBuilder::new().build_arc().unwrap();
     let state = plan::session_state(runtime, &config, partitions);
     let ctx = SessionContext::new_with_state(state);
-    for t in ["facts", "dims"] {
-        ctx.register_parquet(
-            t,
-            dir.join(t).to_str().unwrap(),
-            ParquetReadOptions::default(),
-        )
-        .await
-        .unwrap();
-    }
+    common::register_parquet(&ctx, dir).await;
     let logical = ctx.state().create_logical_plan(sql).await.unwrap();
     let physical = plan::physical_plan_sized(&ctx.state(), &logical, &config, sizing)
         .await

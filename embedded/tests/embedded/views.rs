@@ -5,9 +5,9 @@
 use std::path::Path;
 use std::sync::Arc;
 
-use datafusion::prelude::{ParquetReadOptions, SessionContext};
+use datafusion::prelude::SessionContext;
 use lambdafusion::EngineConfig;
-use lambdafusion_embedded::{Embedded, EmbeddedOptions};
+use lambdafusion_embedded::Embedded;
 
 use crate::common;
 
@@ -25,18 +25,7 @@ async fn engine(dir: &Path) -> Arc<Embedded> {
         .with_bytes_per_task(common::dir_bytes(&dir.join("facts")).div_ceil(3))
         .with_min_scan_bytes_per_task(1)
         .with_max_tasks_per_stage(4);
-    let engine = Embedded::start(EmbeddedOptions {
-        data_dir: None,
-        config: common::allow(config, dir),
-        slots: 4,
-        ..EmbeddedOptions::default()
-    })
-    .await
-    .unwrap();
-    for sql in common::create_statements(dir) {
-        engine.sql(&sql).await.unwrap();
-    }
-    engine
+    common::engine_with_tables(config, dir).await
 }
 
 /// DataFusion with the same tables and `views`.
@@ -44,15 +33,7 @@ async fn reference(dir: &Path, views: &[&str]) -> SessionContext {
     let ctx = SessionContext::new_with_config(
         datafusion::prelude::SessionConfig::new().with_information_schema(true),
     );
-    for t in ["facts", "dims"] {
-        ctx.register_parquet(
-            t,
-            dir.join(t).to_str().unwrap(),
-            ParquetReadOptions::default(),
-        )
-        .await
-        .unwrap();
-    }
+    common::register_parquet(&ctx, dir).await;
     for view in views {
         ctx.sql(view).await.unwrap().collect().await.unwrap();
     }
@@ -175,7 +156,12 @@ async fn views_answer_as_datafusion_and_live_in_the_catalog() {
         "statements of their own",
     )
     .await;
-    refused(&engine, "SELECT * FROM big@v1", "is a view").await;
+    refused(
+        &engine,
+        "SELECT * FROM big@v1",
+        "is a view: VERSION AS OF and TIMESTAMP AS OF read Delta and Iceberg tables only",
+    )
+    .await;
 
     // Dropped: gone from the catalog, and its readers say what they miss.
     engine.sql("DROP VIEW per_label").await.unwrap();

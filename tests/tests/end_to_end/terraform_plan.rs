@@ -376,7 +376,8 @@ fn a_stage_wider_than_the_executors_reserved_concurrency_is_refused() {
         .unwrap();
     let executor = planned(&plan, "module.lambdafusion.aws_lambda_function.executor");
     assert_eq!(executor["reserved_concurrent_executions"], 50);
-    // Budget limits are validated before anything is planned.
+    // A large executor no larger than the executor is refused before anything is
+    // planned; so are budget limits.
     let err = flat(
         &example
             .plan(&["large_executor_memory_mb=2048"])

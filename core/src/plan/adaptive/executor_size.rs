@@ -39,6 +39,15 @@ pub fn vcpus(memory_mb: usize) -> f64 {
     (memory_mb as f64 / MB_PER_VCPU).min(6.0)
 }
 
+/// Memory (MB) of the function `size` names in `config`: the large executor's where the
+/// deployment has one, else the executor's.
+pub fn memory_mb(size: ExecutorSize, config: &EngineConfig) -> usize {
+    match (size, config.large_executor_memory_mb) {
+        (ExecutorSize::Large, Some(large)) => large,
+        _ => config.executor_memory_mb,
+    }
+}
+
 /// A task on the large executor against the same task on the executor.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct Comparison {
