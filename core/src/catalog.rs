@@ -358,9 +358,14 @@ pub async fn create_table(
     sql: &str,
 ) -> Result<Option<TableRecord>> {
     let name = table_name(&cmd.name)?;
-    if store.get_table(&name).await?.is_some() {
+    if let Some(existing) = store.get_table(&name).await? {
         if cmd.if_not_exists {
             return Ok(None);
+        }
+        if existing.format == VIEW_FORMAT {
+            return Err(Error::InvalidInput(format!(
+                "{name} is a view: a table cannot replace it (DROP VIEW {name} first)"
+            )));
         }
         if !cmd.or_replace {
             return Err(Error::InvalidInput(format!(

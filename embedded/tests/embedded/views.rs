@@ -134,6 +134,15 @@ async fn views_answer_as_datafusion_and_live_in_the_catalog() {
     refused(&engine, "CREATE VIEW facts AS SELECT 1", "is a table").await;
     refused(
         &engine,
+        &format!(
+            "CREATE OR REPLACE EXTERNAL TABLE labelled STORED AS PARQUET LOCATION '{}'",
+            dir.path().join("dims").display()
+        ),
+        "labelled is a view: a table cannot replace it (DROP VIEW labelled first)",
+    )
+    .await;
+    refused(
+        &engine,
         "CREATE TEMPORARY VIEW t AS SELECT 1",
         "temporary views",
     )
