@@ -75,6 +75,7 @@ pub async fn services_with(settings: &AwsSettings) -> Result<Services> {
         .access
         .data_locations
         .iter()
+        .chain(&settings.engine.access.write_locations)
         .filter_map(|l| l.strip_prefix("s3://"))
         .map(|l| l.split('/').next().unwrap_or_default().to_string())
         .collect();

@@ -137,16 +137,18 @@ impl ObjectStoreRegistry for S3Registry {
         // In the environment's region, following the bucket to its own when S3 says it is
         // elsewhere (crate::region).
         let io = self.io.clone();
-        let store: Arc<dyn ObjectStore> = Arc::new(
-            crate::region::RegionFollowing::new(
-                bucket,
-                Arc::new(move |bucket: &str, region: Option<&str>| {
-                    io_bucket_store(bucket, region, io.as_ref())
-                }),
-                crate::region::s3_lookup(),
-            )
-            .map_err(|e| DataFusionError::ObjectStore(Box::new(e)))?,
-        );
+        // Listings leave out markers (`_SUCCESS`) and hidden files, as Athena's do.
+        let store: Arc<dyn ObjectStore> =
+            Arc::new(lambdafusion::hidden::HideMarkers::new(Arc::new(
+                crate::region::RegionFollowing::new(
+                    bucket,
+                    Arc::new(move |bucket: &str, region: Option<&str>| {
+                        io_bucket_store(bucket, region, io.as_ref())
+                    }),
+                    crate::region::s3_lookup(),
+                )
+                .map_err(|e| DataFusionError::ObjectStore(Box::new(e)))?,
+            )));
         self.stores
             .write()
             .unwrap_or_else(|p| p.into_inner())

@@ -83,6 +83,15 @@ struct EngineArgs {
         value_delimiter = ','
     )]
     allow_paths: Vec<PathBuf>,
+    /// A directory `COPY (...) TO` may write into (repeatable; created if missing; also
+    /// readable). Nothing is written anywhere unless named here.
+    #[arg(
+        long = "allow-write",
+        value_name = "DIR",
+        env = "LAMBDAFUSION_ALLOW_WRITE",
+        value_delimiter = ','
+    )]
+    allow_write: Vec<PathBuf>,
     /// Task invocations that may wait for a slot (one query at most a quarter of them);
     /// past three quarters of it new queries get 503.
     #[arg(long)]
@@ -125,6 +134,12 @@ impl EngineArgs {
             let resolved = std::fs::canonicalize(dir)
                 .map_err(|e| format!("--allow-path {}: {e}", dir.display()))?;
             config = config.with_data_location(resolved.display().to_string());
+        }
+        for dir in &self.allow_write {
+            let resolved = std::fs::create_dir_all(dir)
+                .and_then(|()| std::fs::canonicalize(dir))
+                .map_err(|e| format!("--allow-write {}: {e}", dir.display()))?;
+            config = config.with_write_location(resolved.display().to_string());
         }
         let slots = self.slots.unwrap_or(defaults.slots);
         let glue = if self.glue_databases.is_empty() {

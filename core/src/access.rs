@@ -61,6 +61,11 @@ pub struct AccessPolicy {
     pub reserved_locations: Vec<String>,
     /// The setting that adds data locations, named in refusals.
     pub location_setting: String,
+    /// Locations `COPY ... TO` and `CREATE TABLE ... AS` may write to (and, so, read):
+    /// empty by default, so nothing is written anywhere until a deployment says where.
+    pub write_locations: Vec<String>,
+    /// The setting that adds write locations, named in refusals.
+    pub write_setting: String,
     /// Principals that may read and cancel every caller's jobs.
     pub admins: Vec<String>,
     /// Principals that may create and drop tables; `None`: every caller.
@@ -75,6 +80,8 @@ impl Default for AccessPolicy {
             data_locations: Vec::new(),
             reserved_locations: Vec::new(),
             location_setting: "--allow-path DIR (or LAMBDAFUSION_ALLOW_PATHS)".into(),
+            write_locations: Vec::new(),
+            write_setting: "--allow-write DIR (or LAMBDAFUSION_ALLOW_WRITE)".into(),
             admins: Vec::new(),
             catalog_writers: None,
             max_presign: Duration::from_secs(15 * 60),
@@ -196,18 +203,11 @@ impl AccessPolicy {
     /// path): inside an allowed location and outside every reserved one, after resolving
     /// `..` and symlinks. The refusal is a 400 naming the setting that would allow it.
     pub fn check_location(&self, location: &str) -> Result<()> {
-        let target = place(location)?;
-        for reserved in &self.reserved_locations {
-            if place(reserved).is_ok_and(|r| r.contains(&target) || target.contains(&r)) {
-                return Err(Error::InvalidInput(format!(
-                    "{location} is, or contains, this engine's own shuffle, result or state \
-                     location ({reserved}), which is never readable as a table"
-                )));
-            }
-        }
+        let target = self.outside_reserved(location, "readable as a table")?;
         let allowed = self
             .data_locations
             .iter()
+            .chain(&self.write_locations)
             .filter_map(|l| place(l).ok())
             .any(|l| l.contains(&target));
         if allowed {
@@ -223,6 +223,45 @@ impl AccessPolicy {
              add it with {}",
             self.location_setting
         )))
+    }
+
+    /// Checks that `COPY` or `CREATE TABLE ... AS` may write at `location`: inside a write
+    /// location and outside every reserved one, after resolving `..` and symlinks. The
+    /// refusal is a 400 naming the setting that would allow it.
+    pub fn check_write_location(&self, location: &str) -> Result<()> {
+        let target = self.outside_reserved(location, "written by a statement")?;
+        if self
+            .write_locations
+            .iter()
+            .filter_map(|l| place(l).ok())
+            .any(|l| l.contains(&target))
+        {
+            return Ok(());
+        }
+        let listed = if self.write_locations.is_empty() {
+            "none are configured: this engine writes no table data until told where".to_string()
+        } else {
+            format!("allowed: {}", self.write_locations.join(", "))
+        };
+        Err(Error::InvalidInput(format!(
+            "{location} is outside the locations statements may write to ({listed}); add it \
+             with {}",
+            self.write_setting
+        )))
+    }
+
+    /// `location` taken apart, unless it is, or contains, a reserved location.
+    fn outside_reserved(&self, location: &str, what: &str) -> Result<Place> {
+        let target = place(location)?;
+        for reserved in &self.reserved_locations {
+            if place(reserved).is_ok_and(|r| r.contains(&target) || target.contains(&r)) {
+                return Err(Error::InvalidInput(format!(
+                    "{location} is, or contains, this engine's own shuffle, result or state \
+                     location ({reserved}), which is never {what}"
+                )));
+            }
+        }
+        Ok(target)
     }
 
     /// Whether `caller` may see and cancel a job owned by `owner`.
@@ -253,14 +292,24 @@ impl AccessPolicy {
 
     /// The local directories of [`AccessPolicy::data_locations`], resolved.
     pub fn local_roots(&self) -> Vec<PathBuf> {
-        self.data_locations
-            .iter()
-            .filter_map(|l| match place(l) {
-                Ok(Place::File(p)) => Some(p),
-                _ => None,
-            })
-            .collect()
+        local_dirs(&self.data_locations)
     }
+
+    /// The local directories of [`AccessPolicy::write_locations`], resolved.
+    pub fn local_write_roots(&self) -> Vec<PathBuf> {
+        local_dirs(&self.write_locations)
+    }
+}
+
+/// The local directories among `locations`, resolved.
+fn local_dirs(locations: &[String]) -> Vec<PathBuf> {
+    locations
+        .iter()
+        .filter_map(|l| match place(l) {
+            Ok(Place::File(p)) => Some(p),
+            _ => None,
+        })
+        .collect()
 }
 
 /// Whether an entry of an admin or writer list names `principal`. An assumed-role
@@ -378,8 +427,8 @@ fn check_confined(
     let rule = match access {
         Access::Read => "outside the directories this engine may read (--allow-path)",
         Access::Write => {
-            "outside the engine's own shuffle directory, the only place it writes: \
-             table directories are read-only"
+            "outside the engine's own shuffle directory and the write locations \
+             (--allow-write), the only places it writes: table directories are read-only"
         }
     };
     Err(object_store::Error::PermissionDenied {

@@ -511,6 +511,12 @@ impl EngineConfig {
         self
     }
 
+    /// Adds a location `COPY` may write to (see [`crate::access::AccessPolicy`]).
+    pub fn with_write_location(mut self, location: impl Into<String>) -> Self {
+        self.access.write_locations.push(location.into());
+        self
+    }
+
     /// The back-off before a task throttled `throttles` times is sent again.
     pub fn throttle_backoff(throttles: u32) -> Duration {
         THROTTLE_BACKOFF_BASE

@@ -21,6 +21,7 @@ pub mod executor;
 pub mod faults;
 pub mod format_scan;
 pub mod glue;
+pub mod hidden;
 pub mod iceberg;
 pub mod plan;
 pub mod requests;
@@ -33,6 +34,7 @@ pub mod state;
 pub mod status;
 pub mod time;
 pub mod time_travel;
+pub mod write;
 
 pub use config::EngineConfig;
 pub use error::{Error, Result};

@@ -87,7 +87,31 @@ pub async fn open(
             Box::pin(RecordBatchStreamAdapter::new(schema, stream)),
         ));
     }
-    let stage = job.final_stage();
+    if job.kind == JobKind::Write {
+        let target = job
+            .write
+            .as_ref()
+            .ok_or_else(|| Error::Internal(format!("write job {job_id} has no write target")))?;
+        let files = crate::write::written_files(services, job.final_stage(), outputs).await?;
+        let batch = crate::write::summary(target, &files)?;
+        let schema = batch.schema();
+        let stream = futures::stream::iter([Ok(batch)]);
+        return Ok((
+            schema.clone(),
+            Box::pin(RecordBatchStreamAdapter::new(schema, stream)),
+        ));
+    }
+    let stream = read_outputs(services, job.final_stage(), outputs, schema.clone())?;
+    Ok((schema, stream))
+}
+
+/// The rows of committed `outputs` of `stage` (whose rows have `schema`), in order.
+pub fn read_outputs(
+    services: &Services,
+    stage: u32,
+    outputs: Vec<TaskOutput>,
+    schema: SchemaRef,
+) -> Result<SendableRecordBatchStream> {
     let producers = outputs.len();
     let reader = Arc::new(ShuffleReaderExec::new(
         stage,
@@ -109,13 +133,10 @@ pub async fn open(
         .map(|p| reader.execute(p, ctx.clone()))
         .collect::<datafusion::error::Result<Vec<_>>>()?;
     let stream = futures::stream::iter(streams).flatten();
-    Ok((
-        schema.clone(),
-        Box::pin(RecordBatchStreamAdapter::new(
-            schema,
-            stream.map_err(Into::into),
-        )),
-    ))
+    Ok(Box::pin(RecordBatchStreamAdapter::new(
+        schema,
+        stream.map_err(Into::into),
+    )))
 }
 
 /// The result of a finished `EXPLAIN ANALYZE` job: its stage plans with the metrics its

@@ -377,6 +377,9 @@ pub enum Verdict<'a> {
     Analyze(&'a LogicalPlan),
     /// `EXPLAIN` of a read-only query: answered by the scheduler.
     Explain(&'a LogicalPlan),
+    /// `COPY (query) TO 'location'` of a read-only query: distributed, its final stage
+    /// writing files ([`crate::write`]).
+    Write(&'a datafusion::logical_expr::dml::CopyTo),
     /// `CREATE EXTERNAL TABLE` or `DROP TABLE`: the catalog.
     Catalog,
     /// `DESCRIBE`, `SHOW TABLES` and other `information_schema` reads: answered by the
@@ -384,11 +387,22 @@ pub enum Verdict<'a> {
     Metadata,
 }
 
-/// Decides what `plan` is. Writes, COPY, DDL other than the catalog's and other
-/// statements are refused wherever they stand in the tree, with the same message as
-/// the bare statement.
+/// Decides what `plan` is. Writes other than a bare `COPY`, DDL other than the
+/// catalog's and other statements are refused wherever they stand in the tree, with the
+/// same message as the bare statement.
 pub fn verdict(plan: &LogicalPlan) -> Result<Verdict<'_>> {
     match plan {
+        LogicalPlan::Copy(copy) => {
+            read_only(&copy.input)?;
+            if reads_information_schema(&copy.input) {
+                return Err(Error::InvalidInput(
+                    "COPY cannot write information_schema: it is answered by the scheduler, \
+                     not read by tasks"
+                        .into(),
+                ));
+            }
+            Ok(Verdict::Write(copy))
+        }
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(_))
         | LogicalPlan::Ddl(DdlStatement::DropTable(_))
         | LogicalPlan::Ddl(DdlStatement::CreateView(_))
@@ -443,9 +457,11 @@ fn read_only(plan: &LogicalPlan) -> Result<()> {
 /// The refusal of one plan node, if it is not part of a read-only query.
 fn refused(node: &LogicalPlan) -> Option<Error> {
     Some(Error::InvalidInput(match node {
-        LogicalPlan::Dml(_) | LogicalPlan::Copy(_) => {
-            "INSERT, UPDATE, DELETE and COPY are not supported: lambdafusion reads tables"
-                .to_string()
+        LogicalPlan::Dml(_) => "INSERT, UPDATE and DELETE are not supported: lambdafusion \
+                                writes query results with COPY (SELECT ...) TO 'location'"
+            .to_string(),
+        LogicalPlan::Copy(_) => {
+            "COPY is a statement of its own: it cannot be explained or nested".to_string()
         }
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(_))
         | LogicalPlan::Ddl(DdlStatement::DropTable(_))
@@ -638,7 +654,6 @@ mod tests {
     #[test]
     fn writes_and_ddl_are_refused_wherever_they_stand() {
         for sql in [
-            "COPY (SELECT 1) TO '/tmp/x.csv' STORED AS CSV",
             "EXPLAIN ANALYZE COPY (SELECT 1) TO '/tmp/x.csv' STORED AS CSV",
             "EXPLAIN COPY (SELECT 1) TO '/tmp/x.csv' STORED AS CSV",
             "EXPLAIN ANALYZE INSERT INTO t VALUES (2)",
@@ -655,6 +670,10 @@ mod tests {
         assert!(matches!(verdict(&p), Ok(Verdict::Analyze(_))));
         let p = plan("WITH x AS (SELECT a FROM t) SELECT * FROM x");
         assert!(matches!(verdict(&p), Ok(Verdict::Query(_))));
+        let p = plan("COPY (SELECT * FROM t WHERE a IN (SELECT a FROM t)) TO '/tmp/x/' STORED AS CSV");
+        assert!(matches!(verdict(&p), Ok(Verdict::Write(_))));
+        let p = plan("COPY (SELECT * FROM information_schema.tables) TO '/tmp/x/' STORED AS CSV");
+        assert!(verdict(&p).is_err());
         let p = plan("SELECT * FROM information_schema.tables");
         assert!(matches!(verdict(&p), Ok(Verdict::Metadata)));
         let p = plan("SELECT (SELECT count(*) FROM information_schema.tables) FROM t");

@@ -461,6 +461,7 @@ pub fn job_status(snapshot: &JobSnapshot, config: &crate::EngineConfig) -> JobSt
             JobKind::Query => "query",
             JobKind::Statement => "statement",
             JobKind::Analyze => "analyze",
+            JobKind::Write => "write",
         }
         .to_string(),
         sql: job.sql.clone(),
@@ -651,6 +652,7 @@ mod tests {
                 finished_ms: Some(2),
                 error: error.map(str::to_string),
                 requests: RequestCounts::default(),
+                write: None,
                 expires_at: 0,
             },
             stages: Vec::new(),

@@ -28,6 +28,7 @@ use lambdafusion::access::ConfinedFileSystem;
 use lambdafusion::dispatch::{DispatchRange, TaskInvocation, TaskSpec};
 use lambdafusion::error::StoreErrorKind;
 use lambdafusion::executor::Executor;
+use lambdafusion::hidden::HideMarkers;
 use lambdafusion::scheduler::{Scheduler, SubmitOptions};
 use lambdafusion::services::ShuffleLocation;
 use lambdafusion::state::{JobState, JobStore};
@@ -166,11 +167,14 @@ impl Embedded {
                     dir.join("spill").display().to_string(),
                 ]);
                 // Table directories are read-only; the engine writes its shuffle directory
-                // alone (spill files go through the disk manager, not this store).
+                // and the write locations alone (spill files go through the disk manager,
+                // not this store).
+                let mut writable = config.access.local_write_roots();
+                writable.push(dir.join("shuffle"));
                 let files = ConfinedFileSystem::new(
                     Arc::new(LocalFileSystem::new()),
                     config.access.local_roots(),
-                    vec![dir.join("shuffle")],
+                    writable,
                 );
                 let runtime = RuntimeEnvBuilder::new()
                     .with_disk_manager_builder(
@@ -178,7 +182,10 @@ impl Embedded {
                             .with_mode(DiskManagerMode::Directories(vec![dir.join("spill")])),
                     )
                     .build_arc()?;
-                runtime.register_object_store(url.as_ref(), Arc::new(files));
+                runtime.register_object_store(
+                    url.as_ref(),
+                    Arc::new(HideMarkers::new(Arc::new(files))),
+                );
                 (store, ShuffleLocation { url, prefix }, runtime)
             }
             None => in_memory_parts(&config)?,
@@ -324,10 +331,13 @@ fn in_memory_parts(
     let files = ConfinedFileSystem::new(
         Arc::new(LocalFileSystem::new()),
         config.access.local_roots(),
-        Vec::new(),
+        config.access.local_write_roots(),
     );
     let file_url = ObjectStoreUrl::parse("file://").map_err(Error::from)?;
-    runtime.register_object_store(file_url.as_ref(), Arc::new(files));
+    runtime.register_object_store(
+        file_url.as_ref(),
+        Arc::new(HideMarkers::new(Arc::new(files))),
+    );
     let prefix = Path::from("lambdafusion");
     Ok((store, ShuffleLocation { url, prefix }, runtime))
 }

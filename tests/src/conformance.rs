@@ -41,6 +41,7 @@ fn job(job_id: &str, stages: u32) -> JobRecord {
         finished_ms: None,
         error: None,
         requests: Default::default(),
+        write: None,
         expires_at: TTL,
     }
 }

@@ -56,6 +56,7 @@ fn wide_records(tasks: u32) -> NewJob {
         finished_ms: None,
         error: None,
         requests: Default::default(),
+        write: None,
         expires_at: TTL,
     };
     let stage = StageRecord {

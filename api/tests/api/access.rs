@@ -538,6 +538,7 @@ async fn a_result_with_missing_task_outputs_is_refused() {
                 finished_ms: Some(1),
                 error: None,
                 requests: Default::default(),
+                write: None,
                 expires_at,
             },
             stages: vec![StageRecord {

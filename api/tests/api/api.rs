@@ -789,6 +789,7 @@ async fn a_waiter_wakes_when_the_job_ends() {
         finished_ms: None,
         error: None,
         requests: Default::default(),
+        write: None,
         expires_at: u64::MAX / 2,
     };
     store

@@ -31,6 +31,7 @@ use crate::state::{
     TaskOutput, TaskState,
 };
 use crate::time::now_ms;
+use crate::write::sink::{TableWriterExec, WrittenFiles};
 use crate::{EngineConfig, Error, Result, Services};
 
 /// How a task invocation ended.
@@ -284,6 +285,10 @@ impl Executor {
         let context = self
             .task_context(services, &stage, task.partition, given, &mut reads)
             .await?;
+        let files = context
+            .session_config()
+            .get_extension::<WrittenFiles>()
+            .unwrap_or_default();
         // What the task reads of other stages (a one-task stage reads all of it).
         let shuffle_bytes: u64 = context
             .session_config()
@@ -371,6 +376,10 @@ impl Executor {
             Err(e) => Err(e),
         };
         watcher.abort();
+        if written.is_err() {
+            // Files of a failed attempt are never committed.
+            files.delete_all().await;
+        }
         if written.is_err() && superseded.load(Ordering::Relaxed) {
             // Another attempt of this task committed first (a speculative one, or the
             // straggler it was started beside): this one's work is not needed.
@@ -396,7 +405,7 @@ impl Executor {
         // EXPLAIN ANALYZE: the operators' figures go into the completion record.
         let metrics = match job.kind {
             JobKind::Analyze => crate::analyze::task_metrics(&writer, &summary),
-            JobKind::Query | JobKind::Statement => Vec::new(),
+            JobKind::Query | JobKind::Statement | JobKind::Write => Vec::new(),
         };
         faults.crash_point(FaultKind::ExecutorCrashAfterPut, &key)?;
         let finished_ms = now_ms();
@@ -422,8 +431,15 @@ impl Executor {
                 pieces: pieces as u32,
             }),
         };
-        self.commit_output(services, task, &stage, output, &shuffle, &path, &key)
-            .await
+        self.commit_output(
+            services,
+            task,
+            &stage,
+            output,
+            (&shuffle, &path, &files),
+            &key,
+        )
+        .await
     }
 
     /// Decodes the task's stage plan for this task — over its counting runtime (a decoded
@@ -458,10 +474,16 @@ impl Executor {
         };
         let plan = plans.decode(stage, &self.decode_context(services))?;
         let writer = ShuffleWriterExec::from_plan(&plan)?;
+        // A writing stage's table writer stays on top of whatever the task runs: each
+        // piece of a spread task writes its own files.
+        let (target, body) = match TableWriterExec::peel(writer.input()) {
+            Some((target, body)) => (Some(target), body),
+            None => (None, writer.input().clone()),
+        };
         // A coalesced task already runs several partitions at once.
         let spread = match partitions.len() {
             1 => plan::spread::spread(
-                writer.input(),
+                &body,
                 partitions.start,
                 plan::spread::Room {
                     threads,
@@ -481,9 +503,12 @@ impl Executor {
                 );
                 (spread.plan, all, spread.pieces)
             }
-            None => (writer.input().clone(), partitions.clone(), partitions.len()),
+            None => (body, partitions.clone(), partitions.len()),
         };
-        let input = stop::StopExec::wrap_leaves_and_joins(input, stop, &task.job_id)?;
+        let mut input = stop::StopExec::wrap_leaves_and_joins(input, stop, &task.job_id)?;
+        if let Some(target) = target {
+            input = Arc::new(TableWriterExec::new(input, target));
+        }
         Ok((writer.with_input(input), partitions, pieces))
     }
 
@@ -496,8 +521,11 @@ impl Executor {
         task: &TaskSpec,
         stage: &StageRecord,
         output: TaskOutput,
-        shuffle: &Arc<dyn object_store::ObjectStore>,
-        path: &object_store::path::Path,
+        (shuffle, path, files): (
+            &Arc<dyn object_store::ObjectStore>,
+            &object_store::path::Path,
+            &WrittenFiles,
+        ),
         key: &str,
     ) -> Result<TaskReport> {
         let rows = output.rows;
@@ -529,6 +557,7 @@ impl Executor {
                 if let Ok(Some(now)) = services.store.get_job(&task.job_id).await {
                     if matches!(now.state, JobState::Failed | JobState::Cancelled) {
                         let _ = shuffle.delete(path).await;
+                        files.delete_all().await;
                     }
                 }
                 Ok(TaskReport::Committed { counter_done, rows })
@@ -536,6 +565,7 @@ impl Executor {
             CommitOutcome::AlreadySucceeded => {
                 debug!("another attempt committed first; discarding this output");
                 let _ = shuffle.delete(path).await;
+                files.delete_all().await;
                 Ok(TaskReport::Duplicate)
             }
         }
@@ -768,7 +798,13 @@ impl Executor {
                 partitions.start as usize..partitions.end as usize,
             )),
         };
-        let config = self.state.config().clone().with_extension(Arc::new(inputs));
+        // A writing stage's files are recorded there, to delete if they are not committed.
+        let config = self
+            .state
+            .config()
+            .clone()
+            .with_extension(Arc::new(inputs))
+            .with_extension(Arc::new(WrittenFiles::default()));
         let ctx = TaskContext::from(&self.state)
             .with_session_config(config)
             .with_runtime(services.runtime.clone());

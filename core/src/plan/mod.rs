@@ -196,8 +196,8 @@ pub fn refuse_writes(plan: &Arc<dyn ExecutionPlan>) -> Result<()> {
     })?;
     if writes {
         return Err(Error::InvalidInput(
-            "INSERT, UPDATE, DELETE and COPY are not supported: lambdafusion reads tables \
-             (a plan that writes is never run)"
+            "a plan that writes through DataFusion's own sinks is never run: lambdafusion \
+             writes query results only with COPY (SELECT ...) TO 'location'"
                 .into(),
         ));
     }

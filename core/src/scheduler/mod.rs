@@ -191,6 +191,7 @@ impl Scheduler {
                     crate::shuffle::shards_for(widest, widest)
                 }
             };
+            self.discard_write(&job).await;
             self.cleanup(job_id, shards, &[]).await;
             return Ok(JobState::Cancelled);
         }

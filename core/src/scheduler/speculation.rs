@@ -156,6 +156,7 @@ mod tests {
                 error: None,
                 requests: Default::default(),
                 task_limit: None,
+                write: None,
                 expires_at: 0,
             },
             stages: vec![stage],

@@ -250,6 +250,7 @@ pub(super) async fn record_result(
         finished_ms: Some(now),
         error: None,
         requests: Default::default(),
+        write: None,
         expires_at,
     };
     let stage = StageRecord {

@@ -193,20 +193,60 @@ impl Scheduler {
         {
             info!(job_id = %job_id, %error, "job failed");
             self.job_ended(snapshot, JobState::Failed, Some(error), now);
+            self.discard_write(&snapshot.job).await;
             self.cleanup(job_id, job_shards(snapshot), &[]).await;
         }
         Ok(())
     }
 
-    /// Finishes a job whose every stage is complete, keeping its result's objects.
+    /// Finishes a job whose every stage is complete, keeping its result's objects; a
+    /// write is committed first ([`crate::write::commit`]), and a write that cannot be
+    /// fails the job.
     async fn succeed_job(&self, snapshot: &JobSnapshot, now: u64) -> Result<()> {
         let job = &snapshot.job;
-        if self
+        if let Some(target) = &job.write {
+            let mut tasks: Vec<_> = snapshot
+                .tasks_of(job.final_stage())
+                .filter(|t| t.state == crate::state::TaskState::Succeeded)
+                .collect();
+            tasks.sort_by_key(|t| t.partition);
+            let outputs = tasks.iter().filter_map(|t| t.output.clone()).collect();
+            let committed = async {
+                let files =
+                    crate::write::written_files(&self.services, job.final_stage(), outputs).await?;
+                crate::write::commit(&self.services, target, &files).await
+            }
+            .await;
+            match committed {
+                Ok(manifest) => info!(
+                    job_id = %job.job_id,
+                    files = manifest.files.len(),
+                    rows = manifest.rows,
+                    location = %target.location,
+                    "write committed"
+                ),
+                Err(e) if e.is_retryable() => return Err(e),
+                Err(e) => {
+                    let error = format!("the write to {} was not committed: {e}", target.location);
+                    return self.fail_job(snapshot, error, now).await;
+                }
+            }
+        }
+        let finished = self
             .services
             .store
             .finish_job(&job.job_id, JobState::Succeeded, None, now)
-            .await?
-        {
+            .await?;
+        if !finished && job.write.is_some() {
+            // Cancelled (or failed) while the commit ran: its clean-up may have run before
+            // the manifest was written.
+            if let Some(now) = self.services.store.get_job(&job.job_id).await? {
+                if now.state != JobState::Succeeded {
+                    self.discard_write(&now).await;
+                }
+            }
+        }
+        if finished {
             info!(job_id = %job.job_id, ms = now.saturating_sub(job.created_ms), "job succeeded");
             self.job_ended(snapshot, JobState::Succeeded, None, now);
             let keep: Vec<String> = snapshot
@@ -525,6 +565,16 @@ impl Scheduler {
             expires_at: self.services.expires_at(),
         };
         self.services.store.resend_task(&resend).await
+    }
+
+    /// Deletes every file a write job that ended without success wrote (nothing for any
+    /// other job).
+    pub(super) async fn discard_write(&self, job: &crate::state::JobRecord) {
+        if let Some(target) = &job.write {
+            let deleted = crate::write::discard(&self.services, target).await;
+            info!(job_id = %job.job_id, files = deleted, location = %target.location,
+                "deleted the files of a write that was not committed");
+        }
     }
 
     /// Deletes a finished job's objects except `keep` (its result's committed objects);

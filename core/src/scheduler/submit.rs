@@ -27,13 +27,21 @@ enum Planned {
     Query {
         graph: StageGraph,
         plans: Vec<Vec<u8>>,
-        kind: (JobKind, Option<SchemaRef>),
+        kind: Kind,
     },
     /// A statement the scheduler answered: its rows, to record as a finished job.
     Rows(SchemaRef, Vec<datafusion::arrow::array::RecordBatch>),
     /// Catalog DDL, to run against the store.
     Catalog(Box<datafusion::execution::SessionState>, LogicalPlan),
 }
+
+/// What job a planned query makes: its kind, its result's schema where it is not the
+/// final stage's (`EXPLAIN ANALYZE`, a write), and what it writes.
+type Kind = (
+    JobKind,
+    Option<SchemaRef>,
+    Option<crate::write::WriteTarget>,
+);
 
 /// The most a job record may take: a DynamoDB item holds at most 400 KB, names included.
 const JOB_ITEM_LIMIT: usize = 390 * 1024;
@@ -84,9 +92,16 @@ impl Scheduler {
         let planner = counted.clone();
         let (text, planning_span) = (sql.to_string(), span.clone());
         let deadline = tokio::time::Instant::now() + budget;
+        let (planning_id, caller) = (job_id.clone(), options.caller.clone());
         let planned = crate::sql::off_thread(budget, setting, move || {
-            async move { planner.plan(&text, deadline).await.map_err(Error::planning) }
-                .instrument(planning_span)
+            let (job_id, caller) = (planning_id, caller);
+            async move {
+                planner
+                    .plan(&text, deadline, &job_id, &caller)
+                    .await
+                    .map_err(Error::planning)
+            }
+            .instrument(planning_span)
         })
         .await?;
         async {
@@ -130,7 +145,13 @@ impl Scheduler {
     /// encoded stages, a statement the scheduler answers as its rows (explains and
     /// catalog reads, bounded by `deadline`), catalog DDL as its plan. Runs on a planning
     /// thread.
-    async fn plan(&self, sql: &str, deadline: tokio::time::Instant) -> Result<Planned> {
+    async fn plan(
+        &self,
+        sql: &str,
+        deadline: tokio::time::Instant,
+        job_id: &str,
+        caller: &Caller,
+    ) -> Result<Planned> {
         let mut state = self.services.session_state(self.config().stage_width());
         // The statement's start time: what now(), current_date() and their kin fold to
         // while planning (unset, they stay functions that cannot run in a task).
@@ -146,11 +167,26 @@ impl Scheduler {
             .await
             .map_err(|e| Error::InvalidInput(e.strip_backtrace().to_string()))?;
         match crate::sql::verdict(&logical)? {
-            Verdict::Query(query) => self.plan_query(&state, query, (JobKind::Query, None)).await,
+            Verdict::Query(query) => {
+                self.plan_query(&state, query, (JobKind::Query, None, None))
+                    .await
+            }
+            Verdict::Write(copy) => {
+                self.config().access.check_catalog_writer(caller)?;
+                let target = crate::write::WriteTarget::from_copy(copy, job_id)?;
+                crate::write::check_target(&self.services, &target).await?;
+                let schema = crate::write::summary_schema();
+                self.plan_query(
+                    &state,
+                    &copy.input,
+                    (JobKind::Write, Some(schema), Some(target)),
+                )
+                .await
+            }
             // EXPLAIN ANALYZE runs its query like any other, its tasks recording metrics.
             Verdict::Analyze(query) => {
                 let schema = Arc::new(logical.schema().as_arrow().clone());
-                self.plan_query(&state, query, (JobKind::Analyze, Some(schema)))
+                self.plan_query(&state, query, (JobKind::Analyze, Some(schema), None))
                     .await
             }
             Verdict::Explain(query) => {
@@ -171,11 +207,18 @@ impl Scheduler {
         &self,
         state: &datafusion::execution::SessionState,
         logical: &LogicalPlan,
-        kind: (JobKind, Option<SchemaRef>),
+        kind: Kind,
     ) -> Result<Planned> {
-        let physical = plan::physical_plan(state, logical, self.config())
+        let mut physical = plan::physical_plan(state, logical, self.config())
             .await
             .map_err(user_planning_error)?;
+        if let Some(target) = &kind.2 {
+            // The query's final stage writes its rows: every task its own files.
+            physical = Arc::new(crate::write::sink::TableWriterExec::new(
+                physical,
+                Arc::new(target.clone()),
+            ));
+        }
         self.check_scan_limit(plan::scan_bytes(&physical))?;
         let graph = StageSplitter::split(physical, self.config()).map_err(user_planning_error)?;
         self.check_caps(&graph)?;
@@ -349,7 +392,7 @@ impl Scheduler {
         plans: Vec<Vec<u8>>,
         options: &SubmitOptions,
         limits: (u64, std::time::Duration),
-        kind: (JobKind, Option<SchemaRef>),
+        kind: Kind,
         tally: &Tally,
     ) -> Result<Submitted> {
         let mut new = self
@@ -387,7 +430,7 @@ impl Scheduler {
         encoded: Vec<Vec<u8>>,
         caller: &Caller,
         (created_ms, time_limit): (u64, std::time::Duration),
-        (kind, result_schema): (JobKind, Option<SchemaRef>),
+        (kind, result_schema, write): Kind,
     ) -> Result<NewJob> {
         let expires_at = self.services.expires_at();
         // The job item holds the SQL and the result schema (base64): refuse what cannot
@@ -457,6 +500,7 @@ impl Scheduler {
             error: None,
             requests: Default::default(),
             task_limit: task_limit(graph, self.config()),
+            write,
             expires_at,
         };
         Ok(NewJob {

@@ -1,6 +1,7 @@
 //! [`LambdaFusionCodec`]: the datafusion-proto extension codec for the shuffle nodes, so a
 //! whole stage plan (writer at the root, readers at the leaves) encodes to one byte string.
 
+use crate::write::sink::TableWriterExec;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::Schema;
@@ -209,6 +210,14 @@ pub struct PartialSortNode {
     pub preserve_partitioning: bool,
 }
 
+/// A writing stage's table writer.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct TableWriterNode {
+    /// Its [`WriteTarget`](crate::write::WriteTarget), as JSON.
+    #[prost(string, tag = "1")]
+    pub target: String,
+}
+
 /// The one extension message: exactly one field is set.
 #[derive(Clone, PartialEq, prost::Message)]
 pub struct LambdaFusionNode {
@@ -248,6 +257,9 @@ pub struct LambdaFusionNode {
     /// A Delta scan's deletion vectors.
     #[prost(message, optional, tag = "12")]
     pub format_scan: Option<FormatScanNode>,
+    /// A table writer.
+    #[prost(message, optional, tag = "13")]
+    pub table_writer: Option<TableWriterNode>,
 }
 
 const MARK_JOIN_TYPES: [JoinType; 3] = [JoinType::LeftSemi, JoinType::LeftAnti, JoinType::LeftMark];
@@ -263,6 +275,7 @@ pub fn is_extension(plan: &Arc<dyn ExecutionPlan>) -> bool {
         || plan.downcast_ref::<WorkTableRef>().is_some()
         || plan.downcast_ref::<PartialSortExec>().is_some()
         || plan.downcast_ref::<FormatScanExec>().is_some()
+        || plan.downcast_ref::<TableWriterExec>().is_some()
 }
 
 /// The inputs an extension node travels with: its children — but a recursive query's
@@ -337,6 +350,20 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
                 d.has_output
                     .then(|| d.output.iter().map(|&c| c as usize).collect()),
             )?));
+        }
+        if let Some(w) = &node.table_writer {
+            let [input] = inputs else {
+                return Err(codec_err(format!(
+                    "a table writer needs one input, got {}",
+                    inputs.len()
+                )));
+            };
+            let target: crate::write::WriteTarget = serde_json::from_str(&w.target)
+                .map_err(|e| codec_err(format!("table writer target: {e}")))?;
+            return Ok(Arc::new(TableWriterExec::new(
+                input.clone(),
+                Arc::new(target),
+            )));
         }
         if let Some(p) = &node.partial_sort {
             let [input] = inputs else {
@@ -487,7 +514,15 @@ impl PhysicalExtensionCodec for LambdaFusionCodec {
         buf: &mut Vec<u8>,
         proto_converter: &dyn PhysicalProtoConverterExtension,
     ) -> DfResult<()> {
-        let message = if let Some(single) = node.downcast_ref::<SingleTaskExec>() {
+        let message = if let Some(w) = node.downcast_ref::<TableWriterExec>() {
+            LambdaFusionNode {
+                table_writer: Some(TableWriterNode {
+                    target: serde_json::to_string(w.target().as_ref())
+                        .map_err(|e| codec_err(format!("table writer target: {e}")))?,
+                }),
+                ..Default::default()
+            }
+        } else if let Some(single) = node.downcast_ref::<SingleTaskExec>() {
             LambdaFusionNode {
                 single_task: Some(SingleTaskNode {
                     plan: proto_converter

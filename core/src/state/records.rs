@@ -51,6 +51,10 @@ pub enum JobKind {
     /// `EXPLAIN ANALYZE`: a query run like any other, whose tasks record their operators'
     /// metrics; its result is the stage plans annotated with them.
     Analyze,
+    /// `COPY ... TO`: a query whose final stage writes files ([`crate::write`]), made
+    /// visible by the commit that ends the job; its result is one row saying what it
+    /// wrote.
+    Write,
 }
 
 /// The job item (`sk = META`).
@@ -93,6 +97,9 @@ pub struct JobRecord {
     /// `max_tasks_per_caller` (its widest stage, at most the cap); `None` without a cap.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_limit: Option<u32>,
+    /// What a write job writes, where ([`JobKind::Write`]).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub write: Option<crate::write::WriteTarget>,
     /// Expiry (seconds since epoch) for the store's TTL.
     pub expires_at: u64,
 }

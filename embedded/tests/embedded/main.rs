@@ -14,3 +14,4 @@ mod persistence;
 mod planning;
 mod shuffle;
 mod views;
+mod writes;

@@ -72,6 +72,7 @@ async fn catalog_and_results_survive_a_restart() {
         finished_ms: None,
         error: None,
         requests: Default::default(),
+        write: None,
         expires_at: u64::MAX,
     };
     drop(engine);

@@ -411,6 +411,7 @@ mod tests {
                 finished_ms: None,
                 error: None,
                 requests: Default::default(),
+                write: None,
                 expires_at: 0,
             },
             stages: vec![producer, consumer],

@@ -1,0 +1,525 @@
+//! Writes: `COPY (query) TO 'location'` — every task of the final stage writes its own
+//! files, one manifest makes them visible — read back by DataFusion's own readers and
+//! checked against DataFusion's answer to the query; what may not be written; and the
+//! failure model of a write (duplicate deliveries, an attempt that crashed after writing,
+//! cancel).
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::datatypes::UInt64Type;
+use datafusion::datasource::file_format::options::{CsvReadOptions, JsonReadOptions};
+use datafusion::prelude::{ParquetReadOptions, SessionContext};
+use lambdafusion::access::Caller;
+use lambdafusion::executor::{Executor, TaskReport};
+use lambdafusion::state::{JobState, JobStore};
+use lambdafusion::write::Manifest;
+use lambdafusion::EngineConfig;
+use lambdafusion_embedded::Embedded;
+
+use crate::common;
+use common::harness::Harness;
+
+/// Small tasks: every write below runs several writing tasks.
+fn config(tables: &Path, out: &Path) -> EngineConfig {
+    EngineConfig::default()
+        .with_bytes_per_task(common::dir_bytes(&tables.join("facts")).div_ceil(3))
+        .with_min_scan_bytes_per_task(1)
+        .with_max_tasks_per_stage(4)
+        .with_write_location(out.display().to_string())
+}
+
+async fn engine(tables: &Path, out: &Path) -> Arc<Embedded> {
+    common::engine_with_tables(config(tables, out), tables).await
+}
+
+/// Every file under `dir` (relative paths), recursively.
+fn files_under(dir: &Path) -> BTreeSet<String> {
+    let mut found = BTreeSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else {
+            continue;
+        };
+        for entry in entries {
+            let path = entry.unwrap().path();
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                found.insert(path.strip_prefix(dir).unwrap().display().to_string());
+            }
+        }
+    }
+    found
+}
+
+/// The manifest under `dir`, checked against what is there: it lists every data file
+/// under `dir` (no stray, no missing one) with its true size.
+fn manifest(dir: &Path) -> Manifest {
+    let text = std::fs::read_to_string(dir.join("_SUCCESS")).expect("a manifest");
+    let manifest: Manifest = serde_json::from_str(&text).unwrap();
+    let listed: BTreeSet<String> = manifest
+        .files
+        .iter()
+        .map(|f| {
+            let path = std::path::PathBuf::from(f.path.strip_prefix("file://").unwrap());
+            assert_eq!(
+                std::fs::metadata(&path).unwrap().len(),
+                f.bytes,
+                "{}",
+                f.path
+            );
+            path.strip_prefix(dir).unwrap().display().to_string()
+        })
+        .collect();
+    let mut present = files_under(dir);
+    present.remove("_SUCCESS");
+    assert_eq!(
+        listed, present,
+        "the manifest lists exactly the files written"
+    );
+    assert_eq!(
+        manifest.rows,
+        manifest.files.iter().map(|f| f.rows).sum::<u64>()
+    );
+    manifest
+}
+
+/// The one row of a write's result: (rows, files).
+fn summary(batches: &[RecordBatch]) -> (u64, u64) {
+    assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
+    let b = batches.iter().find(|b| b.num_rows() == 1).unwrap();
+    assert_eq!(b.schema().field(0).name(), "count");
+    (
+        b.column(0).as_primitive::<UInt64Type>().value(0),
+        b.column(1).as_primitive::<UInt64Type>().value(0),
+    )
+}
+
+fn compare(expected: &[RecordBatch], actual: &[RecordBatch], what: &str) {
+    if let Err(diff) = lambdafusion_embedded::verify::compare(expected, actual, false) {
+        panic!("{what}\n{diff}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn copy_writes_every_task_s_files_and_one_manifest() {
+    let tables = tempfile::tempdir().unwrap();
+    common::write_tables(tables.path()).await;
+    let out = tempfile::tempdir().unwrap();
+    let engine = engine(tables.path(), out.path()).await;
+    let reference = SessionContext::new();
+    common::register_parquet(&reference, tables.path()).await;
+    let o = out.path().display();
+
+    // (query, format, partition column, what DataFusion reads the files back with)
+    let cases = [
+        (
+            "SELECT id, k, v, s FROM facts WHERE v > 100",
+            "PARQUET",
+            None,
+        ),
+        (
+            "SELECT k, count(*) AS n, sum(v) AS total FROM facts GROUP BY k",
+            "PARQUET",
+            None,
+        ),
+        (
+            "SELECT f.id, d.label, f.v FROM facts f JOIN dims d ON f.k = d.k WHERE f.id % 7 = 0",
+            "CSV",
+            None,
+        ),
+        ("SELECT id, s, v FROM facts WHERE id % 5 = 0", "JSON", None),
+        (
+            "SELECT id, v, CAST(k % 3 AS BIGINT) AS g FROM facts",
+            "PARQUET",
+            Some("g"),
+        ),
+    ];
+    for (i, (query, format, partition)) in cases.iter().enumerate() {
+        let dir = out.path().join(format!("w{i}"));
+        let partitioned = partition.map_or(String::new(), |c| format!(" PARTITIONED BY ({c})"));
+        let sql = format!("COPY ({query}) TO '{o}/w{i}/' STORED AS {format}{partitioned}");
+        let output = engine
+            .sql(&sql)
+            .await
+            .unwrap_or_else(|e| panic!("{sql}: {e}"));
+        let expected = reference.sql(query).await.unwrap().collect().await.unwrap();
+        let expected_rows: usize = expected.iter().map(|b| b.num_rows()).sum();
+        let (rows, files) = summary(&output.batches);
+        assert_eq!(rows as usize, expected_rows, "{sql}");
+        let manifest = manifest(&dir);
+        assert_eq!(manifest.rows, rows, "{sql}");
+        assert_eq!(manifest.files.len() as u64, files, "{sql}");
+        let writers = output.status.stages.last().map_or(0, |s| s.tasks);
+        assert!(writers > 1 || i == 1, "{sql}: written by {writers} task(s)");
+        assert!(
+            files >= writers as u64,
+            "{sql}: {files} files by {writers} tasks"
+        );
+
+        // Read back by DataFusion's own readers, with the columns in the query's order.
+        let ctx = SessionContext::new();
+        let location = format!("{}/", dir.display());
+        match *format {
+            "PARQUET" => ctx
+                .register_parquet("w", &location, ParquetReadOptions::default())
+                .await
+                .unwrap(),
+            "CSV" => ctx
+                .register_csv("w", &location, CsvReadOptions::new())
+                .await
+                .unwrap(),
+            _ => ctx
+                .register_json("w", &location, JsonReadOptions::default())
+                .await
+                .unwrap(),
+        }
+        let columns: Vec<String> = expected[0]
+            .schema()
+            .fields()
+            .iter()
+            .map(|f| f.name().clone())
+            .collect();
+        let read = match partition {
+            // Hive directories: DataFusion reads `g` from the paths (as text).
+            Some(c) => {
+                let ctx = SessionContext::new();
+                let options = ParquetReadOptions::default().table_partition_cols(vec![(
+                    c.to_string(),
+                    datafusion::arrow::datatypes::DataType::Int64,
+                )]);
+                ctx.register_parquet("w", &location, options).await.unwrap();
+                ctx.sql(&format!("SELECT {} FROM w", columns.join(", ")))
+                    .await
+                    .unwrap()
+                    .collect()
+                    .await
+                    .unwrap()
+            }
+            None if *format == "JSON" || *format == "CSV" => {
+                // Text formats infer their own types: compare as text.
+                let cast = |t: &str| {
+                    columns
+                        .iter()
+                        .map(|c| format!("CAST({c} AS VARCHAR) AS {c}"))
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                        + &format!(" FROM {t}")
+                };
+                let got = ctx
+                    .sql(&format!("SELECT {}", cast("w")))
+                    .await
+                    .unwrap()
+                    .collect()
+                    .await
+                    .unwrap();
+                let table = datafusion::datasource::MemTable::try_new(
+                    expected[0].schema(),
+                    vec![expected.clone()],
+                )
+                .unwrap();
+                reference
+                    .register_table("expected_text", Arc::new(table))
+                    .unwrap();
+                let want = reference
+                    .sql(&format!("SELECT {}", cast("expected_text")))
+                    .await
+                    .unwrap()
+                    .collect()
+                    .await
+                    .unwrap();
+                reference.deregister_table("expected_text").unwrap();
+                compare(&want, &got, &sql);
+                continue;
+            }
+            None => ctx
+                .sql(&format!("SELECT {} FROM w", columns.join(", ")))
+                .await
+                .unwrap()
+                .collect()
+                .await
+                .unwrap(),
+        };
+        compare(&expected, &read, &sql);
+        if let Some(c) = partition {
+            let dirs: BTreeSet<String> = std::fs::read_dir(&dir)
+                .unwrap()
+                .filter_map(|e| {
+                    let e = e.unwrap();
+                    e.path()
+                        .is_dir()
+                        .then(|| e.file_name().into_string().unwrap())
+                })
+                .collect();
+            assert_eq!(
+                dirs,
+                BTreeSet::from([format!("{c}=0"), format!("{c}=1"), format!("{c}=2")])
+            );
+        }
+    }
+
+    // The engine reads what it wrote, as a table.
+    engine
+        .sql(&format!(
+            "CREATE EXTERNAL TABLE written STORED AS PARQUET LOCATION '{o}/w0/'"
+        ))
+        .await
+        .unwrap();
+    let query = "SELECT count(*) AS n, sum(v) AS total FROM facts WHERE v > 100";
+    let ours = engine
+        .sql("SELECT count(*) AS n, sum(v) AS total FROM written")
+        .await
+        .unwrap();
+    let expected = reference.sql(query).await.unwrap().collect().await.unwrap();
+    compare(&expected, &ours.batches, "read back");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_copy_may_not_write_is_refused_by_name() {
+    let tables = tempfile::tempdir().unwrap();
+    common::write_tables(tables.path()).await;
+    let out = tempfile::tempdir().unwrap();
+    let engine = engine(tables.path(), out.path()).await;
+    let o = out.path().display();
+    std::fs::create_dir_all(out.path().join("full")).unwrap();
+    std::fs::write(out.path().join("full/old.parquet"), b"x").unwrap();
+    engine
+        .sql(&format!(
+            "COPY (SELECT id FROM facts) TO '{o}/table/' STORED AS PARQUET"
+        ))
+        .await
+        .unwrap();
+    engine
+        .sql(&format!(
+            "CREATE EXTERNAL TABLE t STORED AS PARQUET LOCATION '{o}/table/'"
+        ))
+        .await
+        .unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let refusals = [
+        (
+            format!("COPY (SELECT 1 AS a) TO '{}/x/' STORED AS PARQUET", elsewhere.path().display()),
+            "outside the locations statements may write to",
+        ),
+        (
+            format!("COPY (SELECT id FROM facts) TO '{}/x/' STORED AS PARQUET", tables.path().display()),
+            "outside the locations statements may write to",
+        ),
+        (
+            format!("COPY (SELECT 1 AS a) TO '{o}/full/' STORED AS PARQUET"),
+            "is not empty",
+        ),
+        (
+            format!("COPY (SELECT 1 AS a) TO '{o}/table/more/' STORED AS PARQUET"),
+            "location of table t",
+        ),
+        (
+            format!("COPY (SELECT 1 AS a) TO '{o}/' STORED AS PARQUET"),
+            "location of table t",
+        ),
+        (
+            format!("COPY (SELECT 1 AS a) TO '{o}/one.parquet'"),
+            "names one file",
+        ),
+        (
+            format!("COPY (SELECT 1 AS a) TO '{o}/y/' STORED AS ARROW"),
+            "COPY writes PARQUET, CSV or JSON",
+        ),
+        (
+            format!("COPY (SELECT 1 AS a) TO '{o}/y/' STORED AS CSV OPTIONS ('format.compression' 'zstd')"),
+            "does not take the option",
+        ),
+        (
+            format!("COPY (SELECT 1 AS a) TO '{o}/y/' STORED AS PARQUET OPTIONS (compression 'lz5')"),
+            "compression 'lz5'",
+        ),
+        (
+            format!("COPY (SELECT 1 AS a, 2 AS b) TO '{o}/y/' STORED AS PARQUET PARTITIONED BY (a, b)"),
+            "PARTITIONED BY names every column",
+        ),
+        (
+            format!("EXPLAIN COPY (SELECT 1 AS a) TO '{o}/y/' STORED AS PARQUET"),
+            "COPY is a statement of its own",
+        ),
+        (
+            format!("EXPLAIN ANALYZE COPY (SELECT 1 AS a) TO '{o}/y/' STORED AS PARQUET"),
+            "COPY is a statement of its own",
+        ),
+        (
+            format!("COPY (SELECT * FROM information_schema.tables) TO '{o}/y/' STORED AS PARQUET"),
+            "information_schema",
+        ),
+        (
+            "INSERT INTO t VALUES (1)".to_string(),
+            "INSERT, UPDATE and DELETE are not supported",
+        ),
+    ];
+    for (sql, says) in refusals {
+        let e = engine
+            .sql(&sql)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{sql} was accepted"));
+        assert!(e.to_string().contains(says), "{sql}: {e}");
+    }
+    // Nothing was written by any of them.
+    let left: BTreeSet<String> = files_under(out.path())
+        .into_iter()
+        .filter(|f| !f.starts_with("table/"))
+        .collect();
+    assert_eq!(left, BTreeSet::from(["full/old.parquet".to_string()]));
+    assert!(files_under(elsewhere.path()).is_empty());
+
+    // An engine with no write location writes nowhere.
+    let reader = common::engine_with_tables(EngineConfig::default(), tables.path()).await;
+    let e = reader
+        .sql(&format!("COPY (SELECT 1 AS a) TO '{o}/z/' STORED AS PARQUET"))
+        .await
+        .unwrap_err();
+    assert!(e.to_string().contains("none are configured"), "{e}");
+}
+
+/// Counts the rows the written Parquet files hold, and compares them with the query's.
+async fn check_written(dir: &Path, expected_rows: u64) {
+    let manifest = manifest(dir);
+    assert_eq!(manifest.rows, expected_rows);
+    let ctx = SessionContext::new();
+    ctx.register_parquet(
+        "w",
+        &format!("{}/", dir.display()),
+        ParquetReadOptions::default(),
+    )
+    .await
+    .unwrap();
+    let n = ctx
+        .sql("SELECT count(*) AS n, count(DISTINCT id) AS ids FROM w")
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let n0 = n[0]
+        .column(0)
+        .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+        .value(0);
+    let ids = n[0]
+        .column(1)
+        .as_primitive::<datafusion::arrow::datatypes::Int64Type>()
+        .value(0);
+    assert_eq!(n0 as u64, expected_rows, "every row exactly once");
+    assert_eq!(ids, n0, "no row twice");
+}
+
+const WRITE: &str = "SELECT id, k, v FROM facts WHERE id % 3 = 0";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicates_and_a_crashed_attempt_leave_every_row_once() {
+    let out = tempfile::tempdir().unwrap();
+    let mut h = Harness::new(
+        EngineConfig::default()
+            .with_bytes_per_task(1)
+            .with_min_scan_bytes_per_task(1)
+            .with_max_tasks_per_stage(4)
+            .with_write_location(out.path().display().to_string()),
+    )
+    .await;
+    let dir = out.path().join("w");
+    let job = h
+        .submit(&format!(
+            "COPY ({WRITE}) TO '{}/' STORED AS PARQUET",
+            dir.display()
+        ))
+        .await;
+    // What an attempt that crashed after writing, before its commit, leaves behind.
+    std::fs::create_dir_all(&dir).unwrap();
+    let crashed = dir.join(format!("{job}-00001-deadbeef-000.parquet"));
+    std::fs::write(&crashed, b"half a file").unwrap();
+    let services = h.services.clone();
+    let reports = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = reports.clone();
+    h.drive(&job, |executor, task| {
+        let twin = Executor::new(services.clone());
+        let seen = seen.clone();
+        async move {
+            // The same event delivered twice, concurrently, to two containers.
+            let (a, b) = tokio::join!(executor.handle(&task), twin.handle(&task));
+            seen.lock().unwrap().extend([a.unwrap(), b.unwrap()]);
+        }
+    })
+    .await;
+    let reports = reports.lock().unwrap().clone();
+    let duplicates = reports
+        .iter()
+        .filter(|r| matches!(r, TaskReport::Duplicate))
+        .count();
+    let committed = reports
+        .iter()
+        .filter(|r| matches!(r, TaskReport::Committed { .. }))
+        .count();
+    assert_eq!(committed + duplicates, reports.len(), "{reports:?}");
+    assert_eq!(h.state(&job).await, JobState::Succeeded);
+    assert!(duplicates > 0, "some twin lost its commit");
+    assert!(
+        !crashed.exists(),
+        "the crashed attempt's file was deleted by the commit"
+    );
+    let expected = common::reference(h.dir.path(), WRITE).await;
+    let rows: usize = expected.iter().map(|b| b.num_rows()).sum();
+    check_written(&dir, rows as u64).await;
+    let (_, result) = lambdafusion::results::collect(&h.services, &job)
+        .await
+        .unwrap();
+    assert_eq!(summary(&result).0, rows as u64);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancelled_write_leaves_nothing() {
+    let out = tempfile::tempdir().unwrap();
+    let mut h = Harness::new(
+        EngineConfig::default()
+            .with_bytes_per_task(1)
+            .with_min_scan_bytes_per_task(1)
+            .with_max_tasks_per_stage(4)
+            .with_write_location(out.path().display().to_string()),
+    )
+    .await;
+    let dir = out.path().join("w");
+    let job = h
+        .submit(&format!(
+            "COPY ({WRITE}) TO '{}/' STORED AS PARQUET",
+            dir.display()
+        ))
+        .await;
+    // Half the writing tasks commit their files; then the query is cancelled.
+    let mut ran = 0;
+    let services = h.services.clone();
+    let store = h.store.clone();
+    h.drive(&job, |executor, task| {
+        ran += 1;
+        let run = ran;
+        let scheduler = lambdafusion::scheduler::Scheduler::new(services.clone());
+        let store = store.clone();
+        async move {
+            let running =
+                store.get_job(&task.job_id).await.unwrap().unwrap().state == JobState::Running;
+            if run > 2 && running {
+                scheduler
+                    .cancel(&task.job_id, &Caller::local())
+                    .await
+                    .unwrap();
+            }
+            let _ = executor.handle(&task).await;
+        }
+    })
+    .await;
+    assert_eq!(h.state(&job).await, JobState::Cancelled);
+    assert!(ran > 2, "some tasks ran before the cancel");
+    assert_eq!(
+        files_under(&dir),
+        BTreeSet::new(),
+        "nothing of the write is left"
+    );
+}
