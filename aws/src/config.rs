@@ -116,6 +116,11 @@ impl AwsSettings {
             .collect::<Result<_, _>>()?;
         engine.access.data_locations = data_locations;
         engine.access.location_setting = format!("{ENV_DATA_BUCKETS} (Terraform: data_buckets)");
+        engine.access.write_locations = list(ENV_WRITE_LOCATIONS)
+            .into_iter()
+            .map(|l| s3_location(l, ENV_WRITE_LOCATIONS))
+            .collect::<Result<_, _>>()?;
+        engine.access.write_setting = format!("{ENV_WRITE_LOCATIONS} (Terraform: write_locations)");
         engine.access.admins = list(ENV_ADMIN_PRINCIPALS);
         // Set, even to an empty list (Terraform's `catalog_writers = []`): only those listed
         // may change the catalog, so an empty list freezes it. Unset: every caller may.
@@ -180,16 +185,22 @@ impl AwsSettings {
 
 /// One entry of `LAMBDAFUSION_DATA_BUCKETS` as an `s3://` location without a trailing `/`.
 fn data_location(location: String) -> Result<String, ConfigError> {
+    s3_location(location, ENV_DATA_BUCKETS)
+}
+
+/// One entry of a list of S3 locations (`var`) as an `s3://` location without a trailing
+/// `/`.
+fn s3_location(location: String, var: &'static str) -> Result<String, ConfigError> {
     let location = match location.split_once("://") {
         None => format!("s3://{location}"),
         Some(("s3", rest)) if !rest.is_empty() => location.clone(),
         Some(_) => {
             return Err(ConfigError::Invalid {
-                var: ENV_DATA_BUCKETS,
+                var,
                 value: location,
-                reason: "data locations are S3 buckets (`bucket`, `bucket/prefix` or \
+                reason: "locations are S3 buckets (`bucket`, `bucket/prefix` or \
                          `s3://bucket/prefix`); a function's local file system is never \
-                         readable"
+                         read or written"
                     .into(),
             })
         }
@@ -337,6 +348,52 @@ mod tests {
         )
         .unwrap_err();
         assert!(err.to_string().contains("local file system"), "{err}");
+        // Write locations: none by default; S3 only, named in the refusal.
+        assert!(s.engine.access.write_locations.is_empty());
+        let e = s
+            .engine
+            .access
+            .check_write_location("s3://lake/out/")
+            .unwrap_err();
+        assert!(e.to_string().contains(ENV_WRITE_LOCATIONS), "{e}");
+        let s = AwsSettings::from_lookup(
+            Role::Scheduler,
+            lookup(
+                &[
+                    &base[..],
+                    &[(ENV_WRITE_LOCATIONS, "out/results/, s3://lake/exports")],
+                ]
+                .concat(),
+            ),
+        )
+        .unwrap();
+        assert_eq!(
+            s.engine.access.write_locations,
+            vec!["s3://out/results", "s3://lake/exports"]
+        );
+        assert!(s
+            .engine
+            .access
+            .check_write_location("s3://out/results/q1/")
+            .is_ok());
+        assert!(s
+            .engine
+            .access
+            .check_write_location("s3://out/other/")
+            .is_err());
+        assert!(
+            s.engine
+                .access
+                .check_location("s3://lake/exports/t/")
+                .is_ok(),
+            "readable too"
+        );
+        let err = AwsSettings::from_lookup(
+            Role::Scheduler,
+            lookup(&[&base[..], &[(ENV_WRITE_LOCATIONS, "file:///tmp")]].concat()),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains(ENV_WRITE_LOCATIONS), "{err}");
     }
 
     #[test]

@@ -26,6 +26,10 @@ pub const ENV_SCHEDULER_FUNCTION: &str = "LAMBDAFUSION_SCHEDULER_FUNCTION";
 /// Unset or empty: no location at all (optional). Local paths are refused: a function's
 /// file system is never readable from SQL.
 pub const ENV_DATA_BUCKETS: &str = "LAMBDAFUSION_DATA_BUCKETS";
+/// Comma-separated S3 locations (`bucket` or `bucket/prefix`, optionally `s3://`) that
+/// `COPY ... TO` may write into, and so also read (optional, default none: no statement
+/// writes anywhere).
+pub const ENV_WRITE_LOCATIONS: &str = "LAMBDAFUSION_WRITE_LOCATIONS";
 /// Comma-separated principal ARNs (or JWT subjects) that may read and cancel every
 /// caller's queries; everyone else sees only their own (optional, default none).
 pub const ENV_ADMIN_PRINCIPALS: &str = "LAMBDAFUSION_ADMIN_PRINCIPALS";
@@ -70,6 +74,7 @@ pub const DEPLOYMENT_ENV: &[&str] = &[
     ENV_LARGE_EXECUTOR_FUNCTION,
     ENV_SCHEDULER_FUNCTION,
     ENV_DATA_BUCKETS,
+    ENV_WRITE_LOCATIONS,
     ENV_ADMIN_PRINCIPALS,
     ENV_CATALOG_WRITERS,
     ENV_MAX_PRESIGN_SECS,
@@ -138,6 +143,23 @@ pub const EXECUTOR_BUCKET_ACTIONS: &[&str] = &["s3:ListBucket"];
 pub const SCHEDULER_DATA_OBJECT_ACTIONS: &[&str] = &["s3:GetObject"];
 /// S3 bucket actions the scheduler calls on the data buckets (listing a table's files).
 pub const SCHEDULER_DATA_BUCKET_ACTIONS: &[&str] = &["s3:ListBucket"];
+/// S3 object actions the scheduler calls in the write locations: a write's emptiness check
+/// and manifest (get), its commit (put the manifest, delete files of attempts that did not
+/// commit), and the clean-up of a write that failed (delete); reading a table there (get).
+pub const SCHEDULER_WRITE_OBJECT_ACTIONS: &[&str] =
+    &["s3:GetObject", "s3:PutObject", "s3:DeleteObject"];
+/// S3 bucket actions the scheduler calls on the write locations' buckets: listing a
+/// location (is it empty, which files a job wrote, a table's files).
+pub const SCHEDULER_WRITE_BUCKET_ACTIONS: &[&str] = &["s3:ListBucket"];
+/// S3 object actions the executor calls in the write locations: writing a task's files
+/// (put, multipart), deleting those of an attempt that did not commit, reading a table
+/// there.
+pub const EXECUTOR_WRITE_OBJECT_ACTIONS: &[&str] = &[
+    "s3:GetObject",
+    "s3:PutObject",
+    "s3:DeleteObject",
+    "s3:AbortMultipartUpload",
+];
 /// KMS actions both functions need on the customer-managed keys of the data buckets
 /// (Terraform `data_kms_key_arns`): S3 decrypts an SSE-KMS object for a GET only when the
 /// caller may `kms:Decrypt` with its key.

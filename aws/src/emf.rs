@@ -81,6 +81,7 @@ mod tests {
             finished_ms: Some(1501),
             elapsed_ms: 1500,
             result_rows: None,
+            written: None,
             tasks_done: 3,
             tasks: 4,
             stages: vec![],

@@ -377,6 +377,9 @@ pub enum Verdict<'a> {
     Analyze(&'a LogicalPlan),
     /// `EXPLAIN` of a read-only query: answered by the scheduler.
     Explain(&'a LogicalPlan),
+    /// `EXPLAIN COPY ...`: the plan of the write, answered by the scheduler; nothing is
+    /// written.
+    ExplainWrite(&'a datafusion::logical_expr::dml::CopyTo),
     /// `COPY (query) TO 'location'` of a read-only query: distributed, its final stage
     /// writing files ([`crate::write`]).
     Write(&'a datafusion::logical_expr::dml::CopyTo),
@@ -413,6 +416,12 @@ pub fn verdict(plan: &LogicalPlan) -> Result<Verdict<'_>> {
             Ok(Verdict::Analyze(&analyze.input))
         }
         LogicalPlan::Explain(explain) => {
+            if let LogicalPlan::Copy(copy) = explain.plan.as_ref() {
+                read_only(&copy.input)?;
+                if !reads_information_schema(&copy.input) {
+                    return Ok(Verdict::ExplainWrite(copy));
+                }
+            }
             read_only(&explain.plan)?;
             Ok(Verdict::Explain(&explain.plan))
         }
@@ -655,7 +664,6 @@ mod tests {
     fn writes_and_ddl_are_refused_wherever_they_stand() {
         for sql in [
             "EXPLAIN ANALYZE COPY (SELECT 1) TO '/tmp/x.csv' STORED AS CSV",
-            "EXPLAIN COPY (SELECT 1) TO '/tmp/x.csv' STORED AS CSV",
             "EXPLAIN ANALYZE INSERT INTO t VALUES (2)",
             "EXPLAIN VERBOSE INSERT INTO t VALUES (2)",
             "INSERT INTO t SELECT * FROM t",
@@ -670,8 +678,11 @@ mod tests {
         assert!(matches!(verdict(&p), Ok(Verdict::Analyze(_))));
         let p = plan("WITH x AS (SELECT a FROM t) SELECT * FROM x");
         assert!(matches!(verdict(&p), Ok(Verdict::Query(_))));
-        let p = plan("COPY (SELECT * FROM t WHERE a IN (SELECT a FROM t)) TO '/tmp/x/' STORED AS CSV");
+        let p =
+            plan("COPY (SELECT * FROM t WHERE a IN (SELECT a FROM t)) TO '/tmp/x/' STORED AS CSV");
         assert!(matches!(verdict(&p), Ok(Verdict::Write(_))));
+        let p = plan("EXPLAIN COPY (SELECT * FROM t) TO '/tmp/x/' STORED AS CSV");
+        assert!(matches!(verdict(&p), Ok(Verdict::ExplainWrite(_))));
         let p = plan("COPY (SELECT * FROM information_schema.tables) TO '/tmp/x/' STORED AS CSV");
         assert!(verdict(&p).is_err());
         let p = plan("SELECT * FROM information_schema.tables");

@@ -179,6 +179,24 @@ pub struct JobStatus {
     /// ephemeral storage above 512 MB, their log lines, and every request (Lambda,
     /// DynamoDB — one unit per request —, S3); see [`prices`].
     pub estimated_cost_usd: f64,
+    /// What a write (`COPY`, kind `write`) wrote: the files its committed writing tasks
+    /// made so far, and where.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written: Option<WriteStatus>,
+}
+
+/// The files a write made ([`JobStatus::written`]).
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct WriteStatus {
+    /// The directory written.
+    pub location: String,
+    /// Rows in the committed files.
+    pub rows: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Committed files.
+    pub files: u64,
 }
 
 impl JobStatus {
@@ -450,8 +468,29 @@ pub fn job_status(snapshot: &JobSnapshot, config: &crate::EngineConfig) -> JobSt
             requests: stage_requests,
         });
     }
-    let result_rows = (job.state == crate::state::JobState::Succeeded)
-        .then(|| stages.last().map_or(0, |s| s.rows));
+    let written = job.write.as_ref().map(|target| {
+        let mut status = WriteStatus {
+            location: target.location.clone(),
+            rows: 0,
+            bytes: 0,
+            files: 0,
+        };
+        for w in snapshot
+            .tasks_of(job.final_stage())
+            .filter(|t| t.state == crate::state::TaskState::Succeeded)
+            .filter_map(|t| t.output.as_ref().and_then(|o| o.written))
+        {
+            status.rows += w.rows;
+            status.bytes += w.bytes;
+            status.files += w.files;
+        }
+        status
+    });
+    // A write's result is one row saying what it wrote.
+    let result_rows = (job.state == crate::state::JobState::Succeeded).then(|| match &written {
+        Some(_) => 1,
+        None => stages.last().map_or(0, |s| s.rows),
+    });
     let end = job.finished_ms.unwrap_or_else(now_ms);
     let cost = task_cost_usd + request_cost(&requests);
     JobStatus {
@@ -485,6 +524,7 @@ pub fn job_status(snapshot: &JobSnapshot, config: &crate::EngineConfig) -> JobSt
         stages,
         requests,
         estimated_cost_usd: cost,
+        written,
     }
 }
 

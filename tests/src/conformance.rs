@@ -119,6 +119,7 @@ fn commit(job_id: &str, stage: u32, partition: u32, stage_tasks: u32, tag: &str)
             requests: Default::default(),
             handoff: None,
             cpu: None,
+            written: None,
         },
         now_ms: 30,
         expires_at: TTL,

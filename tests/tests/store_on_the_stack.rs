@@ -118,6 +118,7 @@ fn commit(job: &str, partition: u32, tasks: u32) -> TaskCommit {
             requests: Default::default(),
             handoff: None,
             cpu: None,
+            written: None,
         },
         now_ms: 3,
         expires_at: TTL,

@@ -521,6 +521,7 @@ async fn a_result_with_missing_task_outputs_is_refused() {
         requests: Default::default(),
         handoff: None,
         cpu: None,
+        written: None,
     });
     store
         .create_job(&NewJob {

@@ -1076,6 +1076,7 @@ mod tests {
                 requests: Default::default(),
                 handoff: None,
                 cpu: None,
+                written: None,
             }),
             error: None,
             retryable: false,

@@ -430,6 +430,7 @@ impl Executor {
                 cpu_ms,
                 pieces: pieces as u32,
             }),
+            written: files.totals(),
         };
         self.commit_output(
             services,

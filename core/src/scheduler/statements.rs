@@ -107,6 +107,7 @@ pub(super) async fn explain(
     services: &Services,
     state: &SessionState,
     query: &LogicalPlan,
+    write: Option<crate::write::WriteTarget>,
 ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let mut rows = Vec::new();
     let logical = state.optimize(query)?;
@@ -114,7 +115,14 @@ pub(super) async fn explain(
         "logical_plan".to_string(),
         logical.display_indent().to_string(),
     ));
-    let physical = plan::physical_plan(state, query, &services.config).await?;
+    let mut physical = plan::physical_plan(state, query, &services.config).await?;
+    if let Some(target) = write {
+        // `EXPLAIN COPY`: the plan the write would run, its last stage writing.
+        physical = Arc::new(crate::write::sink::TableWriterExec::new(
+            physical,
+            Arc::new(target),
+        ));
+    }
     rows.push((
         "physical_plan".to_string(),
         displayable(physical.as_ref()).indent(false).to_string(),
@@ -283,6 +291,7 @@ pub(super) async fn record_result(
         requests: Default::default(),
         handoff: None,
         cpu: None,
+        written: None,
     });
     services
         .store

@@ -190,7 +190,14 @@ impl Scheduler {
                     .await
             }
             Verdict::Explain(query) => {
-                let (schema, rows) = statements::explain(&self.services, &state, query).await?;
+                let (schema, rows) =
+                    statements::explain(&self.services, &state, query, None).await?;
+                Ok(Planned::Rows(schema, rows))
+            }
+            Verdict::ExplainWrite(copy) => {
+                let target = crate::write::WriteTarget::from_copy(copy, job_id)?;
+                let (schema, rows) =
+                    statements::explain(&self.services, &state, &copy.input, Some(target)).await?;
                 Ok(Planned::Rows(schema, rows))
             }
             Verdict::Metadata => {

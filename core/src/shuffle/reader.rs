@@ -659,6 +659,7 @@ mod tests {
             requests: Default::default(),
             handoff: None,
             cpu: None,
+            written: None,
         }
     }
 

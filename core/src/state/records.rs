@@ -526,6 +526,21 @@ pub struct TaskOutput {
     /// measured (a platform without thread clocks, a record written before).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpu: Option<TaskCpu>,
+    /// What the attempt wrote as table files (the writing stage of a `COPY`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub written: Option<Written>,
+}
+
+/// The table files a task attempt wrote ([`crate::write`]).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Written {
+    /// Rows in them.
+    pub rows: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Files.
+    pub files: u64,
 }
 
 /// The threads a committed attempt ran its plan on and the CPU time they used
@@ -792,6 +807,7 @@ mod tests {
             requests: Default::default(),
             handoff: None,
             cpu: None,
+            written: None,
         }
     }
 

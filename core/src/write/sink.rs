@@ -39,6 +39,7 @@ use object_store::path::{Path, PathPart};
 use object_store::{ObjectStore, ObjectStoreExt};
 
 use super::{WriteFormat, WriteTarget};
+use crate::state::Written;
 
 /// A file is closed, and the next begun, once it holds about this much (before
 /// compression for CSV and JSON, encoded for Parquet): large enough that readers do few
@@ -71,6 +72,8 @@ pub fn file_list_schema() -> SchemaRef {
 #[derive(Debug, Default)]
 pub struct WrittenFiles {
     files: Mutex<Vec<(Arc<dyn ObjectStore>, Path)>>,
+    /// What the finished files hold; `None` until a table writer runs in the attempt.
+    totals: Mutex<Option<Written>>,
 }
 
 impl WrittenFiles {
@@ -78,6 +81,23 @@ impl WrittenFiles {
         if let Ok(mut files) = self.files.lock() {
             files.push((store.clone(), path.clone()));
         }
+    }
+
+    /// Counts a finished file (`None`: only that a table writer ran).
+    fn finished(&self, file: Option<(u64, u64)>) {
+        if let Ok(mut totals) = self.totals.lock() {
+            let totals = totals.get_or_insert_with(Written::default);
+            if let Some((rows, bytes)) = file {
+                totals.rows += rows;
+                totals.bytes += bytes;
+                totals.files += 1;
+            }
+        }
+    }
+
+    /// What the attempt's finished files hold, if it ran a table writer.
+    pub fn totals(&self) -> Option<Written> {
+        self.totals.lock().ok().and_then(|t| *t)
     }
 
     /// Deletes every file recorded (best effort), returning how many were deleted.
@@ -214,6 +234,9 @@ impl ExecutionPlan for TableWriterExec {
         let url = ListingTableUrl::parse(&target.location)?;
         let store = context.runtime_env().object_store(&url)?;
         let written = context.session_config().get_extension::<WrittenFiles>();
+        if let Some(written) = &written {
+            written.finished(None);
+        }
         let schema = file_list_schema();
         let run = uuid::Uuid::new_v4().simple().to_string();
         let files = FileSet {
@@ -519,6 +542,9 @@ impl FileSet {
             .unwrap_or(file.path.as_ref())
             .trim_start_matches('/')
             .to_string();
+        if let Some(written) = &self.written {
+            written.finished(Some((file.rows, file.bytes)));
+        }
         self.done.push((
             format!("{}{relative}", self.target.location),
             file.rows,

@@ -79,6 +79,7 @@ fn output(path: &Path, summary: lambdafusion::shuffle::WriteSummary) -> TaskOutp
         requests: Default::default(),
         handoff: None,
         cpu: None,
+        written: None,
     }
 }
 

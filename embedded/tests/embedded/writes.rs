@@ -153,6 +153,14 @@ async fn copy_writes_every_task_s_files_and_one_manifest() {
         let manifest = manifest(&dir);
         assert_eq!(manifest.rows, rows, "{sql}");
         assert_eq!(manifest.files.len() as u64, files, "{sql}");
+        let written = output.status.written.clone().expect("a write's status");
+        assert_eq!(
+            (written.rows, written.files, written.bytes),
+            (rows, files, manifest.bytes),
+            "{sql}"
+        );
+        assert_eq!(output.status.kind, "write");
+        assert_eq!(output.status.result_rows, Some(1));
         let writers = output.status.stages.last().map_or(0, |s| s.tasks);
         assert!(writers > 1 || i == 1, "{sql}: written by {writers} task(s)");
         assert!(
@@ -341,10 +349,6 @@ async fn what_copy_may_not_write_is_refused_by_name() {
             "PARTITIONED BY names every column",
         ),
         (
-            format!("EXPLAIN COPY (SELECT 1 AS a) TO '{o}/y/' STORED AS PARQUET"),
-            "COPY is a statement of its own",
-        ),
-        (
             format!("EXPLAIN ANALYZE COPY (SELECT 1 AS a) TO '{o}/y/' STORED AS PARQUET"),
             "COPY is a statement of its own",
         ),
@@ -365,6 +369,22 @@ async fn what_copy_may_not_write_is_refused_by_name() {
             .unwrap_or_else(|| panic!("{sql} was accepted"));
         assert!(e.to_string().contains(says), "{sql}: {e}");
     }
+    // EXPLAIN shows the writing stage, and writes nothing.
+    let explained = engine
+        .sql(&format!(
+            "EXPLAIN COPY (SELECT k, count(*) AS n FROM facts GROUP BY k) TO '{o}/y/' \
+             STORED AS PARQUET PARTITIONED BY (k)"
+        ))
+        .await
+        .unwrap();
+    let text = format!(
+        "{:?}",
+        lambdafusion_embedded::verify::rows(&explained.batches)
+    );
+    assert!(
+        text.contains("TableWriterExec: format=PARQUET") && text.contains("partition_by=[k]"),
+        "{text}"
+    );
     // Nothing was written by any of them.
     let left: BTreeSet<String> = files_under(out.path())
         .into_iter()
@@ -376,7 +396,9 @@ async fn what_copy_may_not_write_is_refused_by_name() {
     // An engine with no write location writes nowhere.
     let reader = common::engine_with_tables(EngineConfig::default(), tables.path()).await;
     let e = reader
-        .sql(&format!("COPY (SELECT 1 AS a) TO '{o}/z/' STORED AS PARQUET"))
+        .sql(&format!(
+            "COPY (SELECT 1 AS a) TO '{o}/z/' STORED AS PARQUET"
+        ))
         .await
         .unwrap_err();
     assert!(e.to_string().contains("none are configured"), "{e}");

@@ -91,6 +91,8 @@ fn local_aws_stack_end_to_end() {
     env.push(("LAMBDAFUSION_TEST_CRASH_FILE", &crash));
     // Small, so that a modest result takes the presigned-download path.
     env.push(("LAMBDAFUSION_MAX_RESPONSE_BYTES", "200000"));
+    // COPY may write under out/ (and only there), with the module's IAM enforced.
+    env.push(("TF_VAR_write_locations", r#"["lambdafusion/out"]"#));
     let stack = Stack::up(&env);
     runtime().block_on(async {
         let client = Client::new(&stack.endpoint());
@@ -142,6 +144,10 @@ fn local_aws_stack_end_to_end() {
             status.stages.iter().map(|s| s.wasted_ms).sum::<u64>()
         );
         assert!(wins >= 1, "{:?}", status.stages);
+
+        // COPY to S3: every writing task puts its files, the scheduler's commit the
+        // manifest; read back through the functions.
+        copy_to_s3(&stack, &client, &ctx).await;
 
         // Delta Lake tables in the bucket, read through the functions.
         delta_tables_on_s3(&stack, &client).await;
@@ -324,6 +330,108 @@ fn local_aws_stack_end_to_end() {
 /// reads the log through S3, the tasks load the deletion vector from it); the answers
 /// must be deltalake's own reader's. `TIMESTAMP AS OF` is left out: S3 dates a commit
 /// by its object's upload, and an uploaded copy of a table has new dates.
+async fn copy_to_s3(stack: &Stack, client: &Client, ctx: &SessionContext) {
+    use futures::TryStreamExt;
+    use object_store::ObjectStoreExt;
+    let bucket = stack.var("LAMBDAFUSION_BUCKET");
+    let source = "SELECT l_orderkey, l_linenumber, l_quantity, l_extendedprice, l_shipmode \
+                  FROM lineitem WHERE l_quantity > 10";
+    let sql = format!(
+        "COPY ({source}) TO 's3://{bucket}/out/lineitem/' STORED AS PARQUET \
+         PARTITIONED BY (l_shipmode)"
+    );
+    let (status, batches) = run(client, &sql).await;
+    assert_eq!(status.state, "succeeded", "{status:?}");
+    assert_eq!(status.kind, "write");
+    let expected = ctx.sql(source).await.unwrap().collect().await.unwrap();
+    let rows: usize = expected.iter().map(|b| b.num_rows()).sum();
+    let summary = lambdafusion_embedded::verify::rows(&batches);
+    assert_eq!(summary.len(), 1, "{summary:?}");
+    assert_eq!(
+        summary[0][0],
+        lambdafusion_embedded::verify::Cell::Text(rows.to_string()),
+        "{summary:?}"
+    );
+    let writers = status.stages.last().map_or(0, |s| s.tasks);
+    assert!(writers > 1, "written by {writers} tasks");
+
+    // The manifest lists exactly the objects under the location.
+    let s3 = stack.s3();
+    let manifest: lambdafusion::write::Manifest = serde_json::from_slice(
+        &s3.get(&Path::from("out/lineitem/_SUCCESS"))
+            .await
+            .unwrap()
+            .bytes()
+            .await
+            .unwrap(),
+    )
+    .unwrap();
+    assert_eq!(manifest.rows as usize, rows);
+    let mut listed: Vec<String> = s3
+        .list(Some(&Path::from("out/lineitem")))
+        .map_ok(|m| format!("s3://{bucket}/{}", m.location))
+        .try_collect()
+        .await
+        .unwrap();
+    listed.retain(|p| !p.ends_with("/_SUCCESS"));
+    listed.sort();
+    let mut files: Vec<String> = manifest.files.iter().map(|f| f.path.clone()).collect();
+    files.sort();
+    assert_eq!(listed, files);
+    assert!(
+        files.iter().any(|f| f.contains("/l_shipmode=AIR/")),
+        "{files:?}"
+    );
+
+    // Read back as a table, through the functions.
+    run(
+        client,
+        &format!(
+            "CREATE EXTERNAL TABLE copied STORED AS PARQUET \
+             LOCATION 's3://{bucket}/out/lineitem/'"
+        ),
+    )
+    .await;
+    let check = "SELECT CAST(l_shipmode AS VARCHAR) AS mode, count(*) AS n, \
+                 sum(l_extendedprice) AS total FROM {} GROUP BY 1";
+    let (_, ours) = run(client, &check.replace("{}", "copied")).await;
+    let want = ctx
+        .sql(&check.replace("{}", &format!("({source})")))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    lambdafusion_embedded::verify::compare(&want, &ours, false).unwrap();
+
+    // Nowhere but the write locations.
+    for (target, says) in [
+        (
+            format!("s3://{bucket}/data/x/"),
+            "outside the locations statements may write to",
+        ),
+        (
+            format!("s3://{bucket}/lambdafusion/x/"),
+            "this engine's own",
+        ),
+        (
+            format!("s3://{bucket}/out/lineitem/"),
+            "location of table copied",
+        ),
+    ] {
+        let sql = format!("COPY (SELECT 1 AS a) TO '{target}' STORED AS PARQUET");
+        match client.submit(&sql).await {
+            Err(ClientError::Api {
+                status: 400,
+                message,
+            }) => {
+                assert!(message.contains(says), "{sql}: {message}")
+            }
+            other => panic!("{sql}: expected a 400, got {other:?}"),
+        }
+    }
+}
+
 async fn delta_tables_on_s3(stack: &Stack, client: &Client) {
     use lambdafusion_tests::delta::Fixtures;
     use object_store::{ObjectStoreExt, PutPayload};

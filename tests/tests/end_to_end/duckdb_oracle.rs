@@ -259,3 +259,74 @@ fn answers_agree_with_duckdb() {
     println!("{report}");
     assert!(output.status.success(), "{report}");
 }
+
+/// What `COPY` writes — Parquet partitioned into directories, CSV, JSON, each by several
+/// tasks — read back by DuckDB (`tests/oracle/duckdb_read_back.py`) and compared with
+/// DuckDB's own answer on the source tables.
+#[test]
+fn written_files_read_back_by_duckdb() {
+    let python = python();
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let data = tempfile::tempdir().unwrap();
+    let out = tempfile::tempdir().unwrap();
+    runtime.block_on(async {
+        tpch::generate(data.path(), 0.01, 2, &|_, _| {}).unwrap();
+        let config = EngineConfig::default()
+            .with_bytes_per_task(16 * 1024)
+            .with_min_scan_bytes_per_task(1)
+            .with_data_location(data.path().display().to_string())
+            .with_write_location(out.path().display().to_string());
+        let engine = Embedded::start(EmbeddedOptions {
+            data_dir: None,
+            config,
+            slots: 4,
+            ..EmbeddedOptions::default()
+        })
+        .await
+        .unwrap();
+        for sql in tpch::create_statements(&data.path().display().to_string()) {
+            engine.sql(&sql).await.unwrap();
+        }
+        let o = out.path().display();
+        for sql in [
+            format!(
+                "COPY (SELECT l_orderkey, l_linenumber, l_quantity, l_extendedprice, l_shipmode \
+                 FROM lineitem) TO '{o}/li/' STORED AS PARQUET PARTITIONED BY (l_shipmode)"
+            ),
+            format!(
+                "COPY (SELECT o_orderkey, o_custkey, o_totalprice, o_orderdate FROM orders) \
+                 TO '{o}/orders_csv/' STORED AS CSV"
+            ),
+            format!(
+                "COPY (SELECT l_orderkey, l_comment, l_extendedprice FROM lineitem \
+                 WHERE l_linenumber = 1) TO '{o}/li_json/' STORED AS JSON"
+            ),
+        ] {
+            let written = engine
+                .sql(&sql)
+                .await
+                .unwrap_or_else(|e| panic!("{sql}: {e}"));
+            let tasks = written.status.stages.last().map_or(0, |s| s.tasks);
+            assert!(tasks > 1, "{sql}: written by {tasks} task(s)");
+        }
+    });
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("oracle/duckdb_read_back.py");
+    let output = std::process::Command::new(&python)
+        .arg(&script)
+        .arg(data.path())
+        .arg(out.path())
+        .output()
+        .expect("python runs");
+    let report = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    println!("{report}");
+    assert!(output.status.success(), "{report}");
+    assert_eq!(report.matches("ok: ").count(), 3, "{report}");
+}

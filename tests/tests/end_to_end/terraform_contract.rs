@@ -60,6 +60,9 @@ const DATA_BUCKETS: &str =
 const DATA_OBJECTS: &str =
     r#"[for b in var.data_buckets : "arn:${data.aws_partition.current.partition}:s3:::${b}/*"]"#;
 const DATA_KEYS: &str = "var.data_kms_key_arns";
+const WRITE_BUCKETS: &str = r#"[for l in var.write_locations : "arn:${data.aws_partition.current.partition}:s3:::${split("/", l)[0]}"]"#;
+const WRITE_OBJECTS: &str =
+    r#"[for l in var.write_locations : "arn:${data.aws_partition.current.partition}:s3:::${l}/*"]"#;
 /// The account's catalog, the attached databases and their tables.
 const GLUE: &str = r#"concat(["${local.glue_catalog_arn}:catalog"], [for d in var.glue_databases : "${local.glue_catalog_arn}:database/${d}"], [for d in var.glue_databases : "${local.glue_catalog_arn}:table/${d}/*"])"#;
 const POISON_QUEUE: &str = "aws_sqs_queue.poison.arn";
@@ -197,6 +200,18 @@ fn contract_with(lists: &ActionLists) -> Contract {
         &lists.scheduler_data_objects,
         &[DATA_OBJECTS],
     );
+    push_unless_empty(
+        s,
+        "WriteBuckets",
+        SCHEDULER_WRITE_BUCKET_ACTIONS,
+        &[WRITE_BUCKETS],
+    );
+    push_unless_empty(
+        s,
+        "WriteObjects",
+        SCHEDULER_WRITE_OBJECT_ACTIONS,
+        &[WRITE_OBJECTS],
+    );
     push_unless_empty(s, "DataKeys", DATA_KEY_ACTIONS, &[DATA_KEYS]);
     push_unless_empty(s, "GlueCatalog", SCHEDULER_GLUE_ACTIONS, &[GLUE]);
     push_unless_empty(s, "DispatchTasks", &lists.scheduler_lambda, &[EXECUTOR_FN]);
@@ -226,6 +241,12 @@ fn contract_with(lists: &ActionLists) -> Contract {
         "DataObjects",
         &lists.executor_data_objects,
         &[DATA_OBJECTS],
+    );
+    push_unless_empty(
+        e,
+        "WriteObjects",
+        EXECUTOR_WRITE_OBJECT_ACTIONS,
+        &[WRITE_OBJECTS],
     );
     push_unless_empty(e, "DataKeys", DATA_KEY_ACTIONS, &[DATA_KEYS]);
     push_unless_empty(e, "WakeScheduler", &lists.executor_lambda, &[SCHEDULER_FN]);

@@ -385,6 +385,7 @@ mod tests {
             requests: Default::default(),
             handoff: None,
             cpu: None,
+            written: None,
         });
         t
     }

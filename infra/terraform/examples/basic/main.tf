@@ -14,6 +14,7 @@ module "lambdafusion" {
   code_upload        = var.code_upload
 
   data_buckets      = var.data_buckets
+  write_locations   = var.write_locations
   data_kms_key_arns = var.data_kms_key_arns
   force_destroy     = var.force_destroy
 

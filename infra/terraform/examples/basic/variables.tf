@@ -40,6 +40,12 @@ variable "data_buckets" {
   default     = []
 }
 
+variable "write_locations" {
+  description = "S3 locations (bucket or bucket/prefix) COPY ... TO may write into; see the module's variable."
+  type        = list(string)
+  default     = []
+}
+
 variable "data_kms_key_arns" {
   description = "Customer-managed KMS keys of the data buckets' SSE-KMS objects (kms:Decrypt on exactly these)."
   type        = list(string)

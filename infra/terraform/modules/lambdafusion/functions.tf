@@ -72,6 +72,7 @@ locals {
         LAMBDAFUSION_SPECULATION_FLOOR_SECS   = var.speculation_floor_seconds
         LAMBDAFUSION_MAX_RESPONSE_BYTES       = var.max_response_bytes
         LAMBDAFUSION_DATA_BUCKETS             = length(var.data_buckets) > 0 ? join(",", [for b in var.data_buckets : "s3://${b}"]) : null
+        LAMBDAFUSION_WRITE_LOCATIONS          = length(var.write_locations) > 0 ? join(",", [for l in var.write_locations : "s3://${l}"]) : null
         LAMBDAFUSION_ADMIN_PRINCIPALS         = length(var.admin_principals) > 0 ? join(",", var.admin_principals) : null
         LAMBDAFUSION_CATALOG_WRITERS          = var.catalog_writers == null ? null : join(",", var.catalog_writers)
         LAMBDAFUSION_GLUE_DATABASES           = length(var.glue_databases) > 0 ? join(",", var.glue_databases) : null

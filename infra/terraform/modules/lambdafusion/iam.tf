@@ -45,6 +45,9 @@ data "aws_partition" "current" {}
 locals {
   data_bucket_arns        = [for b in var.data_buckets : "arn:${data.aws_partition.current.partition}:s3:::${b}"]
   data_bucket_object_arns = [for b in var.data_buckets : "arn:${data.aws_partition.current.partition}:s3:::${b}/*"]
+  # Where COPY may write: the locations' buckets (listing) and their objects.
+  write_bucket_arns = [for l in var.write_locations : "arn:${data.aws_partition.current.partition}:s3:::${split("/", l)[0]}"]
+  write_object_arns = [for l in var.write_locations : "arn:${data.aws_partition.current.partition}:s3:::${l}/*"]
   # The Glue Data Catalog of this account and region, both taken from the job table's ARN
   # (no sts call, so an offline plan works), the attached databases and their tables.
   table_arn_parts  = split(":", aws_dynamodb_table.jobs.arn)
@@ -172,6 +175,26 @@ data "aws_iam_policy_document" "scheduler" {
     }
   }
 
+  # COPY: is the location empty, which files did a job write (list); the manifest, the
+  # clean-up of files no attempt committed, reading a table written there.
+  dynamic "statement" {
+    for_each = length(var.write_locations) > 0 ? [1] : []
+    content {
+      sid       = "WriteBuckets"
+      actions   = ["s3:ListBucket"]
+      resources = local.write_bucket_arns
+    }
+  }
+
+  dynamic "statement" {
+    for_each = length(var.write_locations) > 0 ? [1] : []
+    content {
+      sid       = "WriteObjects"
+      actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
+      resources = local.write_object_arns
+    }
+  }
+
   # Objects in data_buckets encrypted with a customer-managed key (SSE-KMS).
   dynamic "statement" {
     for_each = length(var.data_kms_key_arns) > 0 ? [1] : []
@@ -292,6 +315,17 @@ data "aws_iam_policy_document" "executor" {
       sid       = "DataObjects"
       actions   = ["s3:GetObject"]
       resources = local.data_bucket_object_arns
+    }
+  }
+
+  # COPY: each task writes its own files (multipart for large ones) and deletes them when
+  # another attempt committed; reading a table written there.
+  dynamic "statement" {
+    for_each = length(var.write_locations) > 0 ? [1] : []
+    content {
+      sid       = "WriteObjects"
+      actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
+      resources = local.write_object_arns
     }
   }
 

@@ -352,6 +352,17 @@ variable "data_buckets" {
   }
 }
 
+variable "write_locations" {
+  description = "S3 locations (bucket or bucket/prefix; no s3:// scheme, no trailing slash) that COPY (query) TO 's3://...' may write into (LAMBDAFUSION_WRITE_LOCATIONS); tables there are also readable. The executor gets s3:PutObject, DeleteObject, AbortMultipartUpload and GetObject on their objects; the scheduler GetObject, PutObject and DeleteObject on them (a write's manifest, its clean-up) and s3:ListBucket on their buckets. Empty (the default): no statement writes anywhere, and COPY answers 400 naming this setting. Never the deployment's own bucket prefix."
+  type        = list(string)
+  default     = []
+
+  validation {
+    condition     = alltrue([for l in var.write_locations : can(regex("^[a-z0-9][a-z0-9.-]{1,61}[a-z0-9](/[^*?/][^*?]*[^*?/])?$", l))])
+    error_message = "write_locations must be bucket or bucket/prefix (no s3:// scheme, no ARN, no wildcard, no leading or trailing slash)."
+  }
+}
+
 variable "glue_databases" {
   description = "Glue Data Catalog databases (of this account and region) whose tables queries may read as glue.<database>.<table> (LAMBDAFUSION_GLUE_DATABASES). The scheduler gets glue:GetTable, GetTables and GetPartitions on the catalog, these databases and their tables, nothing else. A table's location (and each partition's) must still be in data_buckets. Empty (the default): no Glue access at all."
   type        = list(string)
