@@ -291,7 +291,7 @@ async fn create_provider(
 }
 
 /// Table name of a DDL reference, refusing qualified names outside the default schema.
-fn table_name(name: &TableReference) -> Result<String> {
+pub(crate) fn table_name(name: &TableReference) -> Result<String> {
     match name {
         // `@` names a version of a table in a query (`t@v3`, see `crate::sql::parse`).
         TableReference::Bare { table } if table.contains('@') => Err(Error::InvalidInput(format!(
@@ -325,7 +325,7 @@ pub const MAX_NAME_BYTES: usize = 255;
 /// local path with a glob (`/data/public_*.csv`), the path itself, so that the glob is
 /// applied again at every query and the table never reads more than was named. Globs
 /// in URLs are refused: DataFusion would read them as literal object names.
-fn stored_location(location: &str) -> Result<String> {
+pub(crate) fn stored_location(location: &str) -> Result<String> {
     let url = ListingTableUrl::parse(location).map_err(|e| {
         Error::InvalidInput(format!(
             "{location} is not a valid location: {}",

@@ -377,6 +377,9 @@ pub enum Verdict<'a> {
     Analyze(&'a LogicalPlan),
     /// `EXPLAIN` of a read-only query: answered by the scheduler.
     Explain(&'a LogicalPlan),
+    /// `CREATE TABLE name AS query` of a read-only query: a write ([`Verdict::Write`])
+    /// whose commit also creates the catalog table.
+    CreateTableAs(&'a datafusion::logical_expr::CreateMemoryTable),
     /// `EXPLAIN COPY ...`: the plan of the write, answered by the scheduler; nothing is
     /// written.
     ExplainWrite(&'a datafusion::logical_expr::dml::CopyTo),
@@ -395,6 +398,17 @@ pub enum Verdict<'a> {
 /// same message as the bare statement.
 pub fn verdict(plan: &LogicalPlan) -> Result<Verdict<'_>> {
     match plan {
+        LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
+            read_only(&create.input)?;
+            if reads_information_schema(&create.input) {
+                return Err(Error::InvalidInput(
+                    "CREATE TABLE ... AS cannot read information_schema: it is answered by \
+                     the scheduler, not read by tasks"
+                        .into(),
+                ));
+            }
+            Ok(Verdict::CreateTableAs(create))
+        }
         LogicalPlan::Copy(copy) => {
             read_only(&copy.input)?;
             if reads_information_schema(&copy.input) {
@@ -480,9 +494,14 @@ fn refused(node: &LogicalPlan) -> Option<Error> {
              their own: they cannot be explained or nested"
                 .to_string()
         }
+        LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(_)) => {
+            "CREATE TABLE ... AS is a statement of its own: it cannot be explained or nested"
+                .to_string()
+        }
         LogicalPlan::Ddl(other) => format!(
             "{} is not supported: the catalog holds external tables \
-             (CREATE EXTERNAL TABLE ... STORED AS PARQUET|CSV|JSON LOCATION '...') and views \
+             (CREATE EXTERNAL TABLE ... STORED AS PARQUET|CSV|JSON LOCATION '...'), tables \
+             written by a query (CREATE TABLE ... AS SELECT ...) and views \
              (CREATE VIEW ... AS SELECT ...)",
             other.name()
         ),

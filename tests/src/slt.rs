@@ -935,9 +935,9 @@ pub async fn run_file(file: &Path, options: &Options) -> FileReport {
             continue;
         }
         if let Some(DfStatement::CopyTo(_)) = parse(&sql) {
-            // Writes are another issue's feature: a COPY that prepares files for later
-            // reads is run by the harness, in single-process DataFusion, into the
-            // file's scratch directory.
+            // A COPY that prepares files for later reads is set-up: run by the harness,
+            // in single-process DataFusion, into the file's scratch directory (it writes
+            // single files and appends to them, which the engine's COPY does not).
             let local = sql.replace(
                 "test_files/scratch/",
                 &format!("{}/", scratch_dir.display()),
@@ -949,7 +949,7 @@ pub async fn run_file(file: &Path, options: &Options) -> FileReport {
                 line,
                 &sql,
                 Outcome::Skipped(
-                    "COPY (writes are not in the engine; run by the harness as set-up)".into(),
+                    "COPY (set-up, run by the harness in single-process DataFusion)".into(),
                 ),
             );
             continue;

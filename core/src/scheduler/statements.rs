@@ -192,7 +192,7 @@ pub(super) async fn metadata(
     Ok((schema, batches))
 }
 
-fn message_batch(message: &str) -> Result<Vec<RecordBatch>> {
+pub(super) fn message_batch(message: &str) -> Result<Vec<RecordBatch>> {
     let schema = Arc::new(Schema::new(vec![Field::new(
         "result",
         DataType::Utf8,

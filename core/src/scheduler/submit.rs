@@ -157,11 +157,13 @@ impl Scheduler {
         // while planning (unset, they stay functions that cannot run in a task).
         state.mark_start_execution();
         crate::catalog::install(&state, &self.services, crate::catalog::lists_tables(sql)).await?;
-        let statement = crate::time_travel::parse(
+        let mut statement = crate::time_travel::parse(
             sql,
             state.config().options().sql_parser.recursion_limit.get(),
         )?;
         crate::sql::measure(&statement, self.config())?;
+        // `CREATE TABLE ... WITH (...) AS`: options DataFusion would refuse, kept here.
+        let table_options = crate::write::take_table_options(&mut statement)?;
         let logical = state
             .statement_to_plan(statement)
             .await
@@ -193,6 +195,61 @@ impl Scheduler {
                 let (schema, rows) =
                     statements::explain(&self.services, &state, query, None).await?;
                 Ok(Planned::Rows(schema, rows))
+            }
+            Verdict::CreateTableAs(create) => {
+                let Some(options) = &table_options else {
+                    return Err(Error::InvalidInput(
+                        "CREATE TABLE without AS: a table is created over files (CREATE \
+                         EXTERNAL TABLE ... LOCATION '...') or from a query (CREATE TABLE ... \
+                         AS SELECT ...)"
+                            .into(),
+                    ));
+                };
+                let access = &self.config().access;
+                access.check_catalog_writer(caller)?;
+                let name = crate::catalog::table_name(&create.name)?;
+                if create.or_replace {
+                    return Err(Error::InvalidInput(format!(
+                        "CREATE OR REPLACE TABLE ... AS is not supported: DROP TABLE {name} \
+                         first (its files stay where they are)"
+                    )));
+                }
+                if create.temporary {
+                    return Err(Error::InvalidInput(
+                        "temporary tables are not supported".into(),
+                    ));
+                }
+                if let Some(existing) = self.services.store.get_table(&name).await? {
+                    let kind = if existing.format == crate::catalog::VIEW_FORMAT {
+                        "a view"
+                    } else {
+                        "a table"
+                    };
+                    if create.if_not_exists {
+                        let rows = statements::message_batch(&format!(
+                            "{name} already exists ({kind}); nothing written"
+                        ))?;
+                        return Ok(Planned::Rows(rows[0].schema(), rows));
+                    }
+                    return Err(Error::InvalidInput(format!(
+                        "{name} already exists ({kind}): choose another name, or DROP it first"
+                    )));
+                }
+                let target = crate::write::WriteTarget::for_table(
+                    &name,
+                    create.input.schema(),
+                    options,
+                    access,
+                    job_id,
+                )?;
+                crate::write::check_target(&self.services, &target).await?;
+                let schema = crate::write::summary_schema();
+                self.plan_query(
+                    &state,
+                    &create.input,
+                    (JobKind::Write, Some(schema), Some(target)),
+                )
+                .await
             }
             Verdict::ExplainWrite(copy) => {
                 let target = crate::write::WriteTarget::from_copy(copy, job_id)?;

@@ -96,6 +96,28 @@ pub struct WriteTarget {
     /// The format's options, by their names without `format.`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub options: BTreeMap<String, String>,
+    /// `CREATE TABLE ... AS`: the catalog table the commit creates over the files.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub table: Option<String>,
+    /// The columns the files hold ([`crate::plan::encode_schema`]): a write of no rows
+    /// still leaves one file with them.
+    #[serde(
+        default,
+        with = "crate::state::b64",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub schema: Vec<u8>,
+}
+
+/// The columns of `input` the files of a write partitioned by `partition_by` hold.
+fn file_schema(input: &datafusion::common::DFSchema, partition_by: &[String]) -> Result<Vec<u8>> {
+    let fields: Vec<_> = input
+        .fields()
+        .iter()
+        .filter(|f| !partition_by.contains(f.name()))
+        .cloned()
+        .collect();
+    crate::plan::encode_schema(&Arc::new(Schema::new(fields)))
 }
 
 impl WriteTarget {
@@ -154,6 +176,8 @@ impl WriteTarget {
             format,
             partition_by: copy.partition_by.clone(),
             options,
+            table: None,
+            schema: file_schema(copy.input.schema(), &copy.partition_by)?,
         };
         // Malformed option values are refused now, not in every task.
         target.parquet_properties()?;
@@ -199,6 +223,188 @@ impl WriteTarget {
     }
 }
 
+/// What `CREATE TABLE name [WITH (...)] AS query` says besides its query, in Athena's
+/// words, taken off the statement before DataFusion plans it (it refuses table options).
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct TableOptions {
+    /// `format`: `PARQUET` (the default), `CSV`, `JSON`.
+    pub format: Option<String>,
+    /// `external_location`: the table's directory; by default `<first write location>/<name>/`.
+    pub location: Option<String>,
+    /// `partitioned_by`: `ARRAY['col', ...]`.
+    pub partitioned_by: Vec<String>,
+    /// `write_compression` (Parquet): `ZSTD`, `SNAPPY`, `GZIP`, ...
+    pub compression: Option<String>,
+}
+
+/// Takes the table options off a `CREATE TABLE ... AS` statement, returning them; `None`
+/// for any other statement (left untouched). Unknown options are refused by name.
+pub fn take_table_options(
+    statement: &mut datafusion::sql::parser::Statement,
+) -> Result<Option<TableOptions>> {
+    use datafusion::sql::sqlparser::ast::{CreateTableOptions, SqlOption, Statement};
+    let datafusion::sql::parser::Statement::Statement(inner) = statement else {
+        return Ok(None);
+    };
+    let Statement::CreateTable(create) = inner.as_mut() else {
+        return Ok(None);
+    };
+    if create.query.is_none() {
+        return Ok(None);
+    }
+    let mut table = TableOptions::default();
+    let options = match std::mem::take(&mut create.table_options) {
+        CreateTableOptions::None => Vec::new(),
+        CreateTableOptions::With(options) => options,
+        other => {
+            return Err(Error::InvalidInput(format!(
+                "CREATE TABLE ... AS takes its options as WITH (format = 'PARQUET', \
+                 external_location = '...', partitioned_by = ARRAY['col']), not {other}"
+            )))
+        }
+    };
+    for option in options {
+        let SqlOption::KeyValue { key, value } = option else {
+            return Err(Error::InvalidInput(format!(
+                "CREATE TABLE ... AS: option {option} is not key = value"
+            )));
+        };
+        let name = key.value.to_ascii_lowercase();
+        let text = |value: &datafusion::sql::sqlparser::ast::Expr| -> Result<String> {
+            option_text(value).ok_or_else(|| {
+                Error::InvalidInput(format!(
+                    "CREATE TABLE ... AS: {name} = {value} is not a string"
+                ))
+            })
+        };
+        match name.as_str() {
+            "format" => table.format = Some(text(&value)?),
+            "external_location" | "location" => table.location = Some(text(&value)?),
+            "write_compression" | "compression" => table.compression = Some(text(&value)?),
+            "partitioned_by" => {
+                let datafusion::sql::sqlparser::ast::Expr::Array(array) = &value else {
+                    return Err(Error::InvalidInput(format!(
+                        "CREATE TABLE ... AS: partitioned_by = {value}: write ARRAY['col', ...]"
+                    )));
+                };
+                table.partitioned_by = array.elem.iter().map(&text).collect::<Result<_>>()?;
+            }
+            other => {
+                return Err(Error::InvalidInput(format!(
+                    "CREATE TABLE ... AS does not take the option {other} (it takes format, \
+                     external_location, partitioned_by, write_compression)"
+                )))
+            }
+        }
+    }
+    Ok(Some(table))
+}
+
+/// The text of an option's value: a quoted string, a number or a bare word.
+fn option_text(value: &datafusion::sql::sqlparser::ast::Expr) -> Option<String> {
+    use datafusion::sql::sqlparser::ast::{Expr, Value};
+    match value {
+        Expr::Value(v) => match &v.value {
+            Value::SingleQuotedString(s) | Value::DoubleQuotedString(s) => Some(s.clone()),
+            Value::Number(n, _) => Some(n.to_string()),
+            _ => None,
+        },
+        Expr::Identifier(i) => Some(i.value.clone()),
+        _ => None,
+    }
+}
+
+impl WriteTarget {
+    /// The target of `CREATE TABLE name AS query` with `options`: the files of a new
+    /// table, at its own location (by default `<first write location>/<name>/`).
+    pub fn for_table(
+        name: &str,
+        input_schema: &datafusion::common::DFSchema,
+        options: &TableOptions,
+        access: &crate::access::AccessPolicy,
+        job_id: &str,
+    ) -> Result<Self> {
+        let invalid = |m: String| Error::InvalidInput(m);
+        let format = match options
+            .format
+            .as_deref()
+            .unwrap_or("PARQUET")
+            .to_ascii_uppercase()
+            .as_str()
+        {
+            "PARQUET" => WriteFormat::Parquet,
+            "CSV" | "TEXTFILE" => WriteFormat::Csv,
+            "JSON" => WriteFormat::Json,
+            other => {
+                return Err(invalid(format!(
+                    "CREATE TABLE ... AS writes PARQUET, CSV or JSON tables, not {other} \
+                     (Delta and Iceberg tables are not written yet)"
+                )))
+            }
+        };
+        let location = match &options.location {
+            Some(l) => l.clone(),
+            None => {
+                let Some(base) = access.write_locations.first() else {
+                    return Err(invalid(format!(
+                        "CREATE TABLE {name} AS needs a place to write its files, and no \
+                         write location is configured: add one with {}, or name one with \
+                         WITH (external_location = '...')",
+                        access.write_setting
+                    )));
+                };
+                format!("{}/{name}/", base.trim_end_matches('/'))
+            }
+        };
+        let mut settings = BTreeMap::new();
+        if let Some(c) = &options.compression {
+            if format != WriteFormat::Parquet {
+                return Err(invalid(format!(
+                    "write_compression applies to PARQUET tables, not {}",
+                    format.name()
+                )));
+            }
+            settings.insert("compression".to_string(), c.to_ascii_lowercase());
+        }
+        for column in &options.partitioned_by {
+            if input_schema.field_with_unqualified_name(column).is_err() {
+                return Err(invalid(format!(
+                    "partitioned_by names {column}, which the query does not yield"
+                )));
+            }
+        }
+        if !options.partitioned_by.is_empty()
+            && options.partitioned_by.len() >= input_schema.fields().len()
+        {
+            return Err(invalid(
+                "partitioned_by names every column the query yields: the files would hold none"
+                    .into(),
+            ));
+        }
+        let target = WriteTarget {
+            job_id: job_id.to_string(),
+            location: directory_url(&location, format)?,
+            format,
+            partition_by: options.partitioned_by.clone(),
+            options: settings,
+            table: Some(name.to_string()),
+            schema: file_schema(input_schema, &options.partitioned_by)?,
+        };
+        target.parquet_properties()?;
+        Ok(target)
+    }
+
+    /// The statement the table a `CREATE TABLE ... AS` made is recorded with.
+    pub fn table_ddl(&self, name: &str) -> String {
+        format!(
+            "CREATE EXTERNAL TABLE \"{}\" STORED AS {} LOCATION '{}'",
+            name.replace('"', "\"\""),
+            self.format.name(),
+            self.location.replace('\'', "''")
+        )
+    }
+}
+
 /// `location` as the URL of a directory (ending in `/`). A name ending in the format's
 /// extension is one file, which one writer would have to write: refused.
 fn directory_url(location: &str, format: WriteFormat) -> Result<String> {
@@ -206,7 +412,7 @@ fn directory_url(location: &str, format: WriteFormat) -> Result<String> {
     let last = trimmed.rsplit('/').next().unwrap_or_default();
     if !trimmed.ends_with('/') && last.contains('.') {
         return Err(Error::InvalidInput(format!(
-            "COPY writes a directory of files (every task of the query writes its own): \
+            "a write makes a directory of files (every task of the query writes its own): \
              {location} names one file; name a directory instead, such as '{}/'",
             trimmed.trim_end_matches(&format!(".{}", format.extension()))
         )));
@@ -231,8 +437,8 @@ pub async fn check_target(services: &Services, target: &WriteTarget) -> Result<(
             };
             if inside(&target.location, location) || inside(location, &target.location) {
                 return Err(Error::InvalidInput(format!(
-                    "{} is, or contains, the location of table {} ({location}): COPY writes \
-                     a location of its own, not a table's",
+                    "{} is, or contains, the location of table {} ({location}): a write goes \
+                     to a location of its own, not a table's",
                     target.location, table.name
                 )));
             }
@@ -252,7 +458,7 @@ pub async fn check_target(services: &Services, target: &WriteTarget) -> Result<(
     };
     if let Some(first) = first {
         return Err(Error::Conflict(format!(
-            "{} is not empty (it holds {}, among others perhaps): COPY writes to an empty \
+            "{} is not empty (it holds {}, among others perhaps): a write goes to an empty \
              location; name a new one, or delete what is there",
             target.location, first.location
         )));
@@ -330,6 +536,12 @@ pub async fn commit(
     files: &[WrittenFile],
 ) -> Result<Manifest> {
     let (store, root) = store_of(services, &target.location)?;
+    let mut files = files.to_vec();
+    if files.is_empty() {
+        // No rows: one file of no rows, so that the columns are there to read.
+        files.push(empty_file(store.as_ref(), &root, target).await?);
+    }
+    let files = files.as_slice();
     let manifest = Manifest {
         committer: "lambdafusion".into(),
         job_id: target.job_id.clone(),
@@ -370,7 +582,94 @@ pub async fn commit(
         .map(|(path, _)| path)
         .collect();
     delete(store.as_ref(), strays).await;
+    if let Some(name) = &target.table {
+        create_table(services, target, name).await?;
+    }
     Ok(manifest)
+}
+
+/// Writes the one file of a write of no rows: its columns and no rows.
+async fn empty_file(
+    store: &dyn ObjectStore,
+    root: &Path,
+    target: &WriteTarget,
+) -> Result<WrittenFile> {
+    let schema = crate::plan::decode_schema(&target.schema)?;
+    let body = match target.format {
+        WriteFormat::Parquet => {
+            let mut writer = datafusion::parquet::arrow::ArrowWriter::try_new(
+                Vec::new(),
+                schema,
+                Some(target.parquet_properties()?),
+            )
+            .map_err(|e| Error::Internal(e.to_string()))?;
+            writer
+                .finish()
+                .map_err(|e| Error::Internal(e.to_string()))?;
+            std::mem::take(writer.inner_mut())
+        }
+        WriteFormat::Csv if target.csv_header() => {
+            let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+            let delimiter = (target.csv_delimiter()? as char).to_string();
+            format!("{}\n", names.join(&delimiter)).into_bytes()
+        }
+        WriteFormat::Csv | WriteFormat::Json => Vec::new(),
+    };
+    let name = format!("{}-empty-000.{}", target.job_id, target.format.extension());
+    let bytes = body.len() as u64;
+    store
+        .put(&root.clone().join(name.as_str()), PutPayload::from(body))
+        .await?;
+    Ok(WrittenFile {
+        path: format!("{}{name}", target.location),
+        rows: 0,
+        bytes,
+    })
+}
+
+/// Creates the catalog table of a `CREATE TABLE ... AS` over its committed files; a
+/// commit run again finds it created. A table of that name created meanwhile by another
+/// statement is a conflict.
+async fn create_table(services: &Services, target: &WriteTarget, name: &str) -> Result<()> {
+    use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+    let ddl = target.table_ddl(name);
+    // Ours when it was created with this statement (its location is this write's alone):
+    // a commit run again, or two steps of this job committing at once.
+    let ours = |existing: Option<crate::state::TableRecord>| -> Result<()> {
+        match existing {
+            Some(t) if t.ddl == ddl => Ok(()),
+            _ => Err(Error::Conflict(format!(
+                "table {name} was created meanwhile by another statement: this one's files at \
+                 {} are discarded",
+                target.location
+            ))),
+        }
+    };
+    if let Some(existing) = services.store.get_table(name).await? {
+        return ours(Some(existing));
+    }
+    let state = services.session_state(1);
+    let plan = state.create_logical_plan(&ddl).await?;
+    let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(cmd)) = plan else {
+        return Err(Error::Internal(format!(
+            "{ddl} is not CREATE EXTERNAL TABLE"
+        )));
+    };
+    match crate::catalog::create_table(
+        &state,
+        services.store.as_ref(),
+        &services.config.access,
+        &cmd,
+        &ddl,
+    )
+    .await
+    {
+        Ok(_) => Ok(()),
+        Err(Error::InvalidInput(why)) if why.contains("already exists") => {
+            ours(services.store.get_table(name).await?)
+        }
+        Err(e) => Err(e),
+    }
 }
 
 /// Deletes every file of a write that will not be committed (its job failed or was

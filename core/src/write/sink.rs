@@ -50,6 +50,10 @@ pub const TARGET_FILE_BYTES: usize = 128 * 1024 * 1024;
 /// one open longest is closed, and a row for its value starts a new file.
 pub const MAX_OPEN_FILES: usize = 64;
 
+/// Most partition directories one run may write to: past it the write fails, naming
+/// the limit, rather than leave a file per row (`PARTITIONED BY` a near-unique column).
+pub const MAX_PARTITION_VALUES: usize = 1000;
+
 /// Most bytes the open Parquet files of one run may buffer (their row groups in
 /// progress); past it, the largest is flushed to its file as a row group.
 const MAX_BUFFERED_BYTES: usize = 256 * 1024 * 1024;
@@ -247,6 +251,7 @@ impl ExecutionPlan for TableWriterExec {
             open: Vec::new(),
             done: Vec::new(),
             opened: 0,
+            dirs: Default::default(),
             written,
         };
         let output = futures::stream::once(async move { files.write_all(input).await });
@@ -268,6 +273,8 @@ struct FileSet {
     done: Vec<(String, u64, u64)>,
     /// Files begun so far.
     opened: usize,
+    /// Partition directories written to so far.
+    dirs: std::collections::HashSet<String>,
     written: Option<Arc<WrittenFiles>>,
 }
 
@@ -412,6 +419,18 @@ impl FileSet {
         let at = match found {
             Some(at) => at,
             None => {
+                if !self.dirs.contains(&dirs) {
+                    if self.dirs.len() >= MAX_PARTITION_VALUES {
+                        return Err(crate::Error::InvalidInput(format!(
+                            "PARTITIONED BY ({}) yields more than {MAX_PARTITION_VALUES} \
+                             partition values in one task: partition by a column with fewer \
+                             distinct values (a day or a month rather than a timestamp)",
+                            self.target.partition_by.join(", ")
+                        ))
+                        .into());
+                    }
+                    self.dirs.insert(dirs.clone());
+                }
                 if self.open.len() >= MAX_OPEN_FILES {
                     self.close(0).await?;
                 }

@@ -87,6 +87,18 @@ fn manifest(dir: &Path) -> Manifest {
     manifest
 }
 
+/// Waits (at most 10 s) until `done` holds: files of tasks that were still running when
+/// their query ended are deleted by those tasks as they stop, a moment later.
+async fn settle(done: impl Fn() -> bool) {
+    for _ in 0..100 {
+        if done() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(done(), "not settled after 10 s");
+}
+
 /// The one row of a write's result: (rows, files).
 fn summary(batches: &[RecordBatch]) -> (u64, u64) {
     assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
@@ -543,5 +555,250 @@ async fn a_cancelled_write_leaves_nothing() {
         files_under(&dir),
         BTreeSet::new(),
         "nothing of the write is left"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hostile_names_stay_inside_the_location_and_two_writers_do_not_mix() {
+    let tables = tempfile::tempdir().unwrap();
+    common::write_tables(tables.path()).await;
+    let out = tempfile::tempdir().unwrap();
+    let engine = engine(tables.path(), out.path()).await;
+    let o = out.path().display();
+
+    // Partition values and a column name that look like paths: each stays one directory
+    // name under the location.
+    let sql = format!(
+        "COPY (SELECT id, CASE WHEN id % 3 = 0 THEN '../../escape' WHEN id % 3 = 1 THEN '/abs' \
+         ELSE NULL END AS p FROM facts WHERE id < 100) TO '{o}/h/' STORED AS PARQUET \
+         PARTITIONED BY (p)"
+    );
+    let written = engine
+        .sql(&sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
+    assert_eq!(summary(&written.batches).0, 99);
+    let everything = files_under(out.path());
+    assert!(
+        everything.iter().all(|f| f.starts_with("h/")),
+        "{everything:?}"
+    );
+    let dirs: BTreeSet<String> = std::fs::read_dir(out.path().join("h"))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(dirs.len(), 3, "{dirs:?}");
+    assert!(
+        dirs.iter()
+            .any(|d| d.ends_with(lambdafusion::write::sink::DEFAULT_PARTITION)),
+        "{dirs:?}"
+    );
+    manifest(&out.path().join("h"));
+    // A partition column named like a path, by CREATE TABLE ... AS.
+    engine
+        .sql(&format!(
+            "CREATE TABLE odd WITH (external_location = '{o}/h2/', \
+             partitioned_by = ARRAY['a/../../b']) AS SELECT id, '..' AS \"a/../../b\" \
+             FROM facts WHERE id < 10"
+        ))
+        .await
+        .unwrap();
+    let everything = files_under(out.path());
+    assert!(
+        everything
+            .iter()
+            .all(|f| f.starts_with("h/") || f.starts_with("h2/")),
+        "{everything:?}"
+    );
+    let dirs: Vec<String> = std::fs::read_dir(out.path().join("h2"))
+        .unwrap()
+        .map(|e| e.unwrap())
+        .filter(|e| e.path().is_dir())
+        .map(|e| e.file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(dirs.len(), 1, "{dirs:?}");
+
+    // Too many partition values for one task is refused by name, and leaves nothing.
+    let sql = format!(
+        "COPY (SELECT id, v FROM facts) TO '{o}/many/' STORED AS PARQUET PARTITIONED BY (id)"
+    );
+    let e = engine.sql(&sql).await.unwrap_err();
+    assert!(e.to_string().contains("partition values"), "{e}");
+    // Tasks still writing when the query failed delete their files as they stop.
+    settle(|| files_under(&out.path().join("many")).is_empty()).await;
+
+    // Two writes to one empty location at once: one commits, the other fails by name;
+    // the location holds the winner's files alone.
+    let a =
+        format!("COPY (SELECT id FROM facts WHERE id % 2 = 0) TO '{o}/both/' STORED AS PARQUET");
+    let b =
+        format!("COPY (SELECT id FROM facts WHERE id % 2 = 1) TO '{o}/both/' STORED AS PARQUET");
+    let (ra, rb) = tokio::join!(engine.sql(&a), engine.sql(&b));
+    let wins = [&ra, &rb].iter().filter(|r| r.is_ok()).count();
+    assert_eq!(wins, 1, "{:?} / {:?}", ra.as_ref().err(), rb.as_ref().err());
+    let loser = ra.err().or(rb.err()).unwrap().to_string();
+    assert!(
+        loser.contains("not empty") || loser.contains("written meanwhile"),
+        "{loser}"
+    );
+    let both = out.path().join("both");
+    settle(|| {
+        files_under(&both)
+            .iter()
+            .filter(|f| f.ends_with(".parquet"))
+            .count()
+            == serde_json::from_str::<Manifest>(
+                &std::fs::read_to_string(both.join("_SUCCESS")).unwrap(),
+            )
+            .unwrap()
+            .files
+            .len()
+    })
+    .await;
+    let manifest = manifest(&both);
+    assert_eq!(manifest.rows, 15_000);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_table_as_writes_the_files_and_then_the_table() {
+    let tables = tempfile::tempdir().unwrap();
+    common::write_tables(tables.path()).await;
+    let out = tempfile::tempdir().unwrap();
+    let engine = engine(tables.path(), out.path()).await;
+    let reference = SessionContext::new();
+    common::register_parquet(&reference, tables.path()).await;
+    let o = out.path().display();
+
+    // Default location and format: <first write location>/<name>/, Parquet.
+    let query = "SELECT f.id, d.label, f.v FROM facts f JOIN dims d ON f.k = d.k WHERE f.v > 200";
+    let made = engine
+        .sql(&format!("CREATE TABLE labelled AS {query}"))
+        .await
+        .unwrap();
+    let expected = reference.sql(query).await.unwrap().collect().await.unwrap();
+    let rows: usize = expected.iter().map(|b| b.num_rows()).sum();
+    assert_eq!(summary(&made.batches).0 as usize, rows);
+    assert_eq!(made.status.kind, "write");
+    manifest(&out.path().join("labelled"));
+    let read = engine
+        .sql("SELECT id, label, v FROM labelled")
+        .await
+        .unwrap();
+    compare(&expected, &read.batches, "CREATE TABLE ... AS, read back");
+    let listed = engine.sql("SHOW TABLES").await.unwrap();
+    assert!(
+        format!("{:?}", lambdafusion_embedded::verify::rows(&listed.batches)).contains("labelled")
+    );
+
+    // Athena's options: a location, a format, partitions, a compression.
+    let query = "SELECT id, v, CAST(k % 4 AS BIGINT) AS g FROM facts WHERE id % 2 = 0";
+    engine
+        .sql(&format!(
+            "CREATE TABLE parts WITH (format = 'PARQUET', external_location = '{o}/p/', \
+             partitioned_by = ARRAY['g'], write_compression = 'SNAPPY') AS {query}"
+        ))
+        .await
+        .unwrap();
+    let check = "SELECT CAST(g AS BIGINT) AS g, count(*) AS n, sum(v) AS total FROM {} GROUP BY 1";
+    let ours = engine.sql(&check.replace("{}", "parts")).await.unwrap();
+    let want = reference
+        .sql(&check.replace("{}", &format!("({query})")))
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    compare(&want, &ours.batches, "partitioned CREATE TABLE ... AS");
+    assert!(out.path().join("p/g=3").is_dir());
+
+    // A query of no rows still makes a table with its columns.
+    engine
+        .sql("CREATE TABLE nothing WITH (format = 'CSV') AS SELECT id, s FROM facts WHERE id < 0")
+        .await
+        .unwrap();
+    let none = engine
+        .sql("SELECT count(*) AS n FROM nothing")
+        .await
+        .unwrap();
+    assert_eq!(
+        lambdafusion_embedded::verify::rows(&none.batches)[0][0],
+        lambdafusion_embedded::verify::Cell::Text("0".into())
+    );
+    let described = engine.sql("DESCRIBE nothing").await.unwrap();
+    assert_eq!(
+        described
+            .batches
+            .iter()
+            .map(|b| b.num_rows())
+            .sum::<usize>(),
+        2
+    );
+
+    // IF NOT EXISTS writes nothing; a second CREATE is refused, as are the rest.
+    let again = engine
+        .sql("CREATE TABLE IF NOT EXISTS labelled AS SELECT 1 AS a")
+        .await
+        .unwrap();
+    assert!(
+        format!("{:?}", lambdafusion_embedded::verify::rows(&again.batches))
+            .contains("nothing written")
+    );
+    for (sql, says) in [
+        ("CREATE TABLE labelled AS SELECT 1 AS a", "already exists"),
+        ("CREATE TABLE facts AS SELECT 1 AS a", "already exists"),
+        (
+            "CREATE OR REPLACE TABLE x AS SELECT 1 AS a",
+            "CREATE OR REPLACE TABLE",
+        ),
+        ("CREATE TABLE y (a INT)", "CREATE TABLE without AS"),
+        (
+            "CREATE TABLE y WITH (format = 'ORC') AS SELECT 1 AS a",
+            "writes PARQUET, CSV or JSON",
+        ),
+        (
+            "CREATE TABLE y WITH (bucketed_by = ARRAY['a']) AS SELECT 1 AS a",
+            "does not take the option bucketed_by",
+        ),
+        (
+            "CREATE TABLE y WITH (partitioned_by = ARRAY['b']) AS SELECT 1 AS a",
+            "partitioned_by names b",
+        ),
+        (
+            "CREATE TABLE y WITH (external_location = '/etc/y/') AS SELECT 1 AS a",
+            "outside the locations statements may write to",
+        ),
+        (
+            "EXPLAIN CREATE TABLE y AS SELECT 1 AS a",
+            "statement of its own",
+        ),
+    ] {
+        let e = engine
+            .sql(sql)
+            .await
+            .err()
+            .unwrap_or_else(|| panic!("{sql} was accepted"));
+        assert!(e.to_string().contains(says), "{sql}: {e}");
+    }
+    let names: BTreeSet<String> = std::fs::read_dir(out.path())
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert_eq!(
+        names,
+        BTreeSet::from(["labelled".into(), "p".into(), "nothing".into()]),
+        "nothing written by the refused statements"
+    );
+
+    // Without a write location there is nowhere to put the table.
+    let reader = common::engine_with_tables(EngineConfig::default(), tables.path()).await;
+    let e = reader
+        .sql("CREATE TABLE z AS SELECT 1 AS a")
+        .await
+        .unwrap_err();
+    assert!(
+        e.to_string().contains("no write location is configured"),
+        "{e}"
     );
 }

@@ -190,7 +190,7 @@ data "aws_iam_policy_document" "scheduler" {
     for_each = length(var.write_locations) > 0 ? [1] : []
     content {
       sid       = "WriteObjects"
-      actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject"]
+      actions   = ["s3:PutObject", "s3:DeleteObject", "s3:GetObject"]
       resources = local.write_object_arns
     }
   }
@@ -324,7 +324,7 @@ data "aws_iam_policy_document" "executor" {
     for_each = length(var.write_locations) > 0 ? [1] : []
     content {
       sid       = "WriteObjects"
-      actions   = ["s3:GetObject", "s3:PutObject", "s3:DeleteObject", "s3:AbortMultipartUpload"]
+      actions   = ["s3:PutObject", "s3:AbortMultipartUpload", "s3:DeleteObject", "s3:GetObject"]
       resources = local.write_object_arns
     }
   }
