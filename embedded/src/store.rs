@@ -805,6 +805,16 @@ impl JobStore for EmbeddedStore {
         .await
     }
 
+    async fn keep_active(&self, job_id: &str, _expires_at: u64) -> Result<()> {
+        let k = key(ACTIVE_PK, job_id);
+        let id = job_id.to_string();
+        self.write(true, move |t| {
+            put(t, k.as_str(), &id)?;
+            Ok(((), vec![]))
+        })
+        .await
+    }
+
     async fn sweep_cursor(&self) -> Result<Option<String>> {
         self.read(|t| get(t, &key(SWEEP_PK, SWEEP_SK))).await
     }

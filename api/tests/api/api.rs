@@ -245,7 +245,12 @@ async fn bad_input_gets_a_clear_4xx() {
         (
             post(r#"{"sql": "CREATE TABLE t AS SELECT 1"}"#),
             StatusCode::BAD_REQUEST,
-            "not supported",
+            "no write location is configured",
+        ),
+        (
+            post(r#"{"sql": "COPY (SELECT 1 AS a) TO '/tmp/x/' STORED AS PARQUET"}"#),
+            StatusCode::BAD_REQUEST,
+            "outside the locations statements may write to",
         ),
         (
             post(r#"{"sql": "DROP TABLE missing"}"#),

@@ -24,6 +24,7 @@ pub fn actions_of(operation: &str) -> &'static [&'static str] {
         ],
         "remove_active" | "delete_table" => &["dynamodb:DeleteItem"],
         "set_sweep_cursor" => &["dynamodb:PutItem", "dynamodb:DeleteItem"],
+        "keep_active" => &["dynamodb:PutItem"],
         "put_table" => &["dynamodb:PutItem"],
         other => panic!("unknown job store operation {other}"),
     }
@@ -61,6 +62,7 @@ mod contract_tests {
         "finish_job",
         "active_jobs",
         "remove_active",
+        "keep_active",
         "sweep_cursor",
         "set_sweep_cursor",
         "put_table",

@@ -974,6 +974,23 @@ impl JobStore for DynamoDbJobStore {
         Ok(())
     }
 
+    async fn keep_active(&self, job_id: &str, expires_at: u64) -> Result<()> {
+        let mut item = key(ACTIVE_PK, job_id);
+        item.insert("expires_at".into(), n(expires_at));
+        retrying("PutItem (active index)", || async {
+            count(Request::DynamoDbWrite);
+            self.client
+                .put_item()
+                .table_name(&self.table)
+                .set_item(Some(item.clone()))
+                .send()
+                .await
+                .map_err(|e| store_err("PutItem (active index)", e))
+        })
+        .await?;
+        Ok(())
+    }
+
     async fn sweep_cursor(&self) -> Result<Option<String>> {
         #[derive(serde::Deserialize)]
         struct Cursor {

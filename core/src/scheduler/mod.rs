@@ -192,6 +192,7 @@ impl Scheduler {
                 }
             };
             self.discard_write(&job).await;
+            self.keep_write_active(&job).await;
             self.cleanup(job_id, shards, &[]).await;
             return Ok(JobState::Cancelled);
         }

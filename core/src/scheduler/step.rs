@@ -194,6 +194,7 @@ impl Scheduler {
             info!(job_id = %job_id, %error, "job failed");
             self.job_ended(snapshot, JobState::Failed, Some(error), now);
             self.discard_write(&snapshot.job).await;
+            self.keep_write_active(&snapshot.job).await;
             self.cleanup(job_id, job_shards(snapshot), &[]).await;
         }
         Ok(())
@@ -247,6 +248,7 @@ impl Scheduler {
             }
         }
         if finished {
+            self.keep_write_active(job).await;
             info!(job_id = %job.job_id, ms = now.saturating_sub(job.created_ms), "job succeeded");
             self.job_ended(snapshot, JobState::Succeeded, None, now);
             let keep: Vec<String> = snapshot
@@ -574,6 +576,21 @@ impl Scheduler {
             let deleted = crate::write::discard(&self.services, target).await;
             info!(job_id = %job.job_id, files = deleted, location = %target.location,
                 "deleted the files of a write that was not committed");
+        }
+    }
+
+    /// Keeps a write job that just ended on the active index, so that the sweep runs the
+    /// last clean-up of its files once no attempt of it can still be running.
+    pub(super) async fn keep_write_active(&self, job: &crate::state::JobRecord) {
+        if job.write.is_some() {
+            if let Err(e) = self
+                .services
+                .store
+                .keep_active(&job.job_id, self.services.expires_at())
+                .await
+            {
+                warn!(job_id = %job.job_id, error = %e, "could not keep the write for the sweep");
+            }
         }
     }
 

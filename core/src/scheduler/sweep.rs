@@ -71,11 +71,32 @@ impl Scheduler {
         }
     }
 
+    /// Whether an ended job may leave the active jobs: at once, but a write only once no
+    /// attempt of it can still be running (the task timeout after its end), after the
+    /// last clean-up of its files ([`crate::write::last_clean_up`]).
+    async fn write_settled(&self, job: &crate::state::JobRecord) -> bool {
+        let Some(target) = &job.write else {
+            return true;
+        };
+        let timeout = self.config().task_timeout.as_millis() as u64;
+        if now_ms() <= job.finished_ms.unwrap_or(0).saturating_add(timeout) {
+            return false;
+        }
+        let committed = job.state == crate::state::JobState::Succeeded;
+        let deleted = crate::write::last_clean_up(&self.services, target, committed).await;
+        if deleted > 0 {
+            warn!(job_id = %job.job_id, files = deleted,
+                "deleted files of attempts that ended after their write did");
+        }
+        true
+    }
+
     /// One job of the sweep: fail attempts past their deadline, then advance.
     async fn sweep_job(&self, job_id: &str) -> Result<usize> {
         let store = &self.services.store;
         let snapshot = match store.load_job(job_id).await? {
             Some(s) if !s.job.state.is_terminal() => s,
+            Some(s) if !self.write_settled(&s.job).await => return Ok(0),
             _ => {
                 store.remove_active(job_id).await?;
                 return Ok(0);

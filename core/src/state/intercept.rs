@@ -169,6 +169,7 @@ intercept! {
     fn active_jobs(after: Option<&str>, limit: usize) -> Vec<String>, job: None;
     fn job_history(owner: &str, after: Option<&str>, limit: usize) -> Vec<String>, job: None;
     fn remove_active(job_id: &str) -> (), job: Some(job_id);
+    fn keep_active(job_id: &str, expires_at: u64) -> (), job: Some(job_id);
     fn sweep_cursor() -> Option<String>, job: None;
     fn set_sweep_cursor(cursor: Option<&str>) -> (), job: None;
     fn put_table(table: &TableRecord, replace: bool) -> bool, job: None;

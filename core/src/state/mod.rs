@@ -376,6 +376,10 @@ pub trait JobStore: Send + Sync + std::fmt::Debug {
     ) -> Result<Vec<String>>;
 
     /// Removes a job from the active index (repair of an index entry left behind).
+    /// Puts an ended job back on the active index (until `expires_at`): a write job stays
+    /// there until the sweep's last clean-up of its files ([`crate::write::last_clean_up`]).
+    async fn keep_active(&self, job_id: &str, expires_at: u64) -> Result<()>;
+
     async fn remove_active(&self, job_id: &str) -> Result<()>;
 
     /// Where the last sweep stopped (the last job id it finished), if it stopped early.

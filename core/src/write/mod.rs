@@ -574,14 +574,7 @@ pub async fn commit(
         }
         Err(e) => return Err(e.into()),
     }
-    let keep: HashSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
-    let strays = job_files(store.as_ref(), &root, target)
-        .await?
-        .into_iter()
-        .filter(|(_, url)| !keep.contains(url.as_str()))
-        .map(|(path, _)| path)
-        .collect();
-    delete(store.as_ref(), strays).await;
+    delete_strays(store.as_ref(), &root, target, files).await?;
     if let Some(name) = &target.table {
         create_table(services, target, name).await?;
     }
@@ -669,6 +662,47 @@ async fn create_table(services: &Services, target: &WriteTarget, name: &str) -> 
             ours(services.store.get_table(name).await?)
         }
         Err(e) => Err(e),
+    }
+}
+
+/// Deletes every file of the job under the location that `files` (its manifest's) does
+/// not list: those of attempts that lost, crashed or were duplicated.
+async fn delete_strays(
+    store: &dyn ObjectStore,
+    root: &Path,
+    target: &WriteTarget,
+    files: &[WrittenFile],
+) -> Result<usize> {
+    let keep: HashSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    let strays = job_files(store, root, target)
+        .await?
+        .into_iter()
+        .filter(|(_, url)| !keep.contains(url.as_str()))
+        .map(|(path, _)| path)
+        .collect();
+    Ok(delete(store, strays).await)
+}
+
+/// The last clean-up of a write, run by the sweep once no attempt of its job can still
+/// be running (the task timeout after the job ended): an attempt that died after the
+/// commit (or after the clean-up of a write that failed) left files no one else will
+/// delete. Deletes every file of the job the manifest does not list — all of them, and
+/// a manifest of the job, when the write was not `committed`. Best effort: returns how
+/// many objects it deleted.
+pub async fn last_clean_up(services: &Services, target: &WriteTarget, committed: bool) -> usize {
+    if !committed {
+        return discard(services, target).await;
+    }
+    let Ok((store, root)) = store_of(services, &target.location) else {
+        return 0;
+    };
+    match read_manifest(store.as_ref(), &root.clone().join(MANIFEST)).await {
+        Ok(Some(m)) if m.job_id == target.job_id => {
+            delete_strays(store.as_ref(), &root, target, &m.files)
+                .await
+                .unwrap_or(0)
+        }
+        _ => 0,
     }
 }
 

@@ -802,3 +802,59 @@ async fn create_table_as_writes_the_files_and_then_the_table() {
         "{e}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_deletes_what_attempts_that_died_late_left() {
+    let out = tempfile::tempdir().unwrap();
+    let mut h = Harness::new(
+        EngineConfig::default()
+            .with_bytes_per_task(1)
+            .with_min_scan_bytes_per_task(1)
+            .with_max_tasks_per_stage(4)
+            .with_task_timeout(std::time::Duration::from_secs(1))
+            .with_write_location(out.path().display().to_string()),
+    )
+    .await;
+    // A write that commits, and one that is cancelled.
+    let done = out.path().join("done");
+    let committed = h
+        .submit(&format!(
+            "COPY ({WRITE}) TO '{}/' STORED AS PARQUET",
+            done.display()
+        ))
+        .await;
+    h.run_to_end(&committed).await;
+    assert_eq!(h.state(&committed).await, JobState::Succeeded);
+    let gone = out.path().join("gone");
+    let cancelled = h
+        .submit(&format!(
+            "COPY ({WRITE}) TO '{}/' STORED AS PARQUET",
+            gone.display()
+        ))
+        .await;
+    h.scheduler()
+        .cancel(&cancelled, &Caller::local())
+        .await
+        .unwrap();
+    // What attempts that died after the commit, or after the cancel's clean-up, left.
+    std::fs::create_dir_all(&gone).unwrap();
+    let late = [
+        done.join(format!("{committed}-00003-1a7e0000-000.parquet")),
+        gone.join(format!("{cancelled}-00000-1a7e0000-000.parquet")),
+    ];
+    for file in &late {
+        std::fs::write(file, b"written by an attempt that then died").unwrap();
+    }
+    // While an attempt may still run, the sweep leaves the files (and the jobs) be.
+    h.scheduler().sweep().await.unwrap();
+    assert!(late.iter().all(|f| f.exists()));
+    assert_eq!(h.store.active_jobs(None, 10).await.unwrap().len(), 2);
+    // Past the task timeout it deletes them, once, and lets the jobs go.
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    h.scheduler().sweep().await.unwrap();
+    assert!(late.iter().all(|f| !f.exists()), "{late:?}");
+    assert!(h.store.active_jobs(None, 10).await.unwrap().is_empty());
+    let expected = common::reference(h.dir.path(), WRITE).await;
+    check_written(&done, expected.iter().map(|b| b.num_rows() as u64).sum()).await;
+    assert!(files_under(&gone).is_empty());
+}
