@@ -17,6 +17,10 @@
 //! error, failures allowed, wrong, hung, left-over objects, p50 / p95 latency against the
 //! fault-free phase.
 //!
+//! Then a write phase: a `COPY` from each client under every fault at once; each location
+//! written ends holding one committed write — a manifest naming exactly the files there,
+//! every row of the source exactly once — or nothing.
+//!
 //! After the last phase every object left under the deployment's `jobs/` prefix is
 //! accounted for — also those of jobs no client learned of (a scheduler that crashed
 //! after recording a job but before answering): only a succeeded job's committed result
@@ -175,13 +179,15 @@ struct Run {
 /// adaptive stages keep some shuffle partitions apart and merge others), the data
 /// location, a short task timeout and dispatch deadline (so lost work is found in
 /// seconds, not the deployment's minutes), and a deadline per query.
-const STACK_ENV: [(&str, &str); 12] = [
+const STACK_ENV: [(&str, &str); 13] = [
     ("LAMBDAFUSION_BYTES_PER_TASK", "20000"),
     ("LAMBDAFUSION_MIN_SCAN_BYTES_PER_TASK", "20000"),
     ("LAMBDAFUSION_SHUFFLE_BYTES_PER_TASK", "20000"),
     ("LAMBDAFUSION_MAX_TASKS_PER_STAGE", "4"),
     ("TF_VAR_data_buckets", r#"["lambdafusion"]"#),
     ("LAMBDAFUSION_DATA_BUCKETS", "lambdafusion/data"),
+    // The write phase's COPYs go under out/ (the module's IAM enforced).
+    ("TF_VAR_write_locations", r#"["lambdafusion/out"]"#),
     ("LAMBDAFUSION_TASK_TIMEOUT_SECS", "8"),
     ("LAMBDAFUSION_DISPATCH_DEADLINE_SECS", "3"),
     ("LAMBDAFUSION_MAX_QUERY_SECONDS", "120"),
@@ -209,6 +215,10 @@ struct Soak {
     client: Client,
     store: DynamoDbJobStore,
     expected: HashMap<String, Vec<RecordBatch>>,
+    /// What [`WRITE_SOURCE`] yields: rows and the sum of their [`WRITE_KEY`]s.
+    write_expected: (u64, i64),
+    /// The stack's bucket.
+    bucket: String,
     queries: Vec<Query>,
     seed: u64,
     _data: tempfile::TempDir,
@@ -229,12 +239,27 @@ impl Soak {
             aws_sdk_dynamodb::Client::new(&stack.sdk("AWS_ENDPOINT_URL_DYNAMODB").await),
             stack.var("LAMBDAFUSION_TABLE"),
         );
+        let totals = workload::expected(
+            &ctx,
+            &format!(
+                "SELECT count(*) AS n, sum({WRITE_KEY}) AS s FROM ({WRITE_SOURCE}) AS w"
+            ),
+        )
+        .await;
+        let cells = lambdafusion_embedded::verify::rows(&totals);
+        let number = |i: usize| match &cells[0][i] {
+            lambdafusion_embedded::verify::Cell::Text(t) => t.parse::<i64>().unwrap(),
+            other => panic!("{other:?}"),
+        };
+        let write_expected = (number(0) as u64, number(1));
         Soak {
             s3: stack.s3(),
             faults_url: stack.faults_url(),
             client,
             store,
             expected,
+            write_expected,
+            bucket: stack.var("LAMBDAFUSION_BUCKET"),
             queries,
             seed,
             _data: data,
@@ -411,6 +436,245 @@ impl Soak {
         }
         left
     }
+}
+
+/// The write phase's query: written partitioned, so that every writing task routes rows
+/// to several directories.
+const WRITE_SOURCE: &str = "SELECT l_orderkey, l_linenumber, l_quantity, l_shipmode \
+                            FROM lineitem WHERE l_quantity > 20";
+
+/// A row's key, unique per row: every row written is checked to be there exactly once.
+const WRITE_KEY: &str = "l_orderkey * 8 + l_linenumber";
+
+/// How one COPY of the write phase ended.
+#[derive(Debug)]
+enum WriteOutcome {
+    /// Succeeded, to this location (a key prefix in the bucket).
+    Committed(String),
+    /// Failed with this message.
+    Failed(String),
+    /// Still running past its deadline.
+    Hung,
+}
+
+impl Soak {
+    /// One COPY under the plan in force, submitted as [`Soak::run_one`] submits a query;
+    /// each try writes a location of its own (a try whose answer was lost may still run).
+    /// Returns how it ended and every location tried.
+    async fn write_one(&self, tag: &str) -> (WriteOutcome, Vec<String>) {
+        let mut tried = Vec::new();
+        let mut job = None;
+        let mut last_error = String::new();
+        for attempt in 1..=8u32 {
+            let location = format!("out/chaos/{tag}-{attempt}");
+            tried.push(location.clone());
+            let sql = format!(
+                "/* {tag} try {attempt} */ COPY ({WRITE_SOURCE}) TO 's3://{}/{location}/' \
+                 STORED AS PARQUET PARTITIONED BY (l_shipmode)",
+                self.bucket
+            );
+            match self
+                .client
+                .submit_with(&sql, Some(QUERY_SECONDS as f64))
+                .await
+            {
+                Ok(id) => {
+                    job = Some((id, location));
+                    break;
+                }
+                Err(ClientError::Api { status, message }) if status >= 500 || status == 429 => {
+                    last_error = format!("{status}: {message}");
+                }
+                Err(ClientError::Transport { source, .. }) => last_error = source.to_string(),
+                Err(e) => {
+                    last_error = e.to_string();
+                    break;
+                }
+            }
+            tokio::time::sleep(Duration::from_millis((200u64 << (attempt - 1)).min(3000))).await;
+        }
+        let Some((id, location)) = job else {
+            let why = format!("submission refused: {last_error}");
+            return (WriteOutcome::Failed(why), tried);
+        };
+        let deadline = Instant::now() + Duration::from_secs(QUERY_SECONDS + 30);
+        loop {
+            if Instant::now() > deadline {
+                return (WriteOutcome::Hung, tried);
+            }
+            match self.client.status(&id, Duration::from_secs(5)).await {
+                Ok(s) if s.state == "succeeded" => {
+                    return (WriteOutcome::Committed(location), tried)
+                }
+                Ok(s) if s.state != "running" => {
+                    return (WriteOutcome::Failed(s.error.unwrap_or_default()), tried)
+                }
+                Ok(_) => {}
+                Err(_) => tokio::time::sleep(Duration::from_millis(200)).await,
+            }
+        }
+    }
+
+    /// What is wrong with the written `location`, once settled (its jobs' last
+    /// clean-ups take the task timeout after they end): it must hold either a committed
+    /// write — a manifest naming exactly the files there, which hold every row of
+    /// [`WRITE_SOURCE`] exactly once — or nothing at all; and a write `committed` there.
+    async fn check_location(&self, location: &str, committed: bool) -> Option<String> {
+        use datafusion::arrow::array::AsArray;
+        use datafusion::arrow::datatypes::{DataType, Int64Type};
+        use datafusion::parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
+        use object_store::ObjectStoreExt;
+        let manifest_key = format!("{location}/_SUCCESS");
+        let mut state = String::new();
+        for _ in 0..60 {
+            let objects = self.objects(location).await;
+            let files: std::collections::BTreeSet<String> = objects
+                .iter()
+                .filter(|o| **o != manifest_key)
+                .cloned()
+                .collect();
+            if !objects.contains(&manifest_key) {
+                if files.is_empty() {
+                    return committed.then(|| format!("{location}: committed, but empty"));
+                }
+                state = format!("{location}: no manifest, and {} files", files.len());
+            } else {
+                let body = self
+                    .s3
+                    .get(&object_store::path::Path::from(manifest_key.as_str()))
+                    .await
+                    .unwrap()
+                    .bytes()
+                    .await
+                    .unwrap();
+                let manifest: lambdafusion::write::Manifest =
+                    serde_json::from_slice(&body).unwrap();
+                let prefix = format!("s3://{}/", self.bucket);
+                let listed: std::collections::BTreeSet<String> = manifest
+                    .files
+                    .iter()
+                    .map(|f| f.path.trim_start_matches(&prefix).to_string())
+                    .collect();
+                if listed == files {
+                    let (mut rows, mut sum) = (0u64, 0i64);
+                    let mut keys = std::collections::HashSet::new();
+                    for key in &files {
+                        let bytes = self
+                            .s3
+                            .get(&object_store::path::Path::from(key.as_str()))
+                            .await
+                            .unwrap()
+                            .bytes()
+                            .await
+                            .unwrap();
+                        let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
+                            .unwrap()
+                            .build()
+                            .unwrap();
+                        for batch in reader {
+                            let batch = batch.unwrap();
+                            let column = |name: &str| {
+                                let c = batch.column_by_name(name).unwrap();
+                                datafusion::arrow::compute::cast(c, &DataType::Int64).unwrap()
+                            };
+                            let (order, line) = (column("l_orderkey"), column("l_linenumber"));
+                            let (order, line) = (
+                                order.as_primitive::<Int64Type>(),
+                                line.as_primitive::<Int64Type>(),
+                            );
+                            for i in 0..batch.num_rows() {
+                                let key = order.value(i) * 8 + line.value(i);
+                                keys.insert(key);
+                                sum += key;
+                                rows += 1;
+                            }
+                        }
+                    }
+                    let (want_rows, want_sum) = self.write_expected;
+                    if (rows, sum, keys.len() as u64, manifest.rows)
+                        != (want_rows, want_sum, want_rows, want_rows)
+                    {
+                        return Some(format!(
+                            "{location}: {rows} rows ({} distinct, manifest {}), key sum \
+                             {sum}; expected {want_rows} rows, key sum {want_sum}",
+                            keys.len(),
+                            manifest.rows
+                        ));
+                    }
+                    return None;
+                }
+                state = format!(
+                    "{location}: the manifest names {} files, {} are there",
+                    listed.len(),
+                    files.len()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        Some(format!("{state} (30 s after the phase)"))
+    }
+}
+
+/// The write phase: one COPY from each of `clients` clients under every fault at once.
+/// Every location any of them wrote ends holding exactly one committed write or nothing;
+/// at most as many fail as the `all` class allows; none hangs.
+async fn write_phase(soak: &Arc<Soak>, clients: usize) {
+    let faults = phases()
+        .into_iter()
+        .find(|(class, _)| *class == "all")
+        .map(|(_, f)| f)
+        .unwrap();
+    soak.set_plan(&faults).await;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| {
+            let soak = soak.clone();
+            tokio::spawn(async move {
+                soak.write_one(&format!("seed{}-client{c}", soak.seed))
+                    .await
+            })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for t in tasks {
+        outcomes.push(t.await.unwrap());
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    soak.set_plan(&json!({})).await;
+    let mut problems = Vec::new();
+    let (mut committed, mut failed) = (0, 0);
+    for (outcome, tried) in &outcomes {
+        let done = match outcome {
+            WriteOutcome::Committed(l) => {
+                committed += 1;
+                Some(l.as_str())
+            }
+            WriteOutcome::Failed(why) => {
+                failed += 1;
+                println!("write failed: {why}");
+                None
+            }
+            WriteOutcome::Hung => {
+                problems.push(format!("a write hung: {tried:?}"));
+                None
+            }
+        };
+        for location in tried {
+            if let Some(p) = soak
+                .check_location(location, done == Some(location.as_str()))
+                .await
+            {
+                problems.push(p);
+            }
+        }
+    }
+    let (allowed, why) = allowed_failures("all", clients);
+    println!(
+        "phase write (all faults): {clients} COPYs in {seconds:.0} s: {committed} committed, \
+         {failed} failed (allowed {allowed}: {why})"
+    );
+    assert!(failed <= allowed, "{failed} writes failed, {allowed} allowed");
+    assert!(problems.is_empty(), "{problems:#?}");
 }
 
 /// The job an object key under `lambdafusion/jobs/<shard>/<job>/...` belongs to.
@@ -757,6 +1021,9 @@ fn chaos_short() {
         for report in &reports {
             check(report);
         }
+        // COPYs under every fault at once: each location written holds exactly one
+        // committed write or nothing.
+        write_phase(&soak, 4).await;
         let left = soak.all_leftovers().await;
         assert!(left.is_empty(), "objects left behind: {left:?}");
         // Under every fault, the functions needed nothing their roles do not grant.

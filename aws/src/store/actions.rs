@@ -24,7 +24,7 @@ pub fn actions_of(operation: &str) -> &'static [&'static str] {
         ],
         "remove_active" | "delete_table" => &["dynamodb:DeleteItem"],
         "set_sweep_cursor" => &["dynamodb:PutItem", "dynamodb:DeleteItem"],
-        "keep_active" => &["dynamodb:PutItem"],
+        "keep_active" => &["dynamodb:UpdateItem"],
         "put_table" => &["dynamodb:PutItem"],
         other => panic!("unknown job store operation {other}"),
     }

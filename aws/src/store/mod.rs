@@ -975,18 +975,15 @@ impl JobStore for DynamoDbJobStore {
     }
 
     async fn keep_active(&self, job_id: &str, expires_at: u64) -> Result<()> {
-        let mut item = key(ACTIVE_PK, job_id);
-        item.insert("expires_at".into(), n(expires_at));
-        retrying("PutItem (active index)", || async {
-            count(Request::DynamoDbWrite);
-            self.client
-                .put_item()
-                .table_name(&self.table)
-                .set_item(Some(item.clone()))
-                .send()
-                .await
-                .map_err(|e| store_err("PutItem (active index)", e))
-        })
+        // An update creates the item when it is absent: UpdateItem, which the executor
+        // (ending a job on the fast path) may already call, not PutItem.
+        let expr = Expr::default().set("expires_at", n(expires_at));
+        self.update(
+            "UpdateItem (active index)",
+            key(ACTIVE_PK, job_id),
+            expr,
+            "attribute_not_exists(pk) OR attribute_exists(pk)".into(),
+        )
         .await?;
         Ok(())
     }
