@@ -13,3 +13,4 @@ pub mod planning;
 pub mod session;
 pub mod shell;
 pub mod tpch;
+pub mod writebench;

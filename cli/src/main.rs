@@ -442,6 +442,17 @@ enum BenchCommand {
         #[arg(long, default_value_t = 5)]
         iterations: usize,
     },
+    /// How fast a result is written: TPC-H lineitem copied to Parquet, whole and
+    /// partitioned by ship month, lambdafusion embedded against single-process
+    /// DataFusion's COPY, in the same run.
+    Write {
+        #[command(flatten)]
+        over: TpchBench,
+        /// Measured runs per write and engine, after one warm-up each; their order
+        /// alternates.
+        #[arg(long, default_value_t = 3)]
+        iterations: usize,
+    },
     /// Prices query profiles saved by `bench tpch --model aws --save-profiles` on AWS at
     /// the given scale factors (a model, not a measurement), without running anything.
     Model {
@@ -554,6 +565,13 @@ async fn run(cli: Cli) -> Result<(), CliError> {
             if rows.iter().any(|r| r.mismatch.is_some()) {
                 return Err("some results differ from DataFusion's".into());
             }
+            Ok(())
+        }
+        Command::Bench {
+            command: BenchCommand::Write { over, iterations },
+        } => {
+            let options = over.options(iterations, EngineConfig::default())?;
+            println!("{}", lambdafusion_cli::writebench::run(&options).await?);
             Ok(())
         }
         Command::Bench {

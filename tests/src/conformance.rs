@@ -813,11 +813,18 @@ pub async fn the_active_index_pages_in_id_order(store: &dyn JobStore) {
     // Finishing a job takes it off the index; an ended write is put back for the sweep,
     // which takes it off again.
     let now = all_active(store).await;
-    assert!(ids.iter().all(|i| !now.contains(i)), "finished jobs are not active");
+    assert!(
+        ids.iter().all(|i| !now.contains(i)),
+        "finished jobs are not active"
+    );
     store.keep_active(&ids[0], u64::MAX / 2).await.unwrap();
     store.keep_active(&ids[0], u64::MAX / 2).await.unwrap();
     let kept = all_active(store).await;
-    assert_eq!(kept.iter().filter(|i| *i == &ids[0]).count(), 1, "once, however often kept");
+    assert_eq!(
+        kept.iter().filter(|i| *i == &ids[0]).count(),
+        1,
+        "once, however often kept"
+    );
     store.remove_active(&ids[0]).await.unwrap();
     assert!(!all_active(store).await.contains(&ids[0]));
 }

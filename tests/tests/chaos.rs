@@ -241,9 +241,7 @@ impl Soak {
         );
         let totals = workload::expected(
             &ctx,
-            &format!(
-                "SELECT count(*) AS n, sum({WRITE_KEY}) AS s FROM ({WRITE_SOURCE}) AS w"
-            ),
+            &format!("SELECT count(*) AS n, sum({WRITE_KEY}) AS s FROM ({WRITE_SOURCE}) AS w"),
         )
         .await;
         let cells = lambdafusion_embedded::verify::rows(&totals);
@@ -673,7 +671,10 @@ async fn write_phase(soak: &Arc<Soak>, clients: usize) {
         "phase write (all faults): {clients} COPYs in {seconds:.0} s: {committed} committed, \
          {failed} failed (allowed {allowed}: {why})"
     );
-    assert!(failed <= allowed, "{failed} writes failed, {allowed} allowed");
+    assert!(
+        failed <= allowed,
+        "{failed} writes failed, {allowed} allowed"
+    );
     assert!(problems.is_empty(), "{problems:#?}");
 }
 
