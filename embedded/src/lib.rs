@@ -226,9 +226,16 @@ impl Embedded {
         Ok(engine)
     }
 
-    /// Fails jobs a previous process left running.
+    /// Fails jobs a previous process left running. No task of theirs survived it, so the
+    /// files of a write among them are cleaned up now: all of them for one that did not
+    /// commit, those its manifest does not list for one that did.
     async fn recover(&self) -> Result<()> {
         for job_id in self.store.active_jobs(None, usize::MAX).await? {
+            let write = self
+                .store
+                .get_job(&job_id)
+                .await?
+                .and_then(|j| j.write.map(|w| (w, j.state == JobState::Succeeded)));
             let failed = self
                 .store
                 .finish_job(
@@ -245,6 +252,9 @@ impl Embedded {
                 Ok(true) => info!(job = %job_id, "failed a job interrupted by a restart"),
                 Ok(false) => self.store.remove_active(&job_id).await?,
                 Err(e) => return Err(e),
+            }
+            if let Some((target, committed)) = write {
+                lambdafusion::write::last_clean_up(&self.services, &target, committed).await;
             }
         }
         Ok(())

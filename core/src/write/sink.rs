@@ -2,7 +2,7 @@
 //! rows as files of the target's format under the target's location — routed to
 //! `column=value/` directories for a partitioned write — and yields one row per file
 //! written ([`file_list_schema`]): what the task's completion record carries to the
-//! commit ([`super::commit`]).
+//! commit ([`super::commit()`]).
 //!
 //! Files are named `<job>-<partition>-<run>-<n>.<ext>`: the job, so that the commit and
 //! the clean-up of a failed job find every file of it (and only of it); a random run id,

@@ -17,7 +17,8 @@ fn options(dir: &std::path::Path, data: &std::path::Path) -> EmbeddedOptions {
             EngineConfig::default()
                 .with_bytes_per_task(1)
                 .with_min_scan_bytes_per_task(1)
-                .with_max_tasks_per_stage(3),
+                .with_max_tasks_per_stage(3)
+                .with_write_location(data.join("out").display().to_string()),
             data,
         ),
         slots: 4,
@@ -57,12 +58,26 @@ async fn catalog_and_results_survive_a_restart() {
         .sql(&format!("CREATE VIEW totals AS {sql}"))
         .await
         .unwrap();
-    // A job left running, as if the process died in the middle of it.
+    // A write left running, as if the process died in the middle of it, with a file
+    // one of its tasks had written.
+    let out = data.path().join("out");
+    std::fs::create_dir_all(&out).unwrap();
+    let half_written = out.join("orphan-00000-deadbeef-000.parquet");
+    std::fs::write(&half_written, b"part of a file").unwrap();
+    let target = lambdafusion::write::WriteTarget {
+        job_id: "orphan".into(),
+        location: format!("file://{}/", out.display()),
+        format: lambdafusion::write::WriteFormat::Parquet,
+        partition_by: vec![],
+        options: Default::default(),
+        table: None,
+        schema: vec![],
+    };
     let orphan = JobRecord {
         task_limit: None,
         job_id: "orphan".into(),
-        sql: "SELECT 1".into(),
-        kind: JobKind::Query,
+        sql: "COPY (SELECT 1 AS a) TO '...' STORED AS PARQUET".into(),
+        kind: JobKind::Write,
         state: JobState::Running,
         stage_count: 1,
         result_schema: vec![],
@@ -72,7 +87,7 @@ async fn catalog_and_results_survive_a_restart() {
         finished_ms: None,
         error: None,
         requests: Default::default(),
-        write: None,
+        write: Some(target),
         expires_at: u64::MAX,
     };
     drop(engine);
@@ -131,6 +146,10 @@ async fn catalog_and_results_survive_a_restart() {
         .unwrap();
     assert_eq!(orphan.state, JobState::Failed);
     assert!(orphan.error.unwrap().contains("restarted"));
+    assert!(
+        !half_written.exists(),
+        "the interrupted write's file was deleted"
+    );
     assert!(engine
         .services()
         .store

@@ -1,0 +1,319 @@
+//! Making a write visible, or not at all: the commit's manifest and the table it creates
+//! ([`commit`]), the clean-up of a write that failed ([`discard`]) and the sweep's last
+//! clean-up ([`last_clean_up`]).
+
+use std::collections::HashSet;
+
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::datatypes::UInt64Type;
+use futures::TryStreamExt;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
+use serde::{Deserialize, Serialize};
+
+use crate::state::TaskOutput;
+use crate::{Error, Result, Services};
+
+use super::{sink, store_of, WriteFormat, WriteTarget, MANIFEST};
+
+/// The manifest's contents.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    /// Always `lambdafusion`.
+    pub committer: String,
+    /// The job that wrote the files.
+    pub job_id: String,
+    /// The files' format.
+    pub format: WriteFormat,
+    /// Rows in all.
+    pub rows: u64,
+    /// Bytes in all.
+    pub bytes: u64,
+    /// Every file, with its rows and bytes.
+    pub files: Vec<WrittenFile>,
+}
+
+/// One file of a write.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WrittenFile {
+    /// Its URL.
+    pub path: String,
+    /// Rows in it.
+    pub rows: u64,
+    /// Its size.
+    pub bytes: u64,
+}
+
+/// The files the committed attempts of the writing stage wrote (its tasks' outputs).
+pub async fn written_files(
+    services: &Services,
+    stage: u32,
+    outputs: Vec<TaskOutput>,
+) -> Result<Vec<WrittenFile>> {
+    let batches: Vec<RecordBatch> =
+        crate::results::read_outputs(services, stage, outputs, sink::file_list_schema())?
+            .try_collect()
+            .await?;
+    let mut files = Vec::new();
+    for batch in batches {
+        let paths = batch.column(0).as_string::<i32>();
+        let rows = batch.column(1).as_primitive::<UInt64Type>();
+        let bytes = batch.column(2).as_primitive::<UInt64Type>();
+        for i in 0..batch.num_rows() {
+            files.push(WrittenFile {
+                path: paths.value(i).to_string(),
+                rows: rows.value(i),
+                bytes: bytes.value(i),
+            });
+        }
+    }
+    Ok(files)
+}
+
+/// Makes a finished write visible: writes the manifest listing `files` (unless this job
+/// already did: a commit is re-run after a crash), then deletes every other file of the
+/// job under the location. A manifest of another job there is a conflict.
+pub async fn commit(
+    services: &Services,
+    target: &WriteTarget,
+    files: &[WrittenFile],
+) -> Result<Manifest> {
+    let (store, root) = store_of(services, &target.location)?;
+    let mut files = files.to_vec();
+    if files.is_empty() {
+        // No rows: one file of no rows, so that the columns are there to read.
+        files.push(empty_file(store.as_ref(), &root, target).await?);
+    }
+    let files = files.as_slice();
+    let manifest = Manifest {
+        committer: "lambdafusion".into(),
+        job_id: target.job_id.clone(),
+        format: target.format,
+        rows: files.iter().map(|f| f.rows).sum(),
+        bytes: files.iter().map(|f| f.bytes).sum(),
+        files: files.to_vec(),
+    };
+    let path = root.clone().join(MANIFEST);
+    let body = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Internal(e.to_string()))?;
+    let put = store
+        .put_opts(
+            &path,
+            PutPayload::from(body),
+            PutOptions::from(PutMode::Create),
+        )
+        .await;
+    match put {
+        Ok(_) => {}
+        Err(object_store::Error::AlreadyExists { .. }) => {
+            let there = read_manifest(store.as_ref(), &path).await?;
+            if there.as_ref().map(|m| m.job_id.as_str()) != Some(target.job_id.as_str()) {
+                return Err(Error::Conflict(format!(
+                    "{} was written meanwhile by another statement (its {MANIFEST} names \
+                     {}): this one's files are discarded",
+                    target.location,
+                    there.map_or("another writer".into(), |m| format!("query {}", m.job_id))
+                )));
+            }
+        }
+        Err(e) => return Err(e.into()),
+    }
+    delete_strays(store.as_ref(), &root, target, files).await?;
+    if let Some(name) = &target.table {
+        create_table(services, target, name).await?;
+    }
+    Ok(manifest)
+}
+
+/// Writes the one file of a write of no rows: its columns and no rows.
+async fn empty_file(
+    store: &dyn ObjectStore,
+    root: &Path,
+    target: &WriteTarget,
+) -> Result<WrittenFile> {
+    let schema = crate::plan::decode_schema(&target.schema)?;
+    let body = match target.format {
+        WriteFormat::Parquet => {
+            let mut writer = datafusion::parquet::arrow::ArrowWriter::try_new(
+                Vec::new(),
+                schema,
+                Some(target.parquet_properties()?),
+            )
+            .map_err(|e| Error::Internal(e.to_string()))?;
+            writer
+                .finish()
+                .map_err(|e| Error::Internal(e.to_string()))?;
+            std::mem::take(writer.inner_mut())
+        }
+        WriteFormat::Csv if target.csv_header() => {
+            let names: Vec<&str> = schema.fields().iter().map(|f| f.name().as_str()).collect();
+            let delimiter = (target.csv_delimiter()? as char).to_string();
+            format!("{}\n", names.join(&delimiter)).into_bytes()
+        }
+        WriteFormat::Csv | WriteFormat::Json => Vec::new(),
+    };
+    let name = format!("{}-empty-000.{}", target.job_id, target.format.extension());
+    let bytes = body.len() as u64;
+    store
+        .put(&root.clone().join(name.as_str()), PutPayload::from(body))
+        .await?;
+    Ok(WrittenFile {
+        path: format!("{}{name}", target.location),
+        rows: 0,
+        bytes,
+    })
+}
+
+/// Creates the catalog table of a `CREATE TABLE ... AS` over its committed files; a
+/// commit run again finds it created. A table of that name created meanwhile by another
+/// statement is a conflict.
+async fn create_table(services: &Services, target: &WriteTarget, name: &str) -> Result<()> {
+    use datafusion::logical_expr::{DdlStatement, LogicalPlan};
+    let ddl = target.table_ddl(name);
+    // Ours when it was created with this statement (its location is this write's alone):
+    // a commit run again, or two steps of this job committing at once.
+    let ours = |existing: Option<crate::state::TableRecord>| -> Result<()> {
+        match existing {
+            Some(t) if t.ddl == ddl => Ok(()),
+            _ => Err(Error::Conflict(format!(
+                "table {name} was created meanwhile by another statement: this one's files at \
+                 {} are discarded",
+                target.location
+            ))),
+        }
+    };
+    if let Some(existing) = services.store.get_table(name).await? {
+        return ours(Some(existing));
+    }
+    let state = services.session_state(1);
+    let plan = state.create_logical_plan(&ddl).await?;
+    let LogicalPlan::Ddl(DdlStatement::CreateExternalTable(cmd)) = plan else {
+        return Err(Error::Internal(format!(
+            "{ddl} is not CREATE EXTERNAL TABLE"
+        )));
+    };
+    match crate::catalog::create_table(
+        &state,
+        services.store.as_ref(),
+        &services.config.access,
+        &cmd,
+        &ddl,
+    )
+    .await
+    {
+        Ok(_) => Ok(()),
+        Err(Error::InvalidInput(why)) if why.contains("already exists") => {
+            ours(services.store.get_table(name).await?)
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// Deletes every file of the job under the location that `files` (its manifest's) does
+/// not list: those of attempts that lost, crashed or were duplicated.
+async fn delete_strays(
+    store: &dyn ObjectStore,
+    root: &Path,
+    target: &WriteTarget,
+    files: &[WrittenFile],
+) -> Result<usize> {
+    let keep: HashSet<&str> = files.iter().map(|f| f.path.as_str()).collect();
+    let strays = job_files(store, root, target)
+        .await?
+        .into_iter()
+        .filter(|(_, url)| !keep.contains(url.as_str()))
+        .map(|(path, _)| path)
+        .collect();
+    Ok(delete(store, strays).await)
+}
+
+/// The last clean-up of a write, run by the sweep once no attempt of its job can still
+/// be running (the task timeout after the job ended): an attempt that died after the
+/// commit (or after the clean-up of a write that failed) left files no one else will
+/// delete. Deletes every file of the job the manifest does not list — all of them, and
+/// a manifest of the job, when the write was not `committed`. Best effort: returns how
+/// many objects it deleted.
+pub async fn last_clean_up(services: &Services, target: &WriteTarget, committed: bool) -> usize {
+    if !committed {
+        return discard(services, target).await;
+    }
+    let Ok((store, root)) = store_of(services, &target.location) else {
+        return 0;
+    };
+    match read_manifest(store.as_ref(), &root.clone().join(MANIFEST)).await {
+        Ok(Some(m)) if m.job_id == target.job_id => {
+            delete_strays(store.as_ref(), &root, target, &m.files)
+                .await
+                .unwrap_or(0)
+        }
+        _ => 0,
+    }
+}
+
+/// Deletes every file of a write that will not be committed (its job failed or was
+/// cancelled), and its manifest if the job wrote one. Best effort: returns how many
+/// objects it deleted.
+pub async fn discard(services: &Services, target: &WriteTarget) -> usize {
+    let Ok((store, root)) = store_of(services, &target.location) else {
+        return 0;
+    };
+    let mut paths = Vec::new();
+    let manifest = root.clone().join(MANIFEST);
+    if let Ok(Some(m)) = read_manifest(store.as_ref(), &manifest).await {
+        if m.job_id == target.job_id {
+            paths.push(manifest);
+        }
+    }
+    if let Ok(files) = job_files(store.as_ref(), &root, target).await {
+        paths.extend(files.into_iter().map(|(path, _)| path));
+    }
+    delete(store.as_ref(), paths).await
+}
+
+async fn read_manifest(store: &dyn ObjectStore, path: &Path) -> Result<Option<Manifest>> {
+    match store.get(path).await {
+        Ok(got) => {
+            let bytes = got.bytes().await?;
+            Ok(serde_json::from_slice(&bytes).ok())
+        }
+        Err(object_store::Error::NotFound { .. }) => Ok(None),
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Every file under the location named as the job's ([`sink`]), with its URL.
+async fn job_files(
+    store: &dyn ObjectStore,
+    root: &Path,
+    target: &WriteTarget,
+) -> Result<Vec<(Path, String)>> {
+    let prefix = format!("{}-", target.job_id);
+    let objects: Vec<_> = store.list(Some(root)).try_collect().await?;
+    Ok(objects
+        .into_iter()
+        .filter(|o| {
+            o.location
+                .filename()
+                .is_some_and(|f| f.starts_with(&prefix))
+        })
+        .map(|o| {
+            let relative = o
+                .location
+                .as_ref()
+                .strip_prefix(root.as_ref())
+                .unwrap_or(o.location.as_ref())
+                .trim_start_matches('/')
+                .to_string();
+            (o.location, format!("{}{relative}", target.location))
+        })
+        .collect())
+}
+
+async fn delete(store: &dyn ObjectStore, paths: Vec<Path>) -> usize {
+    let mut deleted = 0;
+    for path in paths {
+        if store.delete(&path).await.is_ok() {
+            deleted += 1;
+        }
+    }
+    deleted
+}
