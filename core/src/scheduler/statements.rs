@@ -118,10 +118,7 @@ pub(super) async fn explain(
     let mut physical = plan::physical_plan(state, query, &services.config).await?;
     if let Some(target) = write {
         // `EXPLAIN COPY`: the plan the write would run, its last stage writing.
-        physical = Arc::new(crate::write::sink::TableWriterExec::new(
-            physical,
-            Arc::new(target),
-        ));
+        physical = crate::write::sink::writer_over(physical, Arc::new(target))?;
     }
     rows.push((
         "physical_plan".to_string(),

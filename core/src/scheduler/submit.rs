@@ -278,10 +278,7 @@ impl Scheduler {
             .map_err(user_planning_error)?;
         if let Some(target) = &kind.2 {
             // The query's final stage writes its rows: every task its own files.
-            physical = Arc::new(crate::write::sink::TableWriterExec::new(
-                physical,
-                Arc::new(target.clone()),
-            ));
+            physical = crate::write::sink::writer_over(physical, Arc::new(target.clone()))?;
         }
         self.check_scan_limit(plan::scan_bytes(&physical))?;
         let graph = StageSplitter::split(physical, self.config()).map_err(user_planning_error)?;

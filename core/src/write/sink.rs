@@ -573,6 +573,33 @@ impl FileSet {
     }
 }
 
+/// The plan a write runs: `input`'s rows written to `target` — sorted first, within each
+/// partition, by the partition columns of a partitioned write, so that a task keeps one
+/// file open at a time (rows of many values in every batch would otherwise keep as many
+/// files open, or close and reopen them: a file per batch and value). The sort spills
+/// past the task's memory as any sort does.
+pub fn writer_over(
+    input: Arc<dyn ExecutionPlan>,
+    target: Arc<WriteTarget>,
+) -> DfResult<Arc<dyn ExecutionPlan>> {
+    use datafusion::physical_expr::expressions::col;
+    use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+    use datafusion::physical_plan::sorts::sort::SortExec;
+    let schema = input.schema();
+    let keys = target
+        .partition_by
+        .iter()
+        .map(|c| Ok(PhysicalSortExpr::new_default(col(c, &schema)?)))
+        .collect::<DfResult<Vec<_>>>()?;
+    let input = match LexOrdering::new(keys) {
+        Some(ordering) => {
+            Arc::new(SortExec::new(ordering, input).with_preserve_partitioning(true)) as _
+        }
+        None => input,
+    };
+    Ok(Arc::new(TableWriterExec::new(input, target)))
+}
+
 /// The default Parquet compression of writes.
 pub fn default_compression() -> Compression {
     Compression::ZSTD(ZstdLevel::default())
