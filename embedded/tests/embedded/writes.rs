@@ -626,7 +626,10 @@ async fn hostile_names_stay_inside_the_location_and_two_writers_do_not_mix() {
     let sql = format!(
         "COPY (SELECT id, v, k FROM facts) TO '{o}/wide/' STORED AS PARQUET PARTITIONED BY (k)"
     );
-    let wide = engine.sql(&sql).await.unwrap_or_else(|e| panic!("{sql}: {e}"));
+    let wide = engine
+        .sql(&sql)
+        .await
+        .unwrap_or_else(|e| panic!("{sql}: {e}"));
     assert_eq!(summary(&wide.batches).0, 30_000);
     let files = manifest(&out.path().join("wide")).files;
     let mut runs = BTreeSet::new();
@@ -634,7 +637,10 @@ async fn hostile_names_stay_inside_the_location_and_two_writers_do_not_mix() {
         // .../k=<v>/<job>-<task>-<run>-<n>.parquet: one file per directory and run.
         let (dir, name) = f.path.rsplit_once('/').unwrap();
         let run = name.split('-').nth(2).unwrap().to_string();
-        assert!(runs.insert((dir.to_string(), run)), "two files of one run in {dir}");
+        assert!(
+            runs.insert((dir.to_string(), run)),
+            "two files of one run in {dir}"
+        );
     }
     assert!(files.len() >= 97);
 
