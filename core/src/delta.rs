@@ -192,7 +192,7 @@ pub async fn open(
 }
 
 /// The table directory as a URL ending in `/` (what the kernel resolves files against).
-fn table_root(location: &str) -> DfResult<Url> {
+pub(crate) fn table_root(location: &str) -> DfResult<Url> {
     let mut url = if location.contains("://") {
         Url::parse(location)
             .map_err(|e| DataFusionError::Plan(format!("{location} is not a valid URL: {e}")))?
@@ -209,7 +209,7 @@ fn table_root(location: &str) -> DfResult<Url> {
 }
 
 /// The object store (scheme and bucket) a URL is read through.
-fn store_url(url: &Url) -> DfResult<ObjectStoreUrl> {
+pub(crate) fn store_url(url: &Url) -> DfResult<ObjectStoreUrl> {
     ObjectStoreUrl::parse(format!("{}://{}", url.scheme(), url.authority()))
 }
 
@@ -219,15 +219,18 @@ fn store_url(url: &Url) -> DfResult<ObjectStoreUrl> {
 fn kernel_error(table: &str, version: Version, e: delta_kernel::Error) -> DataFusionError {
     match e {
         delta_kernel::Error::ObjectStore(o) => DataFusionError::ObjectStore(Box::new(o)),
-        delta_kernel::Error::FileNotFound(_) | delta_kernel::Error::MissingVersion => {
-            no_table(table, version, &e)
-        }
-        // An empty or missing `_delta_log`.
-        other if other.to_string().contains("No files in log segment") => {
-            no_table(table, version, &other)
-        }
+        other if is_missing(&other) => no_table(table, version, &other),
         other => DataFusionError::Plan(format!("cannot read {table} ({version}): {other}")),
     }
+}
+
+/// Whether the kernel's error says there is no table (or no such version) there: an
+/// empty or missing `_delta_log`.
+pub(crate) fn is_missing(e: &delta_kernel::Error) -> bool {
+    matches!(
+        e,
+        delta_kernel::Error::FileNotFound(_) | delta_kernel::Error::MissingVersion
+    ) || e.to_string().contains("No files in log segment")
 }
 
 fn no_table(table: &str, version: Version, e: &delta_kernel::Error) -> DataFusionError {
@@ -336,6 +339,25 @@ impl DeltaTable {
             schema,
             columns,
         })
+    }
+
+    /// The table's directory, a URL ending in `/`.
+    pub fn root(&self) -> &Url {
+        &self.root
+    }
+
+    /// Its partition columns (logical names), in the log's order.
+    pub fn partition_columns(&self) -> Vec<String> {
+        self.snapshot
+            .table_configuration()
+            .metadata()
+            .partition_columns()
+            .to_vec()
+    }
+
+    /// Whether its files name columns other than the columns' names (column mapping).
+    pub fn maps_columns(&self) -> bool {
+        self.snapshot.table_configuration().column_mapping_mode() != ColumnMappingMode::None
     }
 
     /// The files of the snapshot that `predicate` may match (data skipping).

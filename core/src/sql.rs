@@ -386,6 +386,9 @@ pub enum Verdict<'a> {
     /// `COPY (query) TO 'location'` of a read-only query: distributed, its final stage
     /// writing files ([`crate::write`]).
     Write(&'a datafusion::logical_expr::dml::CopyTo),
+    /// `INSERT INTO table query` of a read-only query: a write appending to a (Delta)
+    /// table ([`crate::write::delta`]).
+    Insert(&'a datafusion::logical_expr::dml::DmlStatement),
     /// `CREATE EXTERNAL TABLE` or `DROP TABLE`: the catalog.
     Catalog,
     /// `DESCRIBE`, `SHOW TABLES` and other `information_schema` reads: answered by the
@@ -419,6 +422,22 @@ pub fn verdict(plan: &LogicalPlan) -> Result<Verdict<'_>> {
                 ));
             }
             Ok(Verdict::Write(copy))
+        }
+        LogicalPlan::Dml(dml)
+            if dml.op
+                == datafusion::logical_expr::WriteOp::Insert(
+                    datafusion::logical_expr::dml::InsertOp::Append,
+                ) =>
+        {
+            read_only(&dml.input)?;
+            if reads_information_schema(&dml.input) {
+                return Err(Error::InvalidInput(
+                    "INSERT INTO cannot read information_schema: it is answered by the \
+                     scheduler, not read by tasks"
+                        .into(),
+                ));
+            }
+            Ok(Verdict::Insert(dml))
         }
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(_))
         | LogicalPlan::Ddl(DdlStatement::DropTable(_))
@@ -480,9 +499,20 @@ fn read_only(plan: &LogicalPlan) -> Result<()> {
 /// The refusal of one plan node, if it is not part of a read-only query.
 fn refused(node: &LogicalPlan) -> Option<Error> {
     Some(Error::InvalidInput(match node {
-        LogicalPlan::Dml(_) => "INSERT, UPDATE and DELETE are not supported: lambdafusion \
-                                writes query results with COPY (SELECT ...) TO 'location'"
-            .to_string(),
+        LogicalPlan::Dml(dml) => match dml.op {
+            datafusion::logical_expr::WriteOp::Insert(
+                datafusion::logical_expr::dml::InsertOp::Append,
+            ) => "INSERT INTO is a statement of its own: it cannot be explained or nested"
+                .to_string(),
+            datafusion::logical_expr::WriteOp::Insert(_) => {
+                "INSERT OVERWRITE and REPLACE INTO are not supported: INSERT INTO appends to a \
+                 Delta table; CREATE TABLE ... AS and COPY write new locations"
+                    .to_string()
+            }
+            _ => "UPDATE and DELETE are not supported: lambdafusion appends (INSERT INTO a \
+                  Delta table) and writes new tables (CREATE TABLE ... AS, COPY)"
+                .to_string(),
+        },
         LogicalPlan::Copy(_) => {
             "COPY is a statement of its own: it cannot be explained or nested".to_string()
         }
@@ -685,7 +715,6 @@ mod tests {
             "EXPLAIN ANALYZE COPY (SELECT 1) TO '/tmp/x.csv' STORED AS CSV",
             "EXPLAIN ANALYZE INSERT INTO t VALUES (2)",
             "EXPLAIN VERBOSE INSERT INTO t VALUES (2)",
-            "INSERT INTO t SELECT * FROM t",
             "EXPLAIN ANALYZE CREATE TABLE u AS SELECT 1",
             "EXPLAIN CREATE VIEW v AS SELECT 1",
             "EXPLAIN SET datafusion.execution.batch_size = 1",
@@ -700,6 +729,10 @@ mod tests {
         let p =
             plan("COPY (SELECT * FROM t WHERE a IN (SELECT a FROM t)) TO '/tmp/x/' STORED AS CSV");
         assert!(matches!(verdict(&p), Ok(Verdict::Write(_))));
+        let p = plan("INSERT INTO t SELECT * FROM t");
+        assert!(matches!(verdict(&p), Ok(Verdict::Insert(_))));
+        let p = plan("INSERT INTO t SELECT count(*) FROM information_schema.tables");
+        assert!(verdict(&p).is_err());
         let p = plan("EXPLAIN COPY (SELECT * FROM t) TO '/tmp/x/' STORED AS CSV");
         assert!(matches!(verdict(&p), Ok(Verdict::ExplainWrite(_))));
         let p = plan("COPY (SELECT * FROM information_schema.tables) TO '/tmp/x/' STORED AS CSV");

@@ -228,14 +228,20 @@ impl Embedded {
 
     /// Fails jobs a previous process left running. No task of theirs survived it, so the
     /// files of a write among them are cleaned up now: all of them for one that did not
-    /// commit, those its manifest does not list for one that did.
+    /// commit, those its commit does not list for one that did.
     async fn recover(&self) -> Result<()> {
         for job_id in self.store.active_jobs(None, usize::MAX).await? {
-            let write = self
-                .store
-                .get_job(&job_id)
-                .await?
-                .and_then(|j| j.write.map(|w| (w, j.state == JobState::Succeeded)));
+            let write = match self.store.load_job(&job_id).await? {
+                Some(snapshot) => match &snapshot.job.write {
+                    Some(target) => Some((
+                        target.clone(),
+                        snapshot.job.state == JobState::Succeeded,
+                        lambdafusion::write::committed_files(&self.services, &snapshot).await,
+                    )),
+                    None => None,
+                },
+                None => None,
+            };
             let failed = self
                 .store
                 .finish_job(
@@ -253,8 +259,9 @@ impl Embedded {
                 Ok(false) => self.store.remove_active(&job_id).await?,
                 Err(e) => return Err(e),
             }
-            if let Some((target, committed)) = write {
-                lambdafusion::write::last_clean_up(&self.services, &target, committed).await;
+            if let Some((target, committed, files)) = write {
+                lambdafusion::write::last_clean_up(&self.services, &target, committed, &files)
+                    .await;
             }
         }
         Ok(())

@@ -213,6 +213,7 @@ impl Scheduler {
             tasks.sort_by_key(|t| t.partition);
             let outputs = tasks.iter().filter_map(|t| t.output.clone()).collect();
             let committed = async {
+                // Unlike `committed_files`, an error reading them fails (or retries) the step.
                 let files =
                     crate::write::written_files(&self.services, job.final_stage(), outputs).await?;
                 crate::write::commit(&self.services, target, &files).await

@@ -235,18 +235,36 @@ impl Scheduler {
                         "{name} already exists ({kind}): choose another name, or DROP it first"
                     )));
                 }
+                let delta = options
+                    .format
+                    .as_deref()
+                    .is_some_and(|f| f.eq_ignore_ascii_case(crate::delta::FORMAT));
+                let input = if delta {
+                    // Delta's own types in the files (microsecond timestamps, ...).
+                    crate::write::delta::cast_input(create.input.as_ref().clone())?
+                } else {
+                    create.input.as_ref().clone()
+                };
                 let target = crate::write::WriteTarget::for_table(
                     &name,
-                    create.input.schema(),
+                    input.schema(),
                     options,
                     access,
                     job_id,
                 )?;
                 crate::write::check_target(&self.services, &target).await?;
                 let schema = crate::write::summary_schema();
+                self.plan_query(&state, &input, (JobKind::Write, Some(schema), Some(target)))
+                    .await
+            }
+            Verdict::Insert(insert) => {
+                self.config().access.check_catalog_writer(caller)?;
+                let target = self.insert_target(insert, job_id).await?;
+                crate::write::check_target(&self.services, &target).await?;
+                let schema = crate::write::summary_schema();
                 self.plan_query(
                     &state,
-                    &create.input,
+                    &insert.input,
                     (JobKind::Write, Some(schema), Some(target)),
                 )
                 .await
@@ -264,6 +282,51 @@ impl Scheduler {
             }
             Verdict::Catalog => Ok(Planned::Catalog(Box::new(state), logical)),
         }
+    }
+
+    /// The target of `INSERT INTO`: an append to a Delta table of the catalog. Other
+    /// tables are refused, naming why: their readers list their directories, so an
+    /// append to them could not be seen all at once.
+    async fn insert_target(
+        &self,
+        insert: &datafusion::logical_expr::dml::DmlStatement,
+        job_id: &str,
+    ) -> Result<crate::write::WriteTarget> {
+        let name = crate::catalog::table_name(&insert.table_name)?;
+        let record = self.services.store.get_table(&name).await?;
+        let format = record.as_ref().map(|r| r.format.as_str());
+        if format != Some(crate::delta::FORMAT) {
+            let what = match format {
+                Some(crate::catalog::VIEW_FORMAT) => "a view".to_string(),
+                Some(f) => format!("a {f} table"),
+                None => "not a table of the catalog".to_string(),
+            };
+            return Err(Error::InvalidInput(format!(
+                "INSERT INTO appends to Delta tables, and {name} is {what}: readers of plain \
+                 files list their directory, so an append could not appear all at once. \
+                 Write a Delta table (CREATE TABLE ... WITH (format = 'DELTA') AS SELECT ...) \
+                 or a new location (COPY (SELECT ...) TO '...')"
+            )));
+        }
+        let provider = datafusion::datasource::source_as_provider(&insert.target)?;
+        let Some(table) = provider.downcast_ref::<crate::delta::DeltaTable>() else {
+            return Err(Error::Internal(format!(
+                "Delta table {name} was not opened as one"
+            )));
+        };
+        if table.maps_columns() {
+            return Err(Error::InvalidInput(format!(
+                "INSERT INTO {name}: the table uses column mapping (its files name columns \
+                 otherwise), which lambdafusion does not write yet"
+            )));
+        }
+        crate::write::WriteTarget::for_insert(
+            &name,
+            table.root().as_str(),
+            table.partition_columns(),
+            insert.input.schema(),
+            job_id,
+        )
     }
 
     /// Plans a query's stages and encodes their plans, within the per-query caps.

@@ -74,7 +74,8 @@ impl Scheduler {
     /// Whether an ended job may leave the active jobs: at once, but a write only once no
     /// attempt of it can still be running (the task timeout after its end), after the
     /// last clean-up of its files ([`crate::write::last_clean_up`]).
-    async fn write_settled(&self, job: &crate::state::JobRecord) -> bool {
+    async fn write_settled(&self, snapshot: &crate::state::JobSnapshot) -> bool {
+        let job = &snapshot.job;
         let Some(target) = &job.write else {
             return true;
         };
@@ -83,7 +84,8 @@ impl Scheduler {
             return false;
         }
         let committed = job.state == crate::state::JobState::Succeeded;
-        let deleted = crate::write::last_clean_up(&self.services, target, committed).await;
+        let files = crate::write::committed_files(&self.services, snapshot).await;
+        let deleted = crate::write::last_clean_up(&self.services, target, committed, &files).await;
         if deleted > 0 {
             warn!(job_id = %job.job_id, files = deleted,
                 "deleted files of attempts that ended after their write did");
@@ -96,7 +98,7 @@ impl Scheduler {
         let store = &self.services.store;
         let snapshot = match store.load_job(job_id).await? {
             Some(s) if !s.job.state.is_terminal() => s,
-            Some(s) if !self.write_settled(&s.job).await => return Ok(0),
+            Some(s) if !self.write_settled(&s).await => return Ok(0),
             _ => {
                 store.remove_active(job_id).await?;
                 return Ok(0);

@@ -2,9 +2,9 @@
 //! ([`commit`]), the clean-up of a write that failed ([`discard`]) and the sweep's last
 //! clean-up ([`last_clean_up`]).
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashSet};
 
-use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::array::{Array, AsArray, RecordBatch};
 use datafusion::arrow::datatypes::UInt64Type;
 use futures::TryStreamExt;
 use object_store::path::Path;
@@ -31,6 +31,9 @@ pub struct Manifest {
     pub bytes: u64,
     /// Every file, with its rows and bytes.
     pub files: Vec<WrittenFile>,
+    /// A Delta write's version of the table (no manifest is written: the log is it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub delta_version: Option<u64>,
 }
 
 /// One file of a write.
@@ -42,6 +45,10 @@ pub struct WrittenFile {
     pub rows: u64,
     /// Its size.
     pub bytes: u64,
+    /// A partitioned write's partition values of the file, as text (NULL and empty are
+    /// null).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub partition: Option<BTreeMap<String, Option<String>>>,
 }
 
 /// The files the committed attempts of the writing stage wrote (its tasks' outputs).
@@ -59,26 +66,71 @@ pub async fn written_files(
         let paths = batch.column(0).as_string::<i32>();
         let rows = batch.column(1).as_primitive::<UInt64Type>();
         let bytes = batch.column(2).as_primitive::<UInt64Type>();
+        let partitions = batch.column(3).as_string::<i32>();
         for i in 0..batch.num_rows() {
+            let partition = if partitions.is_null(i) {
+                None
+            } else {
+                Some(serde_json::from_str(partitions.value(i)).map_err(|e| {
+                    Error::Internal(format!("a written file's partition values: {e}"))
+                })?)
+            };
             files.push(WrittenFile {
                 path: paths.value(i).to_string(),
                 rows: rows.value(i),
                 bytes: bytes.value(i),
+                partition,
             });
         }
     }
     Ok(files)
 }
 
+/// The files of a write's committed task attempts, from its job's snapshot: those its
+/// commit lists (what [`last_clean_up`] keeps of a Delta write). Best effort: none
+/// when they cannot be read.
+pub async fn committed_files(
+    services: &Services,
+    snapshot: &crate::state::JobSnapshot,
+) -> Vec<WrittenFile> {
+    let stage = snapshot.job.final_stage();
+    let mut tasks: Vec<_> = snapshot
+        .tasks_of(stage)
+        .filter(|t| t.state == crate::state::TaskState::Succeeded)
+        .collect();
+    tasks.sort_by_key(|t| t.partition);
+    let outputs = tasks.iter().filter_map(|t| t.output.clone()).collect();
+    written_files(services, stage, outputs)
+        .await
+        .unwrap_or_default()
+}
+
 /// Makes a finished write visible: writes the manifest listing `files` (unless this job
 /// already did: a commit is re-run after a crash), then deletes every other file of the
-/// job under the location. A manifest of another job there is a conflict.
+/// job under the location. A manifest of another job there is a conflict. A Delta write
+/// commits to the table's log instead ([`super::delta::commit`]).
 pub async fn commit(
     services: &Services,
     target: &WriteTarget,
     files: &[WrittenFile],
 ) -> Result<Manifest> {
     let (store, root) = store_of(services, &target.location)?;
+    if target.format == WriteFormat::Delta {
+        let version = super::delta::commit(services, target, files).await?;
+        delete_strays(store.as_ref(), &root, target, files).await?;
+        if let (Some(name), false) = (&target.table, target.append) {
+            create_table(services, target, name).await?;
+        }
+        return Ok(Manifest {
+            committer: "lambdafusion".into(),
+            job_id: target.job_id.clone(),
+            format: target.format,
+            rows: files.iter().map(|f| f.rows).sum(),
+            bytes: files.iter().map(|f| f.bytes).sum(),
+            files: files.to_vec(),
+            delta_version: Some(version),
+        });
+    }
     let mut files = files.to_vec();
     if files.is_empty() {
         // No rows: one file of no rows, so that the columns are there to read.
@@ -92,6 +144,7 @@ pub async fn commit(
         rows: files.iter().map(|f| f.rows).sum(),
         bytes: files.iter().map(|f| f.bytes).sum(),
         files: files.to_vec(),
+        delta_version: None,
     };
     let path = root.clone().join(MANIFEST);
     let body = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Internal(e.to_string()))?;
@@ -132,7 +185,7 @@ async fn empty_file(
 ) -> Result<WrittenFile> {
     let schema = crate::plan::decode_schema(&target.schema)?;
     let body = match target.format {
-        WriteFormat::Parquet => {
+        WriteFormat::Parquet | WriteFormat::Delta => {
             let mut writer = datafusion::parquet::arrow::ArrowWriter::try_new(
                 Vec::new(),
                 schema,
@@ -160,6 +213,7 @@ async fn empty_file(
         path: format!("{}{name}", target.location),
         rows: 0,
         bytes,
+        partition: None,
     })
 }
 
@@ -232,13 +286,38 @@ async fn delete_strays(
 /// delete. Deletes every file of the job the manifest does not list — all of them, and
 /// a manifest of the job, when the write was not `committed`. Best effort: returns how
 /// many objects it deleted.
-pub async fn last_clean_up(services: &Services, target: &WriteTarget, committed: bool) -> usize {
-    if !committed {
-        return discard(services, target).await;
-    }
+///
+/// A Delta write asks the table's log whether it committed (whatever the job's state
+/// says: a cancel may race the commit), and keeps `files` (its tasks' files, those
+/// the commit listed) if it did.
+pub async fn last_clean_up(
+    services: &Services,
+    target: &WriteTarget,
+    committed: bool,
+    files: &[WrittenFile],
+) -> usize {
     let Ok((store, root)) = store_of(services, &target.location) else {
         return 0;
     };
+    if target.format == WriteFormat::Delta {
+        return match super::delta::committed(services, target).await {
+            Ok(true) => delete_strays(store.as_ref(), &root, target, files)
+                .await
+                .unwrap_or(0),
+            Ok(false) => match job_files(store.as_ref(), &root, target).await {
+                Ok(all) => delete(store.as_ref(), all.into_iter().map(|(p, _)| p).collect()).await,
+                Err(_) => 0,
+            },
+            Err(e) => {
+                tracing::warn!(job_id = %target.job_id, error = %e,
+                    "cannot tell whether a Delta write committed: its files are left");
+                0
+            }
+        };
+    }
+    if !committed {
+        return discard(services, target).await;
+    }
     match read_manifest(store.as_ref(), &root.clone().join(MANIFEST)).await {
         Ok(Some(m)) if m.job_id == target.job_id => {
             delete_strays(store.as_ref(), &root, target, &m.files)
@@ -252,7 +331,14 @@ pub async fn last_clean_up(services: &Services, target: &WriteTarget, committed:
 /// Deletes every file of a write that will not be committed (its job failed or was
 /// cancelled), and its manifest if the job wrote one. Best effort: returns how many
 /// objects it deleted.
+///
+/// A Delta write's files are left to the sweep's last clean-up, which asks the table's
+/// log: a cancel may race the commit, and a file the log lists must never be deleted.
+/// Until then they are invisible to the table's readers (no commit lists them).
 pub async fn discard(services: &Services, target: &WriteTarget) -> usize {
+    if target.format == WriteFormat::Delta {
+        return 0;
+    }
     let Ok((store, root)) = store_of(services, &target.location) else {
         return 0;
     };

@@ -20,6 +20,7 @@
 //!   ([`last_clean_up`]), once no attempt of the job can still be running.
 
 pub mod commit;
+pub mod delta;
 pub mod sink;
 pub mod target;
 

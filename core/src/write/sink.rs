@@ -68,6 +68,9 @@ pub fn file_list_schema() -> SchemaRef {
         Field::new("path", DataType::Utf8, false),
         Field::new("rows", DataType::UInt64, false),
         Field::new("bytes", DataType::UInt64, false),
+        // A partitioned write's partition values of the file, a JSON object of the
+        // values as text (`{"col": "v", "other": null}`; NULL and empty are null).
+        Field::new("partition", DataType::Utf8, true),
     ]))
 }
 
@@ -269,8 +272,8 @@ struct FileSet {
     name: String,
     /// Open files, the one opened longest ago first.
     open: Vec<OpenFile>,
-    /// (URL, rows, bytes) of every finished file.
-    done: Vec<(String, u64, u64)>,
+    /// Every finished file.
+    done: Vec<DoneFile>,
     /// Files begun so far.
     opened: usize,
     /// Partition directories written to so far.
@@ -278,10 +281,21 @@ struct FileSet {
     written: Option<Arc<WrittenFiles>>,
 }
 
+/// One file written.
+struct DoneFile {
+    url: String,
+    rows: u64,
+    bytes: u64,
+    /// Its partition values ([`file_list_schema`]).
+    partition: Option<String>,
+}
+
 /// One file being written.
 struct OpenFile {
     /// Its partition directories (`a=1/b=x`), empty for an unpartitioned write.
     dirs: String,
+    /// Its partition values ([`file_list_schema`]).
+    partition: Option<String>,
     path: Path,
     out: BufWriter,
     encoder: Encoder,
@@ -316,28 +330,25 @@ impl FileSet {
             for mut file in std::mem::take(&mut self.open) {
                 let _ = file.out.abort().await;
             }
-            for (url, _, _) in &self.done {
-                if let Some(path) = self.path_of(url) {
+            for done in &self.done {
+                if let Some(path) = self.path_of(&done.url) {
                     let _ = self.store.delete(&path).await;
                 }
             }
             return Err(e);
         }
-        let (paths, rows, bytes): (Vec<String>, Vec<u64>, Vec<u64>) = self.done.into_iter().fold(
-            (vec![], vec![], vec![]),
-            |(mut p, mut r, mut b), (url, rows, bytes)| {
-                p.push(url);
-                r.push(rows);
-                b.push(bytes);
-                (p, r, b)
-            },
-        );
+        let done = &self.done;
         Ok(RecordBatch::try_new(
             file_list_schema(),
             vec![
-                Arc::new(StringArray::from(paths)),
-                Arc::new(UInt64Array::from(rows)),
-                Arc::new(UInt64Array::from(bytes)),
+                Arc::new(StringArray::from_iter_values(
+                    done.iter().map(|f| f.url.as_str()),
+                )),
+                Arc::new(UInt64Array::from_iter_values(done.iter().map(|f| f.rows))),
+                Arc::new(UInt64Array::from_iter_values(done.iter().map(|f| f.bytes))),
+                Arc::new(StringArray::from_iter(
+                    done.iter().map(|f| f.partition.as_deref()),
+                )),
             ],
         )?)
     }
@@ -354,7 +365,7 @@ impl FileSet {
             return Ok(());
         }
         if self.target.partition_by.is_empty() {
-            return self.write_to(String::new(), batch).await;
+            return self.write_to(String::new(), None, batch).await;
         }
         let schema = batch.schema();
         let keys: Vec<usize> = self
@@ -372,7 +383,7 @@ impl FileSet {
             .collect();
         let data = batch.project(&kept)?;
         // Rows of each directory, in the order the directories first appear.
-        let mut groups: Vec<(String, Vec<u32>)> = Vec::new();
+        let mut groups: Vec<(String, usize, Vec<u32>)> = Vec::new();
         let mut index: HashMap<String, usize> = HashMap::new();
         for row in 0..batch.num_rows() {
             let dirs = self
@@ -394,12 +405,29 @@ impl FileSet {
                 .collect::<Vec<_>>()
                 .join("/");
             let at = *index.entry(dirs.clone()).or_insert_with(|| {
-                groups.push((dirs, Vec::new()));
+                groups.push((dirs, row, Vec::new()));
                 groups.len() - 1
             });
-            groups[at].1.push(row as u32);
+            groups[at].2.push(row as u32);
         }
-        for (dirs, rows) in groups {
+        for (dirs, first, rows) in groups {
+            let partition = serde_json::Value::Object(
+                self.target
+                    .partition_by
+                    .iter()
+                    .zip(&values)
+                    .map(|(column, value)| {
+                        let value = value.as_string::<i32>();
+                        let text = (!value.is_null(first) && !value.value(first).is_empty())
+                            .then(|| value.value(first).to_string());
+                        (
+                            column.clone(),
+                            text.map_or(serde_json::Value::Null, Into::into),
+                        )
+                    })
+                    .collect(),
+            )
+            .to_string();
             let rows = UInt32Array::from(rows);
             let columns = data
                 .columns()
@@ -407,14 +435,19 @@ impl FileSet {
                 .map(|c| take(c, &rows, None))
                 .collect::<Result<Vec<_>, _>>()?;
             let part = RecordBatch::try_new(data.schema(), columns)?;
-            self.write_to(dirs, part).await?;
+            self.write_to(dirs, Some(partition), part).await?;
         }
         Ok(())
     }
 
-    /// Writes `batch` to the open file of directory `dirs`, opening one if there is none,
-    /// and closing it once it is large enough.
-    async fn write_to(&mut self, dirs: String, batch: RecordBatch) -> DfResult<()> {
+    /// Writes `batch` to the open file of directory `dirs` (of values `partition`),
+    /// opening one if there is none, and closing it once it is large enough.
+    async fn write_to(
+        &mut self,
+        dirs: String,
+        partition: Option<String>,
+        batch: RecordBatch,
+    ) -> DfResult<()> {
         let found = self.open.iter().position(|f| f.dirs == dirs);
         let at = match found {
             Some(at) => at,
@@ -434,7 +467,7 @@ impl FileSet {
                 if self.open.len() >= MAX_OPEN_FILES {
                     self.close(0).await?;
                 }
-                self.begin(dirs, batch.schema())?;
+                self.begin(dirs, partition, batch.schema())?;
                 self.open.len() - 1
             }
         };
@@ -503,8 +536,13 @@ impl FileSet {
         Ok(())
     }
 
-    /// Opens a new file in directory `dirs` for rows of `schema`.
-    fn begin(&mut self, dirs: String, schema: SchemaRef) -> DfResult<()> {
+    /// Opens a new file in directory `dirs` (of values `partition`) for rows of `schema`.
+    fn begin(
+        &mut self,
+        dirs: String,
+        partition: Option<String>,
+        schema: SchemaRef,
+    ) -> DfResult<()> {
         let file_name = format!(
             "{}-{:03}.{}",
             self.name,
@@ -518,11 +556,9 @@ impl FileSet {
         }
         let path = path.join(file_name);
         let encoder = match self.target.format {
-            WriteFormat::Parquet => Encoder::Parquet(Box::new(ArrowWriter::try_new(
-                Vec::new(),
-                schema,
-                Some(self.target.parquet_properties()?),
-            )?)),
+            WriteFormat::Parquet | WriteFormat::Delta => Encoder::Parquet(Box::new(
+                ArrowWriter::try_new(Vec::new(), schema, Some(self.target.parquet_properties()?))?,
+            )),
             WriteFormat::Csv => Encoder::Csv {
                 header: self.target.csv_header(),
                 delimiter: self.target.csv_delimiter()?,
@@ -534,6 +570,7 @@ impl FileSet {
         }
         self.open.push(OpenFile {
             dirs,
+            partition,
             out: BufWriter::new(self.store.clone(), path.clone()),
             path,
             encoder,
@@ -564,11 +601,12 @@ impl FileSet {
         if let Some(written) = &self.written {
             written.finished(Some((file.rows, file.bytes)));
         }
-        self.done.push((
-            format!("{}{relative}", self.target.location),
-            file.rows,
-            file.bytes,
-        ));
+        self.done.push(DoneFile {
+            url: format!("{}{relative}", self.target.location),
+            rows: file.rows,
+            bytes: file.bytes,
+            partition: file.partition,
+        });
         Ok(())
     }
 }

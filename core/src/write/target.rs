@@ -29,6 +29,9 @@ pub enum WriteFormat {
     Csv,
     /// Newline-delimited JSON.
     Json,
+    /// A Delta Lake table: Parquet files and one commit to the table's log
+    /// ([`super::delta`]).
+    Delta,
 }
 
 impl WriteFormat {
@@ -38,13 +41,14 @@ impl WriteFormat {
             WriteFormat::Parquet => "PARQUET",
             WriteFormat::Csv => "CSV",
             WriteFormat::Json => "JSON",
+            WriteFormat::Delta => "DELTA",
         }
     }
 
     /// The extension of its files.
     pub fn extension(self) -> &'static str {
         match self {
-            WriteFormat::Parquet => "parquet",
+            WriteFormat::Parquet | WriteFormat::Delta => "parquet",
             WriteFormat::Csv => "csv",
             WriteFormat::Json => "json",
         }
@@ -53,7 +57,7 @@ impl WriteFormat {
     /// The options a statement may give it (`OPTIONS (key value, ...)`).
     fn options(self) -> &'static [&'static str] {
         match self {
-            WriteFormat::Parquet => &["compression", "max_row_group_size"],
+            WriteFormat::Parquet | WriteFormat::Delta => &["compression", "max_row_group_size"],
             WriteFormat::Csv => &["has_header", "delimiter"],
             WriteFormat::Json => &[],
         }
@@ -77,9 +81,22 @@ pub struct WriteTarget {
     /// The format's options, by their names without `format.`.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub options: BTreeMap<String, String>,
-    /// `CREATE TABLE ... AS`: the catalog table the commit creates over the files.
+    /// `CREATE TABLE ... AS`: the catalog table the commit creates over the files;
+    /// `INSERT INTO`: the table appended to.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub table: Option<String>,
+    /// `INSERT INTO` an existing (Delta) table: the commit appends to it, and the location
+    /// is the table's own, with its files in it.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub append: bool,
+    /// A Delta table's columns, partition columns included ([`crate::plan::encode_schema`]):
+    /// what a new table is created with, what an append expects to find.
+    #[serde(
+        default,
+        with = "crate::state::b64",
+        skip_serializing_if = "Vec::is_empty"
+    )]
+    pub table_schema: Vec<u8>,
     /// The columns the files hold ([`crate::plan::encode_schema`]): a write of no rows
     /// still leaves one file with them.
     #[serde(
@@ -158,6 +175,8 @@ impl WriteTarget {
             partition_by: copy.partition_by.clone(),
             options,
             table: None,
+            append: false,
+            table_schema: Vec::new(),
             schema: file_schema(copy.input.schema(), &copy.partition_by)?,
         };
         // Malformed option values are refused now, not in every task.
@@ -316,10 +335,11 @@ impl WriteTarget {
             "PARQUET" => WriteFormat::Parquet,
             "CSV" | "TEXTFILE" => WriteFormat::Csv,
             "JSON" => WriteFormat::Json,
+            "DELTA" => WriteFormat::Delta,
             other => {
                 return Err(invalid(format!(
-                    "CREATE TABLE ... AS writes PARQUET, CSV or JSON tables, not {other} \
-                     (Delta and Iceberg tables are not written yet)"
+                    "CREATE TABLE ... AS writes PARQUET, CSV, JSON or DELTA tables, not \
+                     {other} (Iceberg tables are not written yet)"
                 )))
             }
         };
@@ -339,7 +359,7 @@ impl WriteTarget {
         };
         let mut settings = BTreeMap::new();
         if let Some(c) = &options.compression {
-            if format != WriteFormat::Parquet {
+            if !matches!(format, WriteFormat::Parquet | WriteFormat::Delta) {
                 return Err(invalid(format!(
                     "write_compression applies to PARQUET tables, not {}",
                     format.name()
@@ -362,6 +382,13 @@ impl WriteTarget {
                     .into(),
             ));
         }
+        let table_schema = if format == WriteFormat::Delta {
+            // Refuses columns Delta has no type for, now rather than at the commit.
+            super::delta::table_schema(input_schema, &options.partitioned_by)?;
+            crate::plan::encode_schema(&Arc::new(input_schema.as_arrow().clone()))?
+        } else {
+            Vec::new()
+        };
         let target = WriteTarget {
             job_id: job_id.to_string(),
             location: directory_url(&location, format)?,
@@ -369,10 +396,37 @@ impl WriteTarget {
             partition_by: options.partitioned_by.clone(),
             options: settings,
             table: Some(name.to_string()),
+            append: false,
+            table_schema,
             schema: file_schema(input_schema, &options.partitioned_by)?,
         };
         target.parquet_properties()?;
         Ok(target)
+    }
+
+    /// The target of `INSERT INTO name query`: the files of an append to the Delta
+    /// table at `location` (its directory), partitioned by `partition_by`, of the
+    /// columns `input_schema` (the table's own: DataFusion casts the query to them).
+    pub fn for_insert(
+        name: &str,
+        location: &str,
+        partition_by: Vec<String>,
+        input_schema: &datafusion::common::DFSchema,
+        job_id: &str,
+    ) -> Result<Self> {
+        super::delta::table_schema(input_schema, &partition_by)
+            .map_err(|e| Error::InvalidInput(format!("INSERT INTO {name}: {e}")))?;
+        Ok(WriteTarget {
+            job_id: job_id.to_string(),
+            location: directory_url(location, WriteFormat::Delta)?,
+            format: WriteFormat::Delta,
+            options: BTreeMap::new(),
+            table: Some(name.to_string()),
+            append: true,
+            table_schema: crate::plan::encode_schema(&Arc::new(input_schema.as_arrow().clone()))?,
+            schema: file_schema(input_schema, &partition_by)?,
+            partition_by,
+        })
     }
 
     /// The statement the table a `CREATE TABLE ... AS` made is recorded with.
@@ -404,13 +458,17 @@ fn directory_url(location: &str, format: WriteFormat) -> Result<String> {
 }
 
 /// Refuses a write to `target` unless it lies inside a write location, outside the
-/// engine's own and every catalog table's locations, and holds nothing yet.
+/// engine's own and every catalog table's locations (but the table an `INSERT INTO`
+/// appends to), and holds nothing yet (but for an append).
 pub async fn check_target(services: &Services, target: &WriteTarget) -> Result<()> {
     services
         .config
         .access
         .check_write_location(&target.location)?;
     for table in services.store.list_tables().await? {
+        if target.append && target.table.as_deref() == Some(table.name.as_str()) {
+            continue;
+        }
         for location in &table.locations {
             let inside = |a: &str, b: &str| {
                 a.trim_end_matches('/') == b.trim_end_matches('/')
@@ -425,7 +483,25 @@ pub async fn check_target(services: &Services, target: &WriteTarget) -> Result<(
             }
         }
     }
+    if target.append {
+        return Ok(());
+    }
     let (store, root) = store_of(services, &target.location)?;
+    // A Delta table's log is hidden from listings of its directory: looked for by name.
+    let log = root.clone().join("_delta_log");
+    if let Some(entry) = store
+        .list(Some(&log))
+        .try_next()
+        .await
+        .map_err(Error::from)?
+    {
+        return Err(Error::Conflict(format!(
+            "{} holds a Delta table (its log holds {}): a write goes to an empty location; \
+             to add rows to the table, register it (CREATE EXTERNAL TABLE ... STORED AS \
+             DELTA) and INSERT INTO it",
+            target.location, entry.location
+        )));
+    }
     // Listings leave markers out ([`crate::hidden`]): a manifest is looked for by name.
     let manifest = root.clone().join(MANIFEST);
     let first = match store.head(&manifest).await {

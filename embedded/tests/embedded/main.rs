@@ -5,6 +5,7 @@
 #[path = "../common/mod.rs"]
 mod common;
 
+mod delta_writes;
 mod embedded;
 mod failure_model;
 mod fault_tolerance;

@@ -71,6 +71,8 @@ async fn catalog_and_results_survive_a_restart() {
         partition_by: vec![],
         options: Default::default(),
         table: None,
+        append: false,
+        table_schema: vec![],
         schema: vec![],
     };
     let orphan = JobRecord {

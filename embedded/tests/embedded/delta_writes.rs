@@ -1,0 +1,376 @@
+//! Writes to Delta tables: `CREATE TABLE ... WITH (format = 'DELTA') AS` and `INSERT
+//! INTO` — every task writes its own Parquet files, one Delta commit lists them all —
+//! read back and checked against DataFusion's answer over the same rows; a commit run
+//! again, concurrent appends, duplicate deliveries, and what may not be appended to.
+//! (The `deltalake` package reads the same tables in tests/tests/end_to_end.)
+
+use std::collections::BTreeSet;
+use std::path::Path;
+use std::sync::Arc;
+
+use datafusion::arrow::array::{AsArray, RecordBatch};
+use datafusion::arrow::datatypes::{Int64Type, UInt64Type};
+use lambdafusion::executor::{Executor, TaskReport};
+use lambdafusion::state::JobState;
+use lambdafusion::EngineConfig;
+use lambdafusion_embedded::Embedded;
+
+use crate::common;
+use common::harness::Harness;
+
+fn config(tables: &Path, out: &Path) -> EngineConfig {
+    EngineConfig::default()
+        .with_bytes_per_task(common::dir_bytes(&tables.join("facts")).div_ceil(3))
+        .with_min_scan_bytes_per_task(1)
+        .with_max_tasks_per_stage(4)
+        .with_write_location(out.display().to_string())
+}
+
+/// The `add` actions of every commit of the table at `dir`, by version: their paths.
+fn log_adds(dir: &Path) -> Vec<Vec<String>> {
+    let log = dir.join("_delta_log");
+    let mut versions: Vec<_> = std::fs::read_dir(&log)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.ends_with(".json"))
+        .collect();
+    versions.sort();
+    versions
+        .iter()
+        .enumerate()
+        .map(|(i, name)| {
+            assert_eq!(name, &format!("{i:020}.json"), "versions follow each other");
+            std::fs::read_to_string(log.join(name))
+                .unwrap()
+                .lines()
+                .filter_map(|line| {
+                    let action: serde_json::Value = serde_json::from_str(line).unwrap();
+                    action["add"]["path"].as_str().map(str::to_string)
+                })
+                .collect()
+        })
+        .collect()
+}
+
+/// Every data file under `dir` (relative, URL-encoded as the log writes them) is listed
+/// by exactly one commit, and every file the log lists is there.
+fn check_log_is_the_files(dir: &Path) {
+    let listed: Vec<String> = log_adds(dir).into_iter().flatten().collect();
+    let unique: BTreeSet<String> = listed.iter().cloned().collect();
+    assert_eq!(
+        unique.len(),
+        listed.len(),
+        "a file listed twice: {listed:?}"
+    );
+    let mut present = BTreeSet::new();
+    let mut stack = vec![dir.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        for entry in std::fs::read_dir(&d).unwrap() {
+            let path = entry.unwrap().path();
+            if path.file_name().unwrap() == "_delta_log" {
+                continue;
+            }
+            if path.is_dir() {
+                stack.push(path);
+            } else {
+                let relative = path
+                    .strip_prefix(dir)
+                    .unwrap()
+                    .to_str()
+                    .unwrap()
+                    .to_string();
+                present.insert(relative);
+            }
+        }
+    }
+    // The log's paths are URL-encoded object keys, decoded once by readers.
+    let decoded: BTreeSet<String> = unique.iter().map(|p| percent_decode(p)).collect();
+    assert_eq!(decoded, present, "the log lists exactly the files there");
+}
+
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            out.push(u8::from_str_radix(&text[i + 1..i + 3], 16).unwrap());
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap()
+}
+
+/// The one row of a write's result: (rows, files).
+fn summary(batches: &[RecordBatch]) -> (u64, u64) {
+    let b = batches.iter().find(|b| b.num_rows() == 1).unwrap();
+    (
+        b.column(0).as_primitive::<UInt64Type>().value(0),
+        b.column(1).as_primitive::<UInt64Type>().value(0),
+    )
+}
+
+/// `SELECT count(*), sum(id)` over `table` through `engine`.
+async fn count_and_sum(engine: &Embedded, table: &str) -> (i64, i64) {
+    let out = engine
+        .sql(&format!("SELECT count(*), sum(id) FROM {table}"))
+        .await
+        .unwrap();
+    let b = &out.batches[0];
+    (
+        b.column(0).as_primitive::<Int64Type>().value(0),
+        b.column(1).as_primitive::<Int64Type>().value(0),
+    )
+}
+
+fn compare(expected: &[RecordBatch], actual: &[RecordBatch], what: &str) {
+    if let Err(diff) = lambdafusion_embedded::verify::compare(expected, actual, false) {
+        panic!("{what}\n{diff}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn delta_tables_are_created_then_appended_to_one_commit_each() {
+    let tables = tempfile::tempdir().unwrap();
+    common::write_tables(tables.path()).await;
+    let out = tempfile::tempdir().unwrap();
+    let engine = common::engine_with_tables(config(tables.path(), out.path()), tables.path()).await;
+    let created = engine
+        .sql(
+            "CREATE TABLE d WITH (format = 'DELTA', partitioned_by = ARRAY['k']) AS \
+             SELECT id, v, s, k FROM facts WHERE id % 4 <> 0",
+        )
+        .await
+        .unwrap();
+    let writers = created.status.stages.last().map_or(0, |s| s.tasks);
+    assert!(writers > 1, "written by {writers} task(s)");
+    assert_eq!(summary(&created.batches).0, 22_500);
+    let dir = out.path().join("d");
+    assert!(
+        !dir.join("_SUCCESS").exists(),
+        "a Delta table has no manifest"
+    );
+    assert_eq!(log_adds(&dir).len(), 1);
+    check_log_is_the_files(&dir);
+
+    let appended = engine
+        .sql("INSERT INTO d SELECT id, v, s, k FROM facts WHERE id % 4 = 0")
+        .await
+        .unwrap();
+    assert_eq!(summary(&appended.batches).0, 7_500);
+    // A row whose partition value is NULL, one with a value that is not a plain name,
+    // and VALUES cast to the table's types.
+    engine
+        .sql("INSERT INTO d VALUES (40001, 1.5, 'x', NULL), (40002, 2.5, 'a/b c%', 5)")
+        .await
+        .unwrap();
+    let adds = log_adds(&dir);
+    assert_eq!(adds.len(), 3, "one commit per statement");
+    check_log_is_the_files(&dir);
+
+    let expected = common::reference(
+        tables.path(),
+        "SELECT k, count(*) AS n, sum(id) AS ids, sum(v) AS vs, max(s) AS s FROM \
+         (SELECT id, v, s, k FROM facts UNION ALL \
+          SELECT 40001, 1.5, 'x', NULL UNION ALL SELECT 40002, 2.5, 'a/b c%', 5) \
+         GROUP BY k ORDER BY k",
+    )
+    .await;
+    let actual = engine
+        .sql(
+            "SELECT k, count(*) AS n, sum(id) AS ids, sum(v) AS vs, max(s) AS s FROM d \
+             GROUP BY k ORDER BY k",
+        )
+        .await
+        .unwrap();
+    compare(&expected, &actual.batches, "the table holds every row once");
+    // Each version is what its commit made it.
+    let first = count_and_sum(&engine, "d VERSION AS OF 0").await;
+    assert_eq!(first.0, 22_500);
+    assert_eq!(count_and_sum(&engine, "d VERSION AS OF 1").await.0, 30_000);
+    assert_eq!(count_and_sum(&engine, "d").await.0, 30_002);
+    let nulls = engine
+        .sql("SELECT count(*) FROM d WHERE k IS NULL")
+        .await
+        .unwrap();
+    assert_eq!(
+        nulls.batches[0]
+            .column(0)
+            .as_primitive::<Int64Type>()
+            .value(0),
+        1
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_run_again_adds_nothing_and_concurrent_appends_both_land() {
+    let tables = tempfile::tempdir().unwrap();
+    common::write_tables(tables.path()).await;
+    let out = tempfile::tempdir().unwrap();
+    let engine = common::engine_with_tables(config(tables.path(), out.path()), tables.path()).await;
+    let dir = out.path().join("d");
+    let created = engine
+        .sql("CREATE TABLE d WITH (format = 'DELTA') AS SELECT id, k FROM facts WHERE id <= 1000")
+        .await
+        .unwrap();
+    let appended = engine
+        .sql("INSERT INTO d SELECT id + 100000, k FROM facts WHERE id <= 500")
+        .await
+        .unwrap();
+    assert_eq!(log_adds(&dir).len(), 2);
+    // The commit's request failed after it applied, or the scheduler crashed after it:
+    // both commits run again, and find themselves done.
+    let services = engine.services();
+    for job in [&created.status.id, &appended.status.id] {
+        let snapshot = services.store.load_job(job).await.unwrap().unwrap();
+        let target = snapshot.job.write.clone().unwrap();
+        let files = lambdafusion::write::committed_files(services, &snapshot).await;
+        assert!(!files.is_empty());
+        let again = lambdafusion::write::commit(services, &target, &files)
+            .await
+            .unwrap();
+        assert_eq!(again.files.len(), files.len());
+    }
+    assert_eq!(log_adds(&dir).len(), 2, "no commit was made twice");
+    assert_eq!(count_and_sum(&engine, "d").await.0, 1_500);
+
+    // Two appends at once: one finds its version taken and commits after the other.
+    let (a, b) = tokio::join!(
+        engine.sql("INSERT INTO d SELECT id + 200000, k FROM facts WHERE id <= 300"),
+        engine.sql("INSERT INTO d SELECT id + 300000, k FROM facts WHERE id <= 200"),
+    );
+    assert_eq!(summary(&a.unwrap().batches).0, 300);
+    assert_eq!(summary(&b.unwrap().batches).0, 200);
+    assert_eq!(log_adds(&dir).len(), 4);
+    check_log_is_the_files(&dir);
+    let (n, ids) = count_and_sum(&engine, "d").await;
+    assert_eq!(n, 2_000);
+    let expected: i64 = (1..=1000).sum::<i64>()
+        + (1..=500).map(|i| i + 100_000).sum::<i64>()
+        + (1..=300).map(|i| i + 200_000).sum::<i64>()
+        + (1..=200).map(|i| i + 300_000).sum::<i64>();
+    assert_eq!(ids, expected);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_cannot_be_appended_to_is_refused_by_name() {
+    let tables = tempfile::tempdir().unwrap();
+    common::write_tables(tables.path()).await;
+    let out = tempfile::tempdir().unwrap();
+    let engine = common::engine_with_tables(config(tables.path(), out.path()), tables.path()).await;
+    engine
+        .sql("CREATE VIEW big AS SELECT id, k FROM facts WHERE id > 100")
+        .await
+        .unwrap();
+    engine
+        .sql("CREATE TABLE d WITH (format = 'DELTA') AS SELECT id, k FROM facts WHERE id < 10")
+        .await
+        .unwrap();
+    let d = out.path().join("d");
+    for (sql, expected) in [
+        (
+            "INSERT INTO facts SELECT * FROM facts",
+            "appends to Delta tables, and facts is a PARQUET table",
+        ),
+        ("INSERT INTO big SELECT id, k FROM facts", "big is a view"),
+        (
+            "EXPLAIN INSERT INTO d SELECT id, k FROM facts",
+            "cannot be explained",
+        ),
+        (
+            "INSERT OVERWRITE d SELECT id, k FROM facts",
+            "INSERT OVERWRITE",
+        ),
+        (
+            "DELETE FROM d WHERE id = 1",
+            "UPDATE and DELETE are not supported",
+        ),
+        (
+            "CREATE TABLE f WITH (format = 'DELTA', partitioned_by = ARRAY['v']) AS \
+             SELECT id, v FROM facts",
+            "partition column v is Float64",
+        ),
+        (
+            "CREATE TABLE i WITH (format = 'DELTA') AS SELECT INTERVAL '1 day' AS gap",
+            "a Delta table cannot hold these columns",
+        ),
+    ] {
+        let e = engine.sql(sql).await.unwrap_err().to_string();
+        assert!(e.contains(expected), "{sql}: {e}");
+    }
+    // A new table over a directory that holds a Delta table already (not registered).
+    engine.sql("DROP TABLE d").await.unwrap();
+    let sql = format!(
+        "CREATE TABLE e WITH (format = 'DELTA', external_location = '{}/') AS SELECT 1 AS a",
+        d.display()
+    );
+    let e = engine.sql(&sql).await.unwrap_err().to_string();
+    assert!(e.contains("holds a Delta table"), "{e}");
+    assert_eq!(log_adds(&d).len(), 1, "nothing was committed to it");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn duplicate_deliveries_append_every_row_once() {
+    let out = tempfile::tempdir().unwrap();
+    let mut h = Harness::new(
+        EngineConfig::default()
+            .with_bytes_per_task(1)
+            .with_min_scan_bytes_per_task(1)
+            .with_max_tasks_per_stage(4)
+            .with_write_location(out.path().display().to_string()),
+    )
+    .await;
+    let create = h
+        .submit("CREATE TABLE d WITH (format = 'DELTA', partitioned_by = ARRAY['k']) AS SELECT id, k FROM facts WHERE id <= 100")
+        .await;
+    h.run_to_end(&create).await;
+    assert_eq!(h.state(&create).await, JobState::Succeeded);
+    let job = h
+        .submit("INSERT INTO d SELECT id + 1000, k FROM facts WHERE id % 3 = 0")
+        .await;
+    let services = h.services.clone();
+    let reports = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = reports.clone();
+    h.drive(&job, |executor, task| {
+        let twin = Executor::new(services.clone());
+        let seen = seen.clone();
+        async move {
+            // The same event delivered twice, concurrently, to two containers.
+            let (a, b) = tokio::join!(executor.handle(&task), twin.handle(&task));
+            seen.lock().unwrap().extend([a.unwrap(), b.unwrap()]);
+        }
+    })
+    .await;
+    let duplicates = reports
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|r| matches!(r, TaskReport::Duplicate))
+        .count();
+    assert!(duplicates > 0, "some twin lost its commit");
+    assert_eq!(h.state(&job).await, JobState::Succeeded);
+    let dir = out.path().join("d");
+    // Twins that lost delete their own files as they stop, a moment later.
+    for _ in 0..100 {
+        if std::panic::catch_unwind(|| check_log_is_the_files(&dir)).is_ok() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    check_log_is_the_files(&dir);
+    let check = h.submit("SELECT count(*), sum(id) FROM d").await;
+    h.run_to_end(&check).await;
+    let (_, rows) = lambdafusion::results::collect(&h.services, &check)
+        .await
+        .unwrap();
+    let b = rows.iter().find(|b| b.num_rows() == 1).unwrap();
+    assert_eq!(
+        b.column(0).as_primitive::<Int64Type>().value(0),
+        100 + 10_000
+    );
+    let expected: i64 = (1..=100).sum::<i64>() + (1..=10_000).map(|i| i * 3 + 1000).sum::<i64>();
+    assert_eq!(b.column(1).as_primitive::<Int64Type>().value(0), expected);
+}
