@@ -302,10 +302,11 @@ impl Scheduler {
                 None => "not a table of the catalog".to_string(),
             };
             return Err(Error::InvalidInput(format!(
-                "INSERT INTO appends to Delta tables, and {name} is {what}: readers of plain \
-                 files list their directory, so an append could not appear all at once. \
-                 Write a Delta table (CREATE TABLE ... WITH (format = 'DELTA') AS SELECT ...) \
-                 or a new location (COPY (SELECT ...) TO '...')"
+                "INSERT INTO {name} is not supported: {name} is {what}, and INSERT INTO \
+                 appends to Delta tables only (readers of plain files list their directory, \
+                 so an append could not appear all at once). Write a Delta table (CREATE \
+                 TABLE ... WITH (format = 'DELTA') AS SELECT ...) or a new location (COPY \
+                 (SELECT ...) TO '...')"
             )));
         }
         let provider = datafusion::datasource::source_as_provider(&insert.target)?;

@@ -551,8 +551,11 @@ impl FileSet {
         );
         self.opened += 1;
         let mut path = self.root.clone();
+        // Each directory name was encoded once, as a path part, from `column=value`.
         for part in dirs.split('/').filter(|p| !p.is_empty()) {
-            path = path.join(PathPart::from(part.to_string()));
+            let part = PathPart::parse(part)
+                .map_err(|e| DataFusionError::Internal(format!("directory {part}: {e}")))?;
+            path = path.join(part);
         }
         let path = path.join(file_name);
         let encoder = match self.target.format {

@@ -273,7 +273,7 @@ async fn what_cannot_be_appended_to_is_refused_by_name() {
     for (sql, expected) in [
         (
             "INSERT INTO facts SELECT * FROM facts",
-            "appends to Delta tables, and facts is a PARQUET table",
+            "INSERT INTO facts is not supported: facts is a PARQUET table",
         ),
         ("INSERT INTO big SELECT id, k FROM facts", "big is a view"),
         (

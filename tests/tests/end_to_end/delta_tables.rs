@@ -258,6 +258,106 @@ async fn delta_errors_name_the_table_and_the_reason() {
     assert!(e.to_string().contains("deletion vector"), "{e}");
 }
 
+/// Tables lambdafusion writes (`CREATE TABLE ... WITH (format = 'DELTA') AS`, then
+/// `INSERT INTO`), every version read by the `deltalake` package
+/// (`tests/delta/read_back.py`) and compared with lambdafusion's own answer for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tables_lambdafusion_writes_are_read_by_deltalake() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("out");
+    let config = split_everything().with_write_location(out.display().to_string());
+    let engine = engine(config, dir.path(), Default::default()).await;
+    // A source of several row groups, so that the writes below have several tasks.
+    let source = out.join("source");
+    engine
+        .sql(&format!(
+            "COPY (SELECT value AS id, CAST(value AS DOUBLE) / 3 AS x, \
+             concat('name ', CAST(value AS VARCHAR)) AS name, \
+             CAST(value % 1000 AS DECIMAL(12, 2)) AS amount, \
+             to_timestamp_micros(value * 1000003) AS ts, \
+             CAST(DATE '2026-01-01' + CAST(value % 5 AS INT) AS DATE) AS day, \
+             CASE WHEN value % 7 = 0 THEN NULL ELSE concat('k/', CAST(value % 3 AS VARCHAR)) END AS kind \
+             FROM generate_series(1, 6000)) TO '{}/' STORED AS PARQUET \
+             OPTIONS (max_row_group_size 500)",
+            source.display()
+        ))
+        .await
+        .unwrap();
+    engine
+        .sql(&format!(
+            "CREATE EXTERNAL TABLE source STORED AS PARQUET LOCATION '{}/'",
+            source.display()
+        ))
+        .await
+        .unwrap();
+    let created = engine
+        .sql(
+            "CREATE TABLE w WITH (format = 'DELTA', partitioned_by = ARRAY['day', 'kind']) AS \
+             SELECT * FROM source WHERE id <= 4000",
+        )
+        .await
+        .unwrap();
+    let writers = created.status.stages.last().map_or(0, |s| s.tasks);
+    assert!(writers > 1, "written by {writers} task(s)");
+    engine
+        .sql("INSERT INTO w SELECT * FROM source WHERE id > 4000")
+        .await
+        .unwrap();
+    engine
+        .sql(
+            "INSERT INTO w VALUES (7000, 0.5, 'o''brien', 1.25, \
+             TIMESTAMP '2026-02-03 04:05:06.789', DATE '2026-03-04', '%2F..')",
+        )
+        .await
+        .unwrap();
+    let columns = "id,x,name,amount,ts,day,kind";
+    let answers = dir.path().join("answers");
+    std::fs::create_dir_all(&answers).unwrap();
+    let report = std::process::Command::new(lambdafusion_tests::test_python("the Delta tests"))
+        .arg(lambdafusion_tests::delta::script("read_back.py"))
+        .arg(out.join("w"))
+        .arg(&answers)
+        .arg(columns)
+        .output()
+        .expect("python runs");
+    assert!(
+        report.status.success(),
+        "deltalake could not read the table:\n{}",
+        String::from_utf8_lossy(&report.stderr)
+    );
+    let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
+    assert_eq!(report["version"], 2, "{report}");
+    assert_eq!(
+        report["partition_columns"],
+        serde_json::json!(["day", "kind"])
+    );
+    let reader = datafusion::prelude::SessionContext::new();
+    for version in 0..=2 {
+        let theirs = reader
+            .read_parquet(
+                answers
+                    .join(format!("v{version}.parquet"))
+                    .to_str()
+                    .unwrap(),
+                Default::default(),
+            )
+            .await
+            .unwrap()
+            .collect()
+            .await
+            .unwrap();
+        let ours = engine
+            .sql(&format!("SELECT {columns} FROM w VERSION AS OF {version}"))
+            .await
+            .unwrap();
+        let rows: usize = ours.batches.iter().map(|b| b.num_rows()).sum();
+        assert_eq!(rows, [4000, 6000, 6001][version], "version {version}");
+        if let Err(diff) = lambdafusion_embedded::verify::compare(&theirs, &ours.batches, false) {
+            panic!("version {version}: deltalake reads otherwise:\n{diff}");
+        }
+    }
+}
+
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
     for entry in std::fs::read_dir(from).unwrap() {
