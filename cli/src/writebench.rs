@@ -1,8 +1,9 @@
 //! `lambdafusion bench write`: how fast a query's result is written — TPC-H `lineitem`
-//! copied to Parquet whole and partitioned by its ship month, by lambdafusion embedded
-//! (every task of the last stage writes its own files, one manifest commits them) and
-//! by single-process DataFusion's `COPY`, in the same run, both warmed, their order
-//! alternating, every run into a fresh directory.
+//! copied to Parquet whole and partitioned by its ship month, and made a Delta table
+//! both ways (`CREATE TABLE ... WITH (format = 'DELTA') AS`), by lambdafusion embedded
+//! (every task of the last stage writes its own files, one manifest or one Delta commit
+//! makes them visible) and by single-process DataFusion's `COPY` to Parquet, in the same
+//! run, both warmed, their order alternating, every run into a fresh directory.
 
 use std::time::{Duration, Instant};
 
@@ -14,16 +15,26 @@ use crate::display::text_table;
 use crate::error::CliError;
 use crate::tpch;
 
-/// The writes measured: a name and the query written (its last column the partition,
-/// when partitioned).
-const CASES: [(&str, &str, Option<&str>); 2] = [
-    ("lineitem", "SELECT * FROM lineitem", None),
+/// The writes measured: a name, the query written, its partition column if any, and
+/// whether lambdafusion makes a Delta table of it (DataFusion's `COPY` writes Parquet).
+const CASES: [(&str, &str, Option<&str>, bool); 4] = [
+    ("lineitem", "SELECT * FROM lineitem", None, false),
     (
         "lineitem by ship month",
-        "SELECT *, to_char(l_shipdate, '%Y-%m') AS ship_month FROM lineitem",
+        BY_MONTH,
         Some("ship_month"),
+        false,
+    ),
+    ("Delta lineitem", "SELECT * FROM lineitem", None, true),
+    (
+        "Delta lineitem by ship month",
+        BY_MONTH,
+        Some("ship_month"),
+        true,
     ),
 ];
+
+const BY_MONTH: &str = "SELECT *, to_char(l_shipdate, '%Y-%m') AS ship_month FROM lineitem";
 
 /// One case's figures.
 struct WriteRow {
@@ -53,12 +64,31 @@ pub async fn run(options: &BenchOptions) -> Result<String, CliError> {
         out_dir.join(format!("{who}-{n}"))
     };
     let mut rows = Vec::new();
-    for (case, query, partition) in CASES {
+    for (case, query, partition, delta) in CASES {
         let partitioned = partition.map_or(String::new(), |c| format!(" PARTITIONED BY ({c})"));
         let copy = |to: &std::path::Path| {
             format!(
                 "COPY ({query}) TO '{}/' STORED AS PARQUET{partitioned}",
                 to.display()
+            )
+        };
+        // lambdafusion's statement; the catalog table it creates, to drop after.
+        let ours = |to: &std::path::Path| -> (String, Option<String>) {
+            if !delta {
+                return (copy(to), None);
+            }
+            let name =
+                format!("bench_{}", to.file_name().unwrap().to_string_lossy()).replace('-', "_");
+            let by = partition.map_or(String::new(), |c| {
+                format!(", partitioned_by = ARRAY['{c}']")
+            });
+            (
+                format!(
+                    "CREATE TABLE {name} WITH (format = 'DELTA', external_location = '{}/'{by}) \
+                     AS {query}",
+                    to.display()
+                ),
+                Some(name),
             )
         };
         let mut row = WriteRow {
@@ -75,8 +105,12 @@ pub async fn run(options: &BenchOptions) -> Result<String, CliError> {
                 if ours_first {
                     let to = next("lambdafusion");
                     let started = Instant::now();
-                    let out = engine.sql(&copy(&to)).await?;
+                    let (statement, table) = ours(&to);
+                    let out = engine.sql(&statement).await?;
                     let took = started.elapsed();
+                    if let Some(table) = table {
+                        engine.sql(&format!("DROP TABLE {table}")).await?;
+                    }
                     let summary = out
                         .batches
                         .iter()
@@ -176,8 +210,9 @@ fn report(options: &BenchOptions, dir: &std::path::Path, rows: &[WriteRow]) -> S
     }
     format!(
         "Writing TPC-H SF {} lineitem as Parquet ({}): lambdafusion embedded ({} slots, \
-         bytes_per_task {}{}) vs single-process DataFusion COPY; {} measured runs each after \
-         one warm-up, order alternating, each into a fresh directory.\n{}",
+         bytes_per_task {}{}; COPY to Parquet, or CREATE TABLE AS a Delta table) vs \
+         single-process DataFusion COPY to Parquet; {} measured runs each after one warm-up, \
+         order alternating, each into a fresh directory.\n{}",
         options.sf,
         dir.display(),
         options.slots,
