@@ -374,3 +374,59 @@ async fn duplicate_deliveries_append_every_row_once() {
     let expected: i64 = (1..=100).sum::<i64>() + (1..=10_000).map(|i| i * 3 + 1000).sum::<i64>();
     assert_eq!(b.column(1).as_primitive::<Int64Type>().value(0), expected);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_sweep_asks_the_log_before_it_deletes_a_delta_write_s_files() {
+    let out = tempfile::tempdir().unwrap();
+    let mut h = Harness::new(
+        EngineConfig::default()
+            .with_bytes_per_task(1)
+            .with_min_scan_bytes_per_task(1)
+            .with_max_tasks_per_stage(4)
+            .with_task_timeout(std::time::Duration::from_secs(1))
+            .with_write_location(out.path().display().to_string()),
+    )
+    .await;
+    let create = h
+        .submit("CREATE TABLE d WITH (format = 'DELTA') AS SELECT id, k FROM facts WHERE id <= 100")
+        .await;
+    h.run_to_end(&create).await;
+    let appended = h
+        .submit("INSERT INTO d SELECT id + 1000, k FROM facts WHERE id <= 50")
+        .await;
+    h.run_to_end(&appended).await;
+    assert_eq!(h.state(&appended).await, JobState::Succeeded);
+    // An append that is cancelled after its tasks wrote: its files stay (invisible) until
+    // the sweep, which may not delete them before it knows the commit cannot land.
+    let cancelled = h
+        .submit("INSERT INTO d SELECT id + 5000, k FROM facts WHERE id <= 50")
+        .await;
+    let dir = out.path().join("d");
+    let unlisted = dir.join(format!("{cancelled}-00000-1a7e0000-000.parquet"));
+    std::fs::write(&unlisted, b"written by an attempt of the cancelled append").unwrap();
+    h.scheduler()
+        .cancel(&cancelled, &lambdafusion::access::Caller::local())
+        .await
+        .unwrap();
+    assert!(
+        unlisted.exists(),
+        "a cancel deletes no file of a Delta write"
+    );
+    // What an attempt that died after the append's commit left.
+    let late = dir.join(format!("{appended}-00003-1a7e0000-000.parquet"));
+    std::fs::write(&late, b"written by an attempt that then died").unwrap();
+    h.scheduler().sweep().await.unwrap();
+    assert!(late.exists() && unlisted.exists(), "too early to tell");
+    tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
+    h.scheduler().sweep().await.unwrap();
+    assert!(!late.exists() && !unlisted.exists());
+    check_log_is_the_files(&dir);
+    // Whatever the job's state says, the log decides: a commit that landed is kept.
+    let snapshot = h.services.store.load_job(&appended).await.unwrap().unwrap();
+    let target = snapshot.job.write.clone().unwrap();
+    let files = lambdafusion::write::committed_files(&h.services, &snapshot).await;
+    let deleted = lambdafusion::write::last_clean_up(&h.services, &target, false, &files).await;
+    assert_eq!(deleted, 0);
+    check_log_is_the_files(&dir);
+    assert_eq!(log_adds(&dir).len(), 2);
+}
