@@ -1023,6 +1023,24 @@ impl JobStore for DynamoDbJobStore {
 
     async fn put_table(&self, table: &TableRecord, replace: bool) -> Result<bool> {
         let item = to_item(CATALOG_PK, &table_sk(&table.name), table)?;
+        if !replace {
+            // A new entry is an update of an absent item: UpdateItem, which the executor
+            // (committing a CREATE TABLE ... AS on the fast path) may call, not PutItem.
+            let mut expr = Expr::default();
+            for (name, value) in &item {
+                if name != "pk" && name != "sk" {
+                    expr = expr.set(name, value.clone());
+                }
+            }
+            return self
+                .update(
+                    "UpdateItem (new table)",
+                    key(CATALOG_PK, &table_sk(&table.name)),
+                    expr,
+                    "attribute_not_exists(pk)".into(),
+                )
+                .await;
+        }
         retrying("PutItem (table)", || async {
             count(Request::DynamoDbWrite);
             let result = self

@@ -409,6 +409,42 @@ async fn copy_to_s3(stack: &Stack, client: &Client, ctx: &SessionContext) {
         .unwrap();
     lambdafusion_embedded::verify::compare(&want, &ours, false).unwrap();
 
+    // A Delta table: created by one statement, appended to by another, each one Delta
+    // commit put only if absent (S3's conditional PUT) by the scheduler's role.
+    let (status, _) = run(
+        client,
+        &format!(
+            "CREATE TABLE delta_li WITH (format = 'DELTA', partitioned_by = \
+             ARRAY['l_shipmode'], external_location = 's3://{bucket}/out/delta_li/') AS \
+             {source} AND l_linenumber <= 4"
+        ),
+    )
+    .await;
+    assert_eq!(status.state, "succeeded", "{status:?}");
+    let (status, _) = run(
+        client,
+        &format!("INSERT INTO delta_li {source} AND l_linenumber > 4"),
+    )
+    .await;
+    assert_eq!(status.state, "succeeded", "{status:?}");
+    let mut log: Vec<String> = s3
+        .list(Some(&Path::from("out/delta_li/_delta_log")))
+        .map_ok(|m| m.location.to_string())
+        .try_collect()
+        .await
+        .unwrap();
+    log.sort();
+    assert_eq!(
+        log,
+        [
+            "out/delta_li/_delta_log/00000000000000000000.json",
+            "out/delta_li/_delta_log/00000000000000000001.json"
+        ],
+        "one commit per statement"
+    );
+    let (_, ours) = run(client, &check.replace("{}", "delta_li")).await;
+    lambdafusion_embedded::verify::compare(&want, &ours, false).unwrap();
+
     // Nowhere but the write locations.
     for (target, says) in [
         (
