@@ -19,7 +19,11 @@
 //!
 //! Then a write phase: a `COPY` from each client under every fault at once; each location
 //! written ends holding one committed write — a manifest naming exactly the files there,
-//! every row of the source exactly once — or nothing.
+//! every row of the source exactly once — or nothing. And an insert phase: a Delta table
+//! created fault-free, then an `INSERT INTO` it from each client under every fault at
+//! once, each try's rows tagged; every tag in the table holds its rows exactly once,
+//! every acknowledged insert is there, none that failed is, and the table's directory
+//! holds exactly the files its log lists.
 //!
 //! After the last phase every object left under the deployment's `jobs/` prefix is
 //! accounted for — also those of jobs no client learned of (a scheduler that crashed
@@ -217,6 +221,8 @@ struct Soak {
     expected: HashMap<String, Vec<RecordBatch>>,
     /// What [`WRITE_SOURCE`] yields: rows and the sum of their [`WRITE_KEY`]s.
     write_expected: (u64, i64),
+    /// Rows and key sum of each slice `l_orderkey % 4` of [`WRITE_SOURCE`].
+    slices: Vec<(u64, i64)>,
     /// The stack's bucket.
     bucket: String,
     queries: Vec<Query>,
@@ -250,6 +256,25 @@ impl Soak {
             other => panic!("{other:?}"),
         };
         let write_expected = (number(0) as u64, number(1));
+        let slices = workload::expected(
+            &ctx,
+            &format!(
+                "SELECT l_orderkey % 4 AS slice, count(*) AS n, sum({WRITE_KEY}) AS s \
+                 FROM ({WRITE_SOURCE}) AS w GROUP BY 1 ORDER BY 1"
+            ),
+        )
+        .await;
+        let slices: Vec<(u64, i64)> = lambdafusion_embedded::verify::rows(&slices)
+            .iter()
+            .map(|row| {
+                let n = |c: &lambdafusion_embedded::verify::Cell| match c {
+                    lambdafusion_embedded::verify::Cell::Text(t) => t.parse::<i64>().unwrap(),
+                    other => panic!("{other:?}"),
+                };
+                (n(&row[1]) as u64, n(&row[2]))
+            })
+            .collect();
+        assert_eq!(slices.len(), 4);
         Soak {
             s3: stack.s3(),
             faults_url: stack.faults_url(),
@@ -257,6 +282,7 @@ impl Soak {
             store,
             expected,
             write_expected,
+            slices,
             bucket: stack.var("LAMBDAFUSION_BUCKET"),
             queries,
             seed,
@@ -460,17 +486,47 @@ impl Soak {
     /// each try writes a location of its own (a try whose answer was lost may still run).
     /// Returns how it ended and every location tried.
     async fn write_one(&self, tag: &str) -> (WriteOutcome, Vec<String>) {
-        let mut tried = Vec::new();
-        let mut job = None;
-        let mut last_error = String::new();
-        for attempt in 1..=8u32 {
+        self.submit_write(|attempt| {
             let location = format!("out/chaos/{tag}-{attempt}");
-            tried.push(location.clone());
             let sql = format!(
                 "/* {tag} try {attempt} */ COPY ({WRITE_SOURCE}) TO 's3://{}/{location}/' \
                  STORED AS PARQUET PARTITIONED BY (l_shipmode)",
                 self.bucket
             );
+            (sql, location)
+        })
+        .await
+    }
+
+    /// One INSERT of client `client`'s slice of [`WRITE_SOURCE`] into the Delta table
+    /// [`DELTA_TABLE`], its rows tagged with the try (a try whose answer was lost may
+    /// still run). Returns how it ended and every tag tried.
+    async fn insert_one(&self, client: usize) -> (WriteOutcome, Vec<String>) {
+        self.submit_write(|attempt| {
+            let tag = format!("{client}-{attempt}");
+            let sql = format!(
+                "INSERT INTO {DELTA_TABLE} SELECT '{tag}' AS tag, l_orderkey, l_linenumber, \
+                 l_quantity, l_shipmode FROM ({WRITE_SOURCE}) AS w WHERE l_orderkey % 4 = {}",
+                client % 4
+            );
+            (sql, tag)
+        })
+        .await
+    }
+
+    /// Submits the statement `statement(try)` makes (with the label of what it writes)
+    /// until one is accepted, as [`Soak::run_one`] submits a query, and waits for it.
+    /// Returns how it ended (`Committed` with its label) and every label tried.
+    async fn submit_write(
+        &self,
+        statement: impl Fn(u32) -> (String, String),
+    ) -> (WriteOutcome, Vec<String>) {
+        let mut tried = Vec::new();
+        let mut job = None;
+        let mut last_error = String::new();
+        for attempt in 1..=8u32 {
+            let (sql, location) = statement(attempt);
+            tried.push(location.clone());
             match self
                 .client
                 .submit_with(&sql, Some(QUERY_SECONDS as f64))
@@ -611,6 +667,211 @@ impl Soak {
         }
         Some(format!("{state} (30 s after the phase)"))
     }
+}
+
+/// The Delta table the INSERT phase appends to.
+const DELTA_TABLE: &str = "chaos_delta";
+
+/// The INSERT phase: a Delta table created fault-free, then one INSERT from each of
+/// `clients` clients under every fault at once, each of a slice of [`WRITE_SOURCE`]
+/// tagged with its try. Afterwards every tag in the table holds its slice exactly once
+/// (no try is half there or there twice), every acknowledged INSERT is there, none that
+/// failed is, and the table's directory holds exactly the files its log lists.
+async fn insert_phase(soak: &Arc<Soak>, clients: usize) {
+    let location = format!("out/chaos-delta-{}", soak.seed);
+    let create = format!(
+        "CREATE TABLE {DELTA_TABLE} WITH (format = 'DELTA', partitioned_by = \
+         ARRAY['l_shipmode'], external_location = 's3://{}/{location}/') AS \
+         SELECT 'create' AS tag, l_orderkey, l_linenumber, l_quantity, l_shipmode \
+         FROM ({WRITE_SOURCE}) AS w WHERE l_orderkey % 4 = 0",
+        soak.bucket
+    );
+    let (status, _) = workload::run(&soak.client, &create).await;
+    assert_eq!(status.state, "succeeded", "{status:?}");
+    let faults = phases()
+        .into_iter()
+        .find(|(class, _)| *class == "all")
+        .map(|(_, f)| f)
+        .unwrap();
+    soak.set_plan(&faults).await;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| {
+            let soak = soak.clone();
+            tokio::spawn(async move { soak.insert_one(c).await })
+        })
+        .collect();
+    let mut outcomes = Vec::new();
+    for t in tasks {
+        outcomes.push(t.await.unwrap());
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    soak.set_plan(&json!({})).await;
+
+    let mut problems = Vec::new();
+    let (mut committed, mut failed) = (0, 0);
+    let (mut must, mut must_not) = (vec!["create".to_string()], Vec::new());
+    let mut slice_of = std::collections::HashMap::from([("create".to_string(), 0usize)]);
+    for (c, (outcome, tried)) in outcomes.iter().enumerate() {
+        for tag in tried {
+            slice_of.insert(tag.clone(), c % 4);
+        }
+        match outcome {
+            WriteOutcome::Committed(tag) => {
+                committed += 1;
+                must.push(tag.clone());
+            }
+            WriteOutcome::Failed(why) => {
+                failed += 1;
+                println!("insert failed: {why}");
+                // A job that ran and failed committed nothing; a submission refused may
+                // still have run (its answer lost): either is checked for wholeness.
+                if !why.starts_with("submission refused") {
+                    must_not.extend(tried.last().cloned());
+                }
+            }
+            WriteOutcome::Hung => problems.push(format!("an insert hung: {tried:?}")),
+        }
+    }
+    let (_, batches) = workload::run(
+        &soak.client,
+        &format!(
+            "SELECT tag, count(*) AS n, sum({WRITE_KEY}) AS s, \
+             count(DISTINCT {WRITE_KEY}) AS d FROM {DELTA_TABLE} GROUP BY tag"
+        ),
+    )
+    .await;
+    let text = |cell: &lambdafusion_embedded::verify::Cell| match cell {
+        lambdafusion_embedded::verify::Cell::Text(t) => t.clone(),
+        other => format!("{other:?}"),
+    };
+    let mut present = std::collections::BTreeSet::new();
+    for row in lambdafusion_embedded::verify::rows(&batches) {
+        let tag = text(&row[0]);
+        let (n, sum, distinct) = (text(&row[1]), text(&row[2]), text(&row[3]));
+        match slice_of.get(&tag) {
+            None => problems.push(format!("rows of a tag never sent: {tag}")),
+            Some(&slice) => {
+                let (want_n, want_sum) = soak.slices[slice];
+                if (n.as_str(), sum.as_str(), distinct.as_str())
+                    != (
+                        want_n.to_string().as_str(),
+                        want_sum.to_string().as_str(),
+                        want_n.to_string().as_str(),
+                    )
+                {
+                    problems.push(format!(
+                        "{tag}: {n} rows ({distinct} distinct), key sum {sum}; expected \
+                         {want_n} rows, key sum {want_sum}"
+                    ));
+                }
+            }
+        }
+        present.insert(tag);
+    }
+    for tag in &must {
+        if !present.contains(tag) {
+            problems.push(format!("{tag} was acknowledged and is not in the table"));
+        }
+    }
+    for tag in &must_not {
+        if present.contains(tag) {
+            problems.push(format!("{tag} failed and is in the table"));
+        }
+    }
+    // The directory holds exactly the files the log lists, once the inserts' last
+    // clean-ups have run (the task timeout after they end).
+    let mut state = String::new();
+    for _ in 0..120 {
+        state = soak
+            .delta_files_match_log(&location)
+            .await
+            .err()
+            .unwrap_or_default();
+        if state.is_empty() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    if !state.is_empty() {
+        problems.push(format!("{state} (60 s after the phase)"));
+    }
+    let (allowed, why) = allowed_failures("all", clients);
+    println!(
+        "phase insert (all faults): {clients} INSERTs into a Delta table in {seconds:.0} s: \
+         {committed} committed, {failed} failed (allowed {allowed}: {why}); tags in the \
+         table: {present:?}"
+    );
+    assert!(
+        failed <= allowed,
+        "{failed} inserts failed, {allowed} allowed"
+    );
+    assert!(problems.is_empty(), "{problems:#?}");
+}
+
+impl Soak {
+    /// Whether the objects under the Delta table at `location` are exactly the files its
+    /// log's commits add (each once); what differs if not.
+    async fn delta_files_match_log(&self, location: &str) -> Result<(), String> {
+        use object_store::ObjectStoreExt;
+        let log_prefix = format!("{location}/_delta_log/");
+        let objects = self.objects(location).await;
+        let mut added = Vec::new();
+        for key in objects
+            .iter()
+            .filter(|o| o.starts_with(&log_prefix) && o.ends_with(".json"))
+        {
+            let body = self
+                .s3
+                .get(&object_store::path::Path::from(key.as_str()))
+                .await
+                .map_err(|e| e.to_string())?
+                .bytes()
+                .await
+                .map_err(|e| e.to_string())?;
+            for line in String::from_utf8_lossy(&body).lines() {
+                let action: serde_json::Value = serde_json::from_str(line).unwrap();
+                if let Some(path) = action["add"]["path"].as_str() {
+                    let decoded = percent_decode(path);
+                    added.push(format!("{location}/{decoded}"));
+                }
+            }
+        }
+        let listed: std::collections::BTreeSet<String> = added.iter().cloned().collect();
+        if listed.len() != added.len() {
+            return Err(format!("{location}: the log adds a file twice"));
+        }
+        let files: std::collections::BTreeSet<String> = objects
+            .into_iter()
+            .filter(|o| !o.starts_with(&log_prefix))
+            .collect();
+        if files != listed {
+            let extra: Vec<_> = files.difference(&listed).collect();
+            let missing: Vec<_> = listed.difference(&files).collect();
+            return Err(format!(
+                "{location}: files the log does not list {extra:?}, files it lists that are \
+                 not there {missing:?}"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// `%XX` escapes decoded (a Delta log's paths are URL-encoded object keys).
+fn percent_decode(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            out.push(u8::from_str_radix(&text[i + 1..i + 3], 16).unwrap());
+            i += 3;
+        } else {
+            out.push(bytes[i]);
+            i += 1;
+        }
+    }
+    String::from_utf8(out).unwrap()
 }
 
 /// The write phase: one COPY from each of `clients` clients under every fault at once.
@@ -1025,6 +1286,9 @@ fn chaos_short() {
         // COPYs under every fault at once: each location written holds exactly one
         // committed write or nothing.
         write_phase(&soak, 4).await;
+        // INSERTs into a Delta table under every fault at once: every try's rows are in
+        // the table once or not at all.
+        insert_phase(&soak, 4).await;
         let left = soak.all_leftovers().await;
         assert!(left.is_empty(), "objects left behind: {left:?}");
         // Under every fault, the functions needed nothing their roles do not grant.
