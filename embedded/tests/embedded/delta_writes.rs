@@ -236,6 +236,36 @@ async fn a_commit_run_again_adds_nothing_and_concurrent_appends_both_land() {
     }
     assert_eq!(log_adds(&dir).len(), 2, "no commit was made twice");
     assert_eq!(count_and_sum(&engine, "d").await.0, 1_500);
+    // An append planned against other columns (the table changed while it ran) is a
+    // conflict, not a commit.
+    let snapshot = services
+        .store
+        .load_job(&appended.status.id)
+        .await
+        .unwrap()
+        .unwrap();
+    let mut stale = snapshot.job.write.clone().unwrap();
+    stale.job_id = "stale".into();
+    let schema = lambdafusion::plan::decode_schema(&stale.table_schema).unwrap();
+    let mut fields: Vec<_> = schema.fields().iter().cloned().collect();
+    fields.push(Arc::new(datafusion::arrow::datatypes::Field::new(
+        "added",
+        datafusion::arrow::datatypes::DataType::Int64,
+        true,
+    )));
+    stale.table_schema = lambdafusion::plan::encode_schema(&Arc::new(
+        datafusion::arrow::datatypes::Schema::new(fields),
+    ))
+    .unwrap();
+    let e = lambdafusion::write::commit(services, &stale, &[])
+        .await
+        .unwrap_err();
+    assert!(matches!(e, lambdafusion::Error::Conflict(_)), "{e}");
+    assert!(
+        e.to_string().contains("columns or partitioning changed"),
+        "{e}"
+    );
+    assert_eq!(log_adds(&dir).len(), 2);
 
     // Two appends at once: one finds its version taken and commits after the other.
     let (a, b) = tokio::join!(
