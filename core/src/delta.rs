@@ -229,7 +229,9 @@ fn kernel_error(table: &str, version: Version, e: delta_kernel::Error) -> DataFu
 pub(crate) fn is_missing(e: &delta_kernel::Error) -> bool {
     matches!(
         e,
-        delta_kernel::Error::FileNotFound(_) | delta_kernel::Error::MissingVersion
+        delta_kernel::Error::FileNotFound(_)
+            | delta_kernel::Error::MissingVersion
+            | delta_kernel::Error::InvalidTableLocation(_)
     ) || e.to_string().contains("No files in log segment")
 }
 

@@ -4,8 +4,10 @@ materializes it, written as Parquet for the test to compare with lambdafusion's 
 
     read_back.py <table dir> <out dir> <column,column,...>
 
-writes <out dir>/v<N>.parquet for every version N (the columns named, in that order)
-and prints one JSON line: the newest version, the partition columns, the protocol and
+writes <out dir>/v<N>.parquet for every version N (the columns named, in that order),
+<out dir>/filtered.parquet for the newest version's rows with id > 5000 (deltalake
+skips files by the statistics lambdafusion wrote, then filters rows), and prints one
+JSON line: the newest version, the partition columns, the protocol and
 the number of files of the newest version.
 """
 
@@ -21,6 +23,8 @@ newest = DeltaTable(table)
 for version in range(newest.version() + 1):
     rows = DeltaTable(table, version=version).to_pyarrow_table(columns=columns)
     pq.write_table(rows, os.path.join(out, f"v{version}.parquet"))
+filtered = newest.to_pyarrow_table(columns=columns, filters=[("id", ">", 5000)])
+pq.write_table(filtered, os.path.join(out, "filtered.parquet"))
 protocol = newest.protocol()
 print(
     json.dumps(

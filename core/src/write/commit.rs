@@ -49,6 +49,9 @@ pub struct WrittenFile {
     /// null).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub partition: Option<BTreeMap<String, Option<String>>>,
+    /// A Delta write's statistics of the file (the `stats` JSON of its `add` action).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub stats: Option<String>,
 }
 
 /// The files the committed attempts of the writing stage wrote (its tasks' outputs).
@@ -67,6 +70,7 @@ pub async fn written_files(
         let rows = batch.column(1).as_primitive::<UInt64Type>();
         let bytes = batch.column(2).as_primitive::<UInt64Type>();
         let partitions = batch.column(3).as_string::<i32>();
+        let stats = batch.column(4).as_string::<i32>();
         for i in 0..batch.num_rows() {
             let partition = if partitions.is_null(i) {
                 None
@@ -80,6 +84,7 @@ pub async fn written_files(
                 rows: rows.value(i),
                 bytes: bytes.value(i),
                 partition,
+                stats: (!stats.is_null(i)).then(|| stats.value(i).to_string()),
             });
         }
     }
@@ -214,6 +219,7 @@ async fn empty_file(
         rows: 0,
         bytes,
         partition: None,
+        stats: None,
     })
 }
 

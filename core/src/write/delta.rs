@@ -22,7 +22,7 @@ use datafusion::arrow::array::{
     Array, Int64Array, MapBuilder, MapFieldNames, RecordBatch, StringArray, StringBuilder,
     StructArray,
 };
-use datafusion::arrow::datatypes::{DataType, Field, Fields, Schema, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::common::DFSchema;
 use datafusion::logical_expr::{cast, Expr, LogicalPlan, LogicalPlanBuilder};
 use delta_kernel::committer::FileSystemCommitter;
@@ -198,14 +198,7 @@ fn add_files(target: &WriteTarget, files: &[WrittenFile], now_ms: i64) -> Result
         partitions.append(true)?;
     }
     let partitions = partitions.finish();
-    let records = Field::new("numRecords", DataType::Int64, true);
-    let stats = StructArray::try_new(
-        Fields::from(vec![records.clone()]),
-        vec![Arc::new(Int64Array::from_iter_values(
-            files.iter().map(|f| f.rows as i64),
-        ))],
-        None,
-    )?;
+    let stats = stats_array(target, files)?;
     let schema = Schema::new(vec![
         Field::new("path", DataType::Utf8, false),
         Field::new("partitionValues", partitions.data_type().clone(), false),
@@ -225,6 +218,32 @@ fn add_files(target: &WriteTarget, files: &[WrittenFile], now_ms: i64) -> Result
             Arc::new(stats),
         ],
     )?)
+}
+
+/// The files' statistics as the kernel takes them: each file's `stats` JSON (its rows
+/// alone when the writer gave none) read into one struct of the table's columns.
+fn stats_array(target: &WriteTarget, files: &[WrittenFile]) -> Result<StructArray> {
+    let columns = crate::plan::decode_schema(&target.schema)?;
+    let fields: Vec<Field> = columns
+        .fields()
+        .iter()
+        .map(|f| f.as_ref().clone())
+        .collect();
+    let schema = Arc::new(super::stats::stats_schema(&fields));
+    let mut lines = String::new();
+    for file in files {
+        match &file.stats {
+            Some(stats) => lines.push_str(stats),
+            None => lines.push_str(&format!("{{\"numRecords\":{}}}", file.rows)),
+        }
+        lines.push('\n');
+    }
+    let reader = datafusion::arrow::json::ReaderBuilder::new(schema.clone())
+        .with_batch_size(files.len().max(1))
+        .build(std::io::Cursor::new(lines.into_bytes()))?;
+    let batches = reader.collect::<std::result::Result<Vec<_>, _>>()?;
+    let batch = datafusion::arrow::compute::concat_batches(&schema, &batches)?;
+    Ok(StructArray::from(batch))
 }
 
 /// Commits `files` to the Delta table of `target`: creates it (a `CREATE TABLE ... AS`)

@@ -22,6 +22,7 @@
 pub mod commit;
 pub mod delta;
 pub mod sink;
+mod stats;
 pub mod target;
 
 pub use commit::*;

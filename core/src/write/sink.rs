@@ -71,6 +71,8 @@ pub fn file_list_schema() -> SchemaRef {
         // A partitioned write's partition values of the file, a JSON object of the
         // values as text (`{"col": "v", "other": null}`; NULL and empty are null).
         Field::new("partition", DataType::Utf8, true),
+        // A Delta write's statistics of the file (the `stats` JSON of its `add` action).
+        Field::new("stats", DataType::Utf8, true),
     ]))
 }
 
@@ -288,6 +290,8 @@ struct DoneFile {
     bytes: u64,
     /// Its partition values ([`file_list_schema`]).
     partition: Option<String>,
+    /// Its statistics ([`file_list_schema`]).
+    stats: Option<String>,
 }
 
 /// One file being written.
@@ -296,6 +300,8 @@ struct OpenFile {
     dirs: String,
     /// Its partition values ([`file_list_schema`]).
     partition: Option<String>,
+    /// A Delta write's statistics of it, as they are gathered.
+    stats: Option<super::stats::FileStats>,
     path: Path,
     out: BufWriter,
     encoder: Encoder,
@@ -348,6 +354,9 @@ impl FileSet {
                 Arc::new(UInt64Array::from_iter_values(done.iter().map(|f| f.bytes))),
                 Arc::new(StringArray::from_iter(
                     done.iter().map(|f| f.partition.as_deref()),
+                )),
+                Arc::new(StringArray::from_iter(
+                    done.iter().map(|f| f.stats.as_deref()),
                 )),
             ],
         )?)
@@ -473,6 +482,9 @@ impl FileSet {
         };
         let file = &mut self.open[at];
         file.rows += batch.num_rows() as u64;
+        if let Some(stats) = &mut file.stats {
+            stats.update(&batch)?;
+        }
         let encoded = match &mut file.encoder {
             Encoder::Parquet(writer) => {
                 writer.write(&batch)?;
@@ -558,6 +570,10 @@ impl FileSet {
             path = path.join(part);
         }
         let path = path.join(file_name);
+        let stats = match self.target.format {
+            WriteFormat::Delta => Some(super::stats::FileStats::new(&schema)?),
+            _ => None,
+        };
         let encoder = match self.target.format {
             WriteFormat::Parquet | WriteFormat::Delta => Encoder::Parquet(Box::new(
                 ArrowWriter::try_new(Vec::new(), schema, Some(self.target.parquet_properties()?))?,
@@ -574,6 +590,7 @@ impl FileSet {
         self.open.push(OpenFile {
             dirs,
             partition,
+            stats,
             out: BufWriter::new(self.store.clone(), path.clone()),
             path,
             encoder,
@@ -609,6 +626,7 @@ impl FileSet {
             rows: file.rows,
             bytes: file.bytes,
             partition: file.partition,
+            stats: file.stats.map(|s| s.finish(file.rows)).transpose()?,
         });
         Ok(())
     }

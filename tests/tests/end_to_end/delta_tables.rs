@@ -356,6 +356,28 @@ async fn tables_lambdafusion_writes_are_read_by_deltalake() {
             panic!("version {version}: deltalake reads otherwise:\n{diff}");
         }
     }
+    // deltalake skips files by the statistics written: a wrong bound would lose rows.
+    let theirs = reader
+        .read_parquet(
+            answers.join("filtered.parquet").to_str().unwrap(),
+            Default::default(),
+        )
+        .await
+        .unwrap()
+        .collect()
+        .await
+        .unwrap();
+    let ours = engine
+        .sql(&format!("SELECT {columns} FROM w WHERE id > 5000"))
+        .await
+        .unwrap();
+    assert_eq!(
+        ours.batches.iter().map(|b| b.num_rows()).sum::<usize>(),
+        1001
+    );
+    if let Err(diff) = lambdafusion_embedded::verify::compare(&theirs, &ours.batches, false) {
+        panic!("id > 5000: deltalake reads otherwise:\n{diff}");
+    }
 }
 
 fn copy_dir(from: &Path, to: &Path) {
