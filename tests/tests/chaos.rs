@@ -669,6 +669,15 @@ impl Soak {
     }
 }
 
+/// The fault plan of the `all` class: every fault at once.
+fn all_faults() -> serde_json::Value {
+    phases()
+        .into_iter()
+        .find(|(class, _)| *class == "all")
+        .map(|(_, f)| f)
+        .unwrap()
+}
+
 /// The Delta table the INSERT phase appends to.
 const DELTA_TABLE: &str = "chaos_delta";
 
@@ -688,12 +697,7 @@ async fn insert_phase(soak: &Arc<Soak>, clients: usize) {
     );
     let (status, _) = workload::run(&soak.client, &create).await;
     assert_eq!(status.state, "succeeded", "{status:?}");
-    let faults = phases()
-        .into_iter()
-        .find(|(class, _)| *class == "all")
-        .map(|(_, f)| f)
-        .unwrap();
-    soak.set_plan(&faults).await;
+    soak.set_plan(&all_faults()).await;
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .map(|c| {
@@ -832,8 +836,9 @@ impl Soak {
             for line in String::from_utf8_lossy(&body).lines() {
                 let action: serde_json::Value = serde_json::from_str(line).unwrap();
                 if let Some(path) = action["add"]["path"].as_str() {
-                    let decoded = percent_decode(path);
-                    added.push(format!("{location}/{decoded}"));
+                    // URL-encoded object keys, decoded once by readers.
+                    let key = object_store::path::Path::from_url_path(path).unwrap();
+                    added.push(format!("{location}/{key}"));
                 }
             }
         }
@@ -857,33 +862,11 @@ impl Soak {
     }
 }
 
-/// `%XX` escapes decoded (a Delta log's paths are URL-encoded object keys).
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            out.push(u8::from_str_radix(&text[i + 1..i + 3], 16).unwrap());
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).unwrap()
-}
-
 /// The write phase: one COPY from each of `clients` clients under every fault at once.
 /// Every location any of them wrote ends holding exactly one committed write or nothing;
 /// at most as many fail as the `all` class allows; none hangs.
 async fn write_phase(soak: &Arc<Soak>, clients: usize) {
-    let faults = phases()
-        .into_iter()
-        .find(|(class, _)| *class == "all")
-        .map(|(_, f)| f)
-        .unwrap();
-    soak.set_plan(&faults).await;
+    soak.set_plan(&all_faults()).await;
     let started = Instant::now();
     let tasks: Vec<_> = (0..clients)
         .map(|c| {

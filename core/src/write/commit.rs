@@ -36,6 +36,21 @@ pub struct Manifest {
     pub delta_version: Option<u64>,
 }
 
+impl Manifest {
+    /// The manifest of `target`'s `files` (and the Delta version that lists them).
+    fn of(target: &WriteTarget, files: &[WrittenFile], delta_version: Option<u64>) -> Self {
+        Manifest {
+            committer: "lambdafusion".into(),
+            job_id: target.job_id.clone(),
+            format: target.format,
+            rows: files.iter().map(|f| f.rows).sum(),
+            bytes: files.iter().map(|f| f.bytes).sum(),
+            files: files.to_vec(),
+            delta_version,
+        }
+    }
+}
+
 /// One file of a write.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct WrittenFile {
@@ -126,15 +141,7 @@ pub async fn commit(
         if let (Some(name), false) = (&target.table, target.append) {
             create_table(services, target, name).await?;
         }
-        return Ok(Manifest {
-            committer: "lambdafusion".into(),
-            job_id: target.job_id.clone(),
-            format: target.format,
-            rows: files.iter().map(|f| f.rows).sum(),
-            bytes: files.iter().map(|f| f.bytes).sum(),
-            files: files.to_vec(),
-            delta_version: Some(version),
-        });
+        return Ok(Manifest::of(target, files, Some(version)));
     }
     let mut files = files.to_vec();
     if files.is_empty() {
@@ -142,15 +149,7 @@ pub async fn commit(
         files.push(empty_file(store.as_ref(), &root, target).await?);
     }
     let files = files.as_slice();
-    let manifest = Manifest {
-        committer: "lambdafusion".into(),
-        job_id: target.job_id.clone(),
-        format: target.format,
-        rows: files.iter().map(|f| f.rows).sum(),
-        bytes: files.iter().map(|f| f.bytes).sum(),
-        files: files.to_vec(),
-        delta_version: None,
-    };
+    let manifest = Manifest::of(target, files, None);
     let path = root.clone().join(MANIFEST);
     let body = serde_json::to_vec_pretty(&manifest).map_err(|e| Error::Internal(e.to_string()))?;
     let put = store

@@ -8,14 +8,15 @@ use std::collections::BTreeSet;
 use std::path::Path;
 use std::sync::Arc;
 
-use datafusion::arrow::array::{AsArray, RecordBatch};
-use datafusion::arrow::datatypes::{Int64Type, UInt64Type};
+use datafusion::arrow::array::AsArray;
+use datafusion::arrow::datatypes::Int64Type;
 use lambdafusion::executor::{Executor, TaskReport};
 use lambdafusion::state::JobState;
 use lambdafusion::EngineConfig;
 use lambdafusion_embedded::Embedded;
 
 use crate::common;
+use crate::writes::{compare, summary};
 use common::harness::Harness;
 
 fn config(tables: &Path, out: &Path) -> EngineConfig {
@@ -24,6 +25,19 @@ fn config(tables: &Path, out: &Path) -> EngineConfig {
         .with_min_scan_bytes_per_task(1)
         .with_max_tasks_per_stage(4)
         .with_write_location(out.display().to_string())
+}
+
+/// A harness of `config` whose every scan is split as finely as allowed, writing under
+/// `out`.
+async fn harness(out: &Path, config: EngineConfig) -> Harness {
+    Harness::new(
+        config
+            .with_bytes_per_task(1)
+            .with_min_scan_bytes_per_task(1)
+            .with_max_tasks_per_stage(4)
+            .with_write_location(out.display().to_string()),
+    )
+    .await
 }
 
 /// The `add` actions of every commit of the table at `dir`, by version: their paths.
@@ -84,33 +98,15 @@ fn check_log_is_the_files(dir: &Path) {
         }
     }
     // The log's paths are URL-encoded object keys, decoded once by readers.
-    let decoded: BTreeSet<String> = unique.iter().map(|p| percent_decode(p)).collect();
+    let decoded: BTreeSet<String> = unique
+        .iter()
+        .map(|p| {
+            object_store::path::Path::from_url_path(p)
+                .unwrap()
+                .to_string()
+        })
+        .collect();
     assert_eq!(decoded, present, "the log lists exactly the files there");
-}
-
-fn percent_decode(text: &str) -> String {
-    let bytes = text.as_bytes();
-    let mut out = Vec::with_capacity(bytes.len());
-    let mut i = 0;
-    while i < bytes.len() {
-        if bytes[i] == b'%' && i + 2 < bytes.len() {
-            out.push(u8::from_str_radix(&text[i + 1..i + 3], 16).unwrap());
-            i += 3;
-        } else {
-            out.push(bytes[i]);
-            i += 1;
-        }
-    }
-    String::from_utf8(out).unwrap()
-}
-
-/// The one row of a write's result: (rows, files).
-fn summary(batches: &[RecordBatch]) -> (u64, u64) {
-    let b = batches.iter().find(|b| b.num_rows() == 1).unwrap();
-    (
-        b.column(0).as_primitive::<UInt64Type>().value(0),
-        b.column(1).as_primitive::<UInt64Type>().value(0),
-    )
 }
 
 /// `SELECT count(*), sum(id)` over `table` through `engine`.
@@ -124,12 +120,6 @@ async fn count_and_sum(engine: &Embedded, table: &str) -> (i64, i64) {
         b.column(0).as_primitive::<Int64Type>().value(0),
         b.column(1).as_primitive::<Int64Type>().value(0),
     )
-}
-
-fn compare(expected: &[RecordBatch], actual: &[RecordBatch], what: &str) {
-    if let Err(diff) = lambdafusion_embedded::verify::compare(expected, actual, false) {
-        panic!("{what}\n{diff}");
-    }
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -369,14 +359,7 @@ async fn what_cannot_be_appended_to_is_refused_by_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_deliveries_append_every_row_once() {
     let out = tempfile::tempdir().unwrap();
-    let mut h = Harness::new(
-        EngineConfig::default()
-            .with_bytes_per_task(1)
-            .with_min_scan_bytes_per_task(1)
-            .with_max_tasks_per_stage(4)
-            .with_write_location(out.path().display().to_string()),
-    )
-    .await;
+    let mut h = harness(out.path(), EngineConfig::default()).await;
     let create = h
         .submit("CREATE TABLE d WITH (format = 'DELTA', partitioned_by = ARRAY['k']) AS SELECT id, k FROM facts WHERE id <= 100")
         .await;
@@ -432,13 +415,9 @@ async fn duplicate_deliveries_append_every_row_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_asks_the_log_before_it_deletes_a_delta_write_s_files() {
     let out = tempfile::tempdir().unwrap();
-    let mut h = Harness::new(
-        EngineConfig::default()
-            .with_bytes_per_task(1)
-            .with_min_scan_bytes_per_task(1)
-            .with_max_tasks_per_stage(4)
-            .with_task_timeout(std::time::Duration::from_secs(1))
-            .with_write_location(out.path().display().to_string()),
+    let mut h = harness(
+        out.path(),
+        EngineConfig::default().with_task_timeout(std::time::Duration::from_secs(1)),
     )
     .await;
     let create = h

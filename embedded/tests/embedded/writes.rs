@@ -100,7 +100,7 @@ async fn settle(done: impl Fn() -> bool) {
 }
 
 /// The one row of a write's result: (rows, files).
-fn summary(batches: &[RecordBatch]) -> (u64, u64) {
+pub(crate) fn summary(batches: &[RecordBatch]) -> (u64, u64) {
     assert_eq!(batches.iter().map(|b| b.num_rows()).sum::<usize>(), 1);
     let b = batches.iter().find(|b| b.num_rows() == 1).unwrap();
     assert_eq!(b.schema().field(0).name(), "count");
@@ -110,7 +110,7 @@ fn summary(batches: &[RecordBatch]) -> (u64, u64) {
     )
 }
 
-fn compare(expected: &[RecordBatch], actual: &[RecordBatch], what: &str) {
+pub(crate) fn compare(expected: &[RecordBatch], actual: &[RecordBatch], what: &str) {
     if let Err(diff) = lambdafusion_embedded::verify::compare(expected, actual, false) {
         panic!("{what}\n{diff}");
     }

@@ -331,21 +331,8 @@ async fn tables_lambdafusion_writes_are_read_by_deltalake() {
         report["partition_columns"],
         serde_json::json!(["day", "kind"])
     );
-    let reader = datafusion::prelude::SessionContext::new();
     for version in 0..=2 {
-        let theirs = reader
-            .read_parquet(
-                answers
-                    .join(format!("v{version}.parquet"))
-                    .to_str()
-                    .unwrap(),
-                Default::default(),
-            )
-            .await
-            .unwrap()
-            .collect()
-            .await
-            .unwrap();
+        let theirs = read_answer(&answers.join(format!("v{version}.parquet"))).await;
         let ours = engine
             .sql(&format!("SELECT {columns} FROM w VERSION AS OF {version}"))
             .await
@@ -357,16 +344,7 @@ async fn tables_lambdafusion_writes_are_read_by_deltalake() {
         }
     }
     // deltalake skips files by the statistics written: a wrong bound would lose rows.
-    let theirs = reader
-        .read_parquet(
-            answers.join("filtered.parquet").to_str().unwrap(),
-            Default::default(),
-        )
-        .await
-        .unwrap()
-        .collect()
-        .await
-        .unwrap();
+    let theirs = read_answer(&answers.join("filtered.parquet")).await;
     let ours = engine
         .sql(&format!("SELECT {columns} FROM w WHERE id > 5000"))
         .await
@@ -378,6 +356,16 @@ async fn tables_lambdafusion_writes_are_read_by_deltalake() {
     if let Err(diff) = lambdafusion_embedded::verify::compare(&theirs, &ours.batches, false) {
         panic!("id > 5000: deltalake reads otherwise:\n{diff}");
     }
+}
+
+/// The rows of a Parquet file the reader under test wrote.
+async fn read_answer(path: &Path) -> Vec<datafusion::arrow::array::RecordBatch> {
+    let reader = datafusion::prelude::SessionContext::new();
+    let frame = reader
+        .read_parquet(path.to_str().unwrap(), Default::default())
+        .await
+        .unwrap();
+    frame.collect().await.unwrap()
 }
 
 fn copy_dir(from: &Path, to: &Path) {
