@@ -389,6 +389,9 @@ pub enum Verdict<'a> {
     /// `INSERT INTO table query` of a read-only query: a write appending to a (Delta)
     /// table ([`crate::write::delta`]).
     Insert(&'a datafusion::logical_expr::dml::DmlStatement),
+    /// `EXPLAIN INSERT INTO ...`: the plan of the append, answered by the scheduler;
+    /// nothing is written.
+    ExplainInsert(&'a datafusion::logical_expr::dml::DmlStatement),
     /// `CREATE EXTERNAL TABLE` or `DROP TABLE`: the catalog.
     Catalog,
     /// `DESCRIBE`, `SHOW TABLES` and other `information_schema` reads: answered by the
@@ -423,20 +426,8 @@ pub fn verdict(plan: &LogicalPlan) -> Result<Verdict<'_>> {
             }
             Ok(Verdict::Write(copy))
         }
-        LogicalPlan::Dml(dml)
-            if dml.op
-                == datafusion::logical_expr::WriteOp::Insert(
-                    datafusion::logical_expr::dml::InsertOp::Append,
-                ) =>
-        {
-            read_only(&dml.input)?;
-            if reads_information_schema(&dml.input) {
-                return Err(Error::InvalidInput(
-                    "INSERT INTO cannot read information_schema: it is answered by the \
-                     scheduler, not read by tasks"
-                        .into(),
-                ));
-            }
+        LogicalPlan::Dml(dml) if appends(dml) => {
+            checked_insert(dml)?;
             Ok(Verdict::Insert(dml))
         }
         LogicalPlan::Ddl(DdlStatement::CreateExternalTable(_))
@@ -449,6 +440,12 @@ pub fn verdict(plan: &LogicalPlan) -> Result<Verdict<'_>> {
             Ok(Verdict::Analyze(&analyze.input))
         }
         LogicalPlan::Explain(explain) => {
+            if let LogicalPlan::Dml(dml) = explain.plan.as_ref() {
+                if appends(dml) {
+                    checked_insert(dml)?;
+                    return Ok(Verdict::ExplainInsert(dml));
+                }
+            }
             if let LogicalPlan::Copy(copy) = explain.plan.as_ref() {
                 read_only(&copy.input)?;
                 if !reads_information_schema(&copy.input) {
@@ -467,6 +464,27 @@ pub fn verdict(plan: &LogicalPlan) -> Result<Verdict<'_>> {
             }
         }
     }
+}
+
+/// Whether `dml` is `INSERT INTO` (an append).
+fn appends(dml: &datafusion::logical_expr::dml::DmlStatement) -> bool {
+    dml.op
+        == datafusion::logical_expr::WriteOp::Insert(
+            datafusion::logical_expr::dml::InsertOp::Append,
+        )
+}
+
+/// Refuses an `INSERT INTO` whose query writes or reads `information_schema`.
+fn checked_insert(dml: &datafusion::logical_expr::dml::DmlStatement) -> Result<()> {
+    read_only(&dml.input)?;
+    if reads_information_schema(&dml.input) {
+        return Err(Error::InvalidInput(
+            "INSERT INTO cannot read information_schema: it is answered by the scheduler, \
+             not read by tasks"
+                .into(),
+        ));
+    }
+    Ok(())
 }
 
 /// Refuses the query under a view unless it only reads, and reads no `information_schema`
@@ -502,7 +520,8 @@ fn refused(node: &LogicalPlan) -> Option<Error> {
         LogicalPlan::Dml(dml) => match dml.op {
             datafusion::logical_expr::WriteOp::Insert(
                 datafusion::logical_expr::dml::InsertOp::Append,
-            ) => "INSERT INTO is a statement of its own: it cannot be explained or nested"
+            ) => "INSERT INTO is a statement of its own: it cannot be nested or analyzed \
+                  (EXPLAIN INSERT shows its plan)"
                 .to_string(),
             datafusion::logical_expr::WriteOp::Insert(_) => {
                 "INSERT OVERWRITE and REPLACE INTO are not supported: INSERT INTO appends to a \
@@ -714,7 +733,6 @@ mod tests {
         for sql in [
             "EXPLAIN ANALYZE COPY (SELECT 1) TO '/tmp/x.csv' STORED AS CSV",
             "EXPLAIN ANALYZE INSERT INTO t VALUES (2)",
-            "EXPLAIN VERBOSE INSERT INTO t VALUES (2)",
             "EXPLAIN ANALYZE CREATE TABLE u AS SELECT 1",
             "EXPLAIN CREATE VIEW v AS SELECT 1",
             "EXPLAIN SET datafusion.execution.batch_size = 1",
@@ -731,6 +749,8 @@ mod tests {
         assert!(matches!(verdict(&p), Ok(Verdict::Write(_))));
         let p = plan("INSERT INTO t SELECT * FROM t");
         assert!(matches!(verdict(&p), Ok(Verdict::Insert(_))));
+        let p = plan("EXPLAIN INSERT INTO t VALUES (2)");
+        assert!(matches!(verdict(&p), Ok(Verdict::ExplainInsert(_))));
         let p = plan("INSERT INTO t SELECT count(*) FROM information_schema.tables");
         assert!(verdict(&p).is_err());
         let p = plan("EXPLAIN COPY (SELECT * FROM t) TO '/tmp/x/' STORED AS CSV");

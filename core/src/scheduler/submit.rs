@@ -269,6 +269,13 @@ impl Scheduler {
                 )
                 .await
             }
+            Verdict::ExplainInsert(insert) => {
+                let target = self.insert_target(insert, job_id).await?;
+                let (schema, rows) =
+                    statements::explain(&self.services, &state, &insert.input, Some(target))
+                        .await?;
+                Ok(Planned::Rows(schema, rows))
+            }
             Verdict::ExplainWrite(copy) => {
                 let target = crate::write::WriteTarget::from_copy(copy, job_id)?;
                 let (schema, rows) =

@@ -321,8 +321,8 @@ async fn what_cannot_be_appended_to_is_refused_by_name() {
         ),
         ("INSERT INTO big SELECT id, k FROM facts", "big is a view"),
         (
-            "EXPLAIN INSERT INTO d SELECT id, k FROM facts",
-            "cannot be explained",
+            "EXPLAIN ANALYZE INSERT INTO d SELECT id, k FROM facts",
+            "cannot be nested or analyzed",
         ),
         (
             "INSERT OVERWRITE d SELECT id, k FROM facts",
@@ -345,6 +345,17 @@ async fn what_cannot_be_appended_to_is_refused_by_name() {
         let e = engine.sql(sql).await.unwrap_err().to_string();
         assert!(e.contains(expected), "{sql}: {e}");
     }
+    // EXPLAIN shows the writing stage of an append, and appends nothing.
+    let explained = engine
+        .sql("EXPLAIN INSERT INTO d SELECT id, k FROM facts")
+        .await
+        .unwrap();
+    let text = format!(
+        "{}",
+        datafusion::arrow::util::pretty::pretty_format_batches(&explained.batches).unwrap()
+    );
+    assert!(text.contains("TableWriterExec: format=DELTA"), "{text}");
+    assert_eq!(log_adds(&d).len(), 1);
     // A new table over a directory that holds a Delta table already (not registered).
     engine.sql("DROP TABLE d").await.unwrap();
     let sql = format!(
