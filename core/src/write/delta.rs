@@ -263,6 +263,32 @@ pub async fn commit(
         .map_err(|e| Error::Internal(format!("the Delta commit stopped: {e}")))?
 }
 
+/// Commits between checkpoints when the table does not say (`delta.checkpointInterval`),
+/// as Delta's own writers do.
+const CHECKPOINT_INTERVAL: u64 = 10;
+
+/// Writes a checkpoint of `snapshot` (the version an append just committed) when its
+/// version is a multiple of the table's checkpoint interval, so that readers replay at
+/// most that many commits after it however often a table is appended to. Best effort:
+/// a checkpoint is an optimization, its failure is logged and the append stands.
+fn checkpoint_if_due(
+    engine: &dyn Engine,
+    snapshot: &delta_kernel::snapshot::SnapshotRef,
+    label: &str,
+) {
+    let interval = snapshot
+        .table_properties()
+        .checkpoint_interval
+        .map_or(CHECKPOINT_INTERVAL, |n| n.get());
+    if snapshot.version() == 0 || !snapshot.version().is_multiple_of(interval) {
+        return;
+    }
+    if let Err(e) = snapshot.checkpoint(engine, None) {
+        tracing::warn!(table = %label, version = snapshot.version(), error = %e,
+            "could not write the Delta checkpoint; readers replay more commits until the next");
+    }
+}
+
 /// Whether the Delta commit of `target`'s job is in the table's log.
 pub async fn committed(services: &Services, target: &WriteTarget) -> Result<bool> {
     let (root, engine) = engine_for(services, &target.location)?;
@@ -299,8 +325,13 @@ fn app_id(target: &WriteTarget) -> String {
     format!("lambdafusion-{}", target.job_id)
 }
 
+/// The kernel's error as ours: a storage error stays one (a transient one retries the
+/// scheduler's step, and the commit, which is idempotent, runs again).
 fn kernel(target: &WriteTarget, e: delta_kernel::Error) -> Error {
-    Error::Internal(format!("Delta commit to {}: {e}", target.location))
+    match e {
+        delta_kernel::Error::ObjectStore(e) => Error::ObjectStore(e),
+        e => Error::Internal(format!("Delta commit to {}: {e}", target.location)),
+    }
 }
 
 fn commit_blocking(
@@ -380,7 +411,12 @@ fn commit_blocking(
             .with_transaction_id(app_id.clone(), 1);
         txn.add_files(Box::new(ArrowEngineData::new(adds.clone())));
         match txn.commit(engine).map_err(|e| kernel(target, e))? {
-            CommitResult::CommittedTransaction(c) => return Ok(c.commit_version()),
+            CommitResult::CommittedTransaction(c) => {
+                if let Some(snapshot) = c.post_commit_snapshot() {
+                    checkpoint_if_due(engine, snapshot, label);
+                }
+                return Ok(c.commit_version());
+            }
             // Another writer took the version: start again from the newest snapshot.
             CommitResult::ConflictedTransaction(_) | CommitResult::RetryableTransaction(_) => {}
         }

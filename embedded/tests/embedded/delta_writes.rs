@@ -297,6 +297,29 @@ async fn a_commit_run_again_adds_nothing_and_concurrent_appends_both_land() {
         + (1..=300).map(|i| i + 200_000).sum::<i64>()
         + (1..=200).map(|i| i + 300_000).sum::<i64>();
     assert_eq!(ids, expected);
+    // Every tenth version gets a checkpoint: readers replay at most ten commits.
+    for i in 0..8 {
+        engine
+            .sql(&format!("INSERT INTO d VALUES ({}, 1)", 900_000 + i))
+            .await
+            .unwrap();
+    }
+    // Written by the step that committed version 10, which may end after a second step
+    // of the job found the commit made and finished the job.
+    let log = dir.join("_delta_log");
+    for _ in 0..100 {
+        if log.join("_last_checkpoint").exists() {
+            break;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    assert!(log.join("00000000000000000010.checkpoint.parquet").exists());
+    assert!(log.join("_last_checkpoint").exists());
+    assert_eq!(count_and_sum(&engine, "d").await.0, 2_000 + 8);
+    assert_eq!(
+        count_and_sum(&engine, "d VERSION AS OF 9").await.0,
+        2_000 + 6
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -310,6 +310,27 @@ async fn tables_lambdafusion_writes_are_read_by_deltalake() {
         )
         .await
         .unwrap();
+    // Versions 3 to 10, one row each: version 10 is checkpointed, as Delta's writers do.
+    for i in 0..8 {
+        engine
+            .sql(&format!(
+                "INSERT INTO w VALUES ({}, 1.0, 'n', 2.00, TIMESTAMP '2026-05-06 07:08:09', \
+                 DATE '2026-01-02', NULL)",
+                8000 + i
+            ))
+            .await
+            .unwrap();
+    }
+    // Written by the step that committed version 10, which may end after a second step
+    // of the job found the commit made and finished the job.
+    let checkpoint = out.join("w/_delta_log/00000000000000000010.checkpoint.parquet");
+    for _ in 0..100 {
+        if checkpoint.exists() {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(checkpoint.exists());
     let columns = "id,x,name,amount,ts,day,kind";
     let answers = dir.path().join("answers");
     std::fs::create_dir_all(&answers).unwrap();
@@ -326,19 +347,24 @@ async fn tables_lambdafusion_writes_are_read_by_deltalake() {
         String::from_utf8_lossy(&report.stderr)
     );
     let report: serde_json::Value = serde_json::from_slice(&report.stdout).unwrap();
-    assert_eq!(report["version"], 2, "{report}");
+    assert_eq!(report["version"], 10, "{report}");
     assert_eq!(
         report["partition_columns"],
         serde_json::json!(["day", "kind"])
     );
-    for version in 0..=2 {
+    for version in 0..=10 {
         let theirs = read_answer(&answers.join(format!("v{version}.parquet"))).await;
         let ours = engine
             .sql(&format!("SELECT {columns} FROM w VERSION AS OF {version}"))
             .await
             .unwrap();
         let rows: usize = ours.batches.iter().map(|b| b.num_rows()).sum();
-        assert_eq!(rows, [4000, 6000, 6001][version], "version {version}");
+        let want = [4000, 6000, 6001][..].get(version).copied();
+        assert_eq!(
+            rows,
+            want.unwrap_or(6001 + version - 2),
+            "version {version}"
+        );
         if let Err(diff) = lambdafusion_embedded::verify::compare(&theirs, &ours.batches, false) {
             panic!("version {version}: deltalake reads otherwise:\n{diff}");
         }
@@ -351,7 +377,7 @@ async fn tables_lambdafusion_writes_are_read_by_deltalake() {
         .unwrap();
     assert_eq!(
         ours.batches.iter().map(|b| b.num_rows()).sum::<usize>(),
-        1001
+        1009
     );
     if let Err(diff) = lambdafusion_embedded::verify::compare(&theirs, &ours.batches, false) {
         panic!("id > 5000: deltalake reads otherwise:\n{diff}");
