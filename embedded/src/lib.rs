@@ -231,17 +231,9 @@ impl Embedded {
     /// commit, those its commit does not list for one that did.
     async fn recover(&self) -> Result<()> {
         for job_id in self.store.active_jobs(None, usize::MAX).await? {
-            let write = match self.store.load_job(&job_id).await? {
-                Some(snapshot) => match &snapshot.job.write {
-                    Some(target) => Some((
-                        target.clone(),
-                        snapshot.job.state == JobState::Succeeded,
-                        lambdafusion::write::committed_files(&self.services, &snapshot).await,
-                    )),
-                    None => None,
-                },
-                None => None,
-            };
+            // As it was before it is failed below: the clean-up keeps what a success
+            // committed.
+            let snapshot = self.store.load_job(&job_id).await?;
             let failed = self
                 .store
                 .finish_job(
@@ -259,9 +251,8 @@ impl Embedded {
                 Ok(false) => self.store.remove_active(&job_id).await?,
                 Err(e) => return Err(e),
             }
-            if let Some((target, committed, files)) = write {
-                lambdafusion::write::last_clean_up(&self.services, &target, committed, &files)
-                    .await;
+            if let Some(snapshot) = snapshot {
+                lambdafusion::write::last_clean_up(&self.services, &snapshot).await;
             }
         }
         Ok(())

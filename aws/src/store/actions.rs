@@ -25,7 +25,9 @@ pub fn actions_of(operation: &str) -> &'static [&'static str] {
         "remove_active" | "delete_table" => &["dynamodb:DeleteItem"],
         "set_sweep_cursor" => &["dynamodb:PutItem", "dynamodb:DeleteItem"],
         "keep_active" => &["dynamodb:UpdateItem"],
-        "put_table" => &["dynamodb:PutItem"],
+        // A new entry is an UpdateItem (the executor may make one, committing a CREATE
+        // TABLE ... AS); a replacement (CREATE OR REPLACE VIEW) a PutItem.
+        "put_table" => &["dynamodb:UpdateItem", "dynamodb:PutItem"],
         other => panic!("unknown job store operation {other}"),
     }
 }

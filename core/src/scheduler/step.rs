@@ -206,12 +206,7 @@ impl Scheduler {
     async fn succeed_job(&self, snapshot: &JobSnapshot, now: u64) -> Result<()> {
         let job = &snapshot.job;
         if let Some(target) = &job.write {
-            let mut tasks: Vec<_> = snapshot
-                .tasks_of(job.final_stage())
-                .filter(|t| t.state == crate::state::TaskState::Succeeded)
-                .collect();
-            tasks.sort_by_key(|t| t.partition);
-            let outputs = tasks.iter().filter_map(|t| t.output.clone()).collect();
+            let outputs = crate::write::final_outputs(snapshot);
             let committed = async {
                 // Unlike `committed_files`, an error reading them fails (or retries) the step.
                 let files =

@@ -76,16 +76,14 @@ impl Scheduler {
     /// last clean-up of its files ([`crate::write::last_clean_up`]).
     async fn write_settled(&self, snapshot: &crate::state::JobSnapshot) -> bool {
         let job = &snapshot.job;
-        let Some(target) = &job.write else {
+        if job.write.is_none() {
             return true;
-        };
+        }
         let timeout = self.config().task_timeout.as_millis() as u64;
         if now_ms() <= job.finished_ms.unwrap_or(0).saturating_add(timeout) {
             return false;
         }
-        let committed = job.state == crate::state::JobState::Succeeded;
-        let files = crate::write::committed_files(&self.services, snapshot).await;
-        let deleted = crate::write::last_clean_up(&self.services, target, committed, &files).await;
+        let deleted = crate::write::last_clean_up(&self.services, snapshot).await;
         if deleted > 0 {
             warn!(job_id = %job.job_id, files = deleted,
                 "deleted files of attempts that ended after their write did");

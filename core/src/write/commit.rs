@@ -106,6 +106,17 @@ pub async fn written_files(
     Ok(files)
 }
 
+/// The outputs of the writing (final) stage's committed task attempts, by partition:
+/// the file lists a commit reads ([`written_files`]).
+pub fn final_outputs(snapshot: &crate::state::JobSnapshot) -> Vec<TaskOutput> {
+    let mut tasks: Vec<_> = snapshot
+        .tasks_of(snapshot.job.final_stage())
+        .filter(|t| t.state == crate::state::TaskState::Succeeded)
+        .collect();
+    tasks.sort_by_key(|t| t.partition);
+    tasks.iter().filter_map(|t| t.output.clone()).collect()
+}
+
 /// The files of a write's committed task attempts, from its job's snapshot: those its
 /// commit lists (what [`last_clean_up`] keeps of a Delta write). Best effort: none
 /// when they cannot be read.
@@ -113,16 +124,13 @@ pub async fn committed_files(
     services: &Services,
     snapshot: &crate::state::JobSnapshot,
 ) -> Vec<WrittenFile> {
-    let stage = snapshot.job.final_stage();
-    let mut tasks: Vec<_> = snapshot
-        .tasks_of(stage)
-        .filter(|t| t.state == crate::state::TaskState::Succeeded)
-        .collect();
-    tasks.sort_by_key(|t| t.partition);
-    let outputs = tasks.iter().filter_map(|t| t.output.clone()).collect();
-    written_files(services, stage, outputs)
-        .await
-        .unwrap_or_default()
+    written_files(
+        services,
+        snapshot.job.final_stage(),
+        final_outputs(snapshot),
+    )
+    .await
+    .unwrap_or_default()
 }
 
 /// Makes a finished write visible: writes the manifest listing `files` (unless this job
@@ -285,42 +293,39 @@ async fn delete_strays(
     Ok(delete(store, strays).await)
 }
 
-/// The last clean-up of a write, run by the sweep once no attempt of its job can still
-/// be running (the task timeout after the job ended): an attempt that died after the
-/// commit (or after the clean-up of a write that failed) left files no one else will
-/// delete. Deletes every file of the job the manifest does not list — all of them, and
-/// a manifest of the job, when the write was not `committed`. Best effort: returns how
-/// many objects it deleted.
+/// The last clean-up of the write of the job `snapshot` shows, run by the sweep once no
+/// attempt of it can still be running (the task timeout after the job ended): an attempt
+/// that died after the commit (or after the clean-up of a write that failed) left files
+/// no one else will delete. Deletes every file of the job the manifest does not list —
+/// all of them, and a manifest of the job, when the job did not succeed. Best effort:
+/// returns how many objects it deleted.
 ///
 /// A Delta write asks the table's log whether it committed (whatever the job's state
-/// says: a cancel may race the commit), and keeps `files` (its tasks' files, those
-/// the commit listed) if it did.
-pub async fn last_clean_up(
-    services: &Services,
-    target: &WriteTarget,
-    committed: bool,
-    files: &[WrittenFile],
-) -> usize {
+/// says: a cancel may race the commit), and keeps the files of the job's committed task
+/// attempts (those the commit listed) if it did.
+pub async fn last_clean_up(services: &Services, snapshot: &crate::state::JobSnapshot) -> usize {
+    let Some(target) = &snapshot.job.write else {
+        return 0;
+    };
     let Ok((store, root)) = store_of(services, &target.location) else {
         return 0;
     };
     if target.format == WriteFormat::Delta {
-        return match super::delta::committed(services, target).await {
-            Ok(true) => delete_strays(store.as_ref(), &root, target, files)
-                .await
-                .unwrap_or(0),
-            Ok(false) => match job_files(store.as_ref(), &root, target).await {
-                Ok(all) => delete(store.as_ref(), all.into_iter().map(|(p, _)| p).collect()).await,
-                Err(_) => 0,
-            },
+        // Only a Delta write reads its tasks' file lists here: a manifest lists the rest's.
+        let keep = match super::delta::committed(services, target).await {
+            Ok(true) => committed_files(services, snapshot).await,
+            Ok(false) => Vec::new(),
             Err(e) => {
                 tracing::warn!(job_id = %target.job_id, error = %e,
                     "cannot tell whether a Delta write committed: its files are left");
-                0
+                return 0;
             }
         };
+        return delete_strays(store.as_ref(), &root, target, &keep)
+            .await
+            .unwrap_or(0);
     }
-    if !committed {
+    if snapshot.job.state != crate::state::JobState::Succeeded {
         return discard(services, target).await;
     }
     match read_manifest(store.as_ref(), &root.clone().join(MANIFEST)).await {
