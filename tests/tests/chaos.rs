@@ -678,6 +678,31 @@ fn all_faults() -> serde_json::Value {
         .unwrap()
 }
 
+/// Runs `one(soak, client)` for each of `clients` clients at once under every fault, the
+/// plan cleared after; returns each client's outcome and the seconds it all took.
+async fn under_all_faults<F, Fut>(
+    soak: &Arc<Soak>,
+    clients: usize,
+    one: F,
+) -> (Vec<(WriteOutcome, Vec<String>)>, f64)
+where
+    F: Fn(Arc<Soak>, usize) -> Fut,
+    Fut: std::future::Future<Output = (WriteOutcome, Vec<String>)> + Send + 'static,
+{
+    soak.set_plan(&all_faults()).await;
+    let started = Instant::now();
+    let tasks: Vec<_> = (0..clients)
+        .map(|c| tokio::spawn(one(soak.clone(), c)))
+        .collect();
+    let mut outcomes = Vec::new();
+    for t in tasks {
+        outcomes.push(t.await.unwrap());
+    }
+    let seconds = started.elapsed().as_secs_f64();
+    soak.set_plan(&json!({})).await;
+    (outcomes, seconds)
+}
+
 /// The Delta table the INSERT phase appends to.
 const DELTA_TABLE: &str = "chaos_delta";
 
@@ -697,20 +722,13 @@ async fn insert_phase(soak: &Arc<Soak>, clients: usize) {
     );
     let (status, _) = workload::run(&soak.client, &create).await;
     assert_eq!(status.state, "succeeded", "{status:?}");
-    soak.set_plan(&all_faults()).await;
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .map(|c| {
-            let soak = soak.clone();
-            tokio::spawn(async move { soak.insert_one(c).await })
-        })
-        .collect();
-    let mut outcomes = Vec::new();
-    for t in tasks {
-        outcomes.push(t.await.unwrap());
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    soak.set_plan(&json!({})).await;
+    let (outcomes, seconds) =
+        under_all_faults(
+            soak,
+            clients,
+            |soak, c| async move { soak.insert_one(c).await },
+        )
+        .await;
 
     let mut problems = Vec::new();
     let (mut committed, mut failed) = (0, 0);
@@ -866,23 +884,11 @@ impl Soak {
 /// Every location any of them wrote ends holding exactly one committed write or nothing;
 /// at most as many fail as the `all` class allows; none hangs.
 async fn write_phase(soak: &Arc<Soak>, clients: usize) {
-    soak.set_plan(&all_faults()).await;
-    let started = Instant::now();
-    let tasks: Vec<_> = (0..clients)
-        .map(|c| {
-            let soak = soak.clone();
-            tokio::spawn(async move {
-                soak.write_one(&format!("seed{}-client{c}", soak.seed))
-                    .await
-            })
-        })
-        .collect();
-    let mut outcomes = Vec::new();
-    for t in tasks {
-        outcomes.push(t.await.unwrap());
-    }
-    let seconds = started.elapsed().as_secs_f64();
-    soak.set_plan(&json!({})).await;
+    let (outcomes, seconds) = under_all_faults(soak, clients, |soak, c| async move {
+        soak.write_one(&format!("seed{}-client{c}", soak.seed))
+            .await
+    })
+    .await;
     let mut problems = Vec::new();
     let (mut committed, mut failed) = (0, 0);
     for (outcome, tried) in &outcomes {
