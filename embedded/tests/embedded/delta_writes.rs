@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::AsArray;
 use datafusion::arrow::datatypes::Int64Type;
-use lambdafusion::executor::{Executor, TaskReport};
+use lambdafusion::executor::TaskReport;
 use lambdafusion::state::JobState;
 use lambdafusion::EngineConfig;
 use lambdafusion_embedded::Embedded;
@@ -402,22 +402,8 @@ async fn duplicate_deliveries_append_every_row_once() {
     let job = h
         .submit("INSERT INTO d SELECT id + 1000, k FROM facts WHERE id % 3 = 0")
         .await;
-    let services = h.services.clone();
-    let reports = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let seen = reports.clone();
-    h.drive(&job, |executor, task| {
-        let twin = Executor::new(services.clone());
-        let seen = seen.clone();
-        async move {
-            // The same event delivered twice, concurrently, to two containers.
-            let (a, b) = tokio::join!(executor.handle(&task), twin.handle(&task));
-            seen.lock().unwrap().extend([a.unwrap(), b.unwrap()]);
-        }
-    })
-    .await;
+    let reports = crate::writes::drive_with_twins(&mut h, &job).await;
     let duplicates = reports
-        .lock()
-        .unwrap()
         .iter()
         .filter(|r| matches!(r, TaskReport::Duplicate))
         .count();

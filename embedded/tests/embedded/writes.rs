@@ -449,6 +449,25 @@ async fn check_written(dir: &Path, expected_rows: u64) {
 
 const WRITE: &str = "SELECT id, k, v FROM facts WHERE id % 3 = 0";
 
+/// Runs `job` to its end with every task event delivered twice, concurrently, to two
+/// containers; returns what each delivery reported.
+pub(crate) async fn drive_with_twins(h: &mut Harness, job: &str) -> Vec<TaskReport> {
+    let services = h.services.clone();
+    let reports = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = reports.clone();
+    h.drive(job, |executor, task| {
+        let twin = Executor::new(services.clone());
+        let seen = seen.clone();
+        async move {
+            let (a, b) = tokio::join!(executor.handle(&task), twin.handle(&task));
+            seen.lock().unwrap().extend([a.unwrap(), b.unwrap()]);
+        }
+    })
+    .await;
+    let reports = reports.lock().unwrap().clone();
+    reports
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicates_and_a_crashed_attempt_leave_every_row_once() {
     let out = tempfile::tempdir().unwrap();
@@ -471,20 +490,7 @@ async fn duplicates_and_a_crashed_attempt_leave_every_row_once() {
     std::fs::create_dir_all(&dir).unwrap();
     let crashed = dir.join(format!("{job}-00001-deadbeef-000.parquet"));
     std::fs::write(&crashed, b"half a file").unwrap();
-    let services = h.services.clone();
-    let reports = Arc::new(std::sync::Mutex::new(Vec::new()));
-    let seen = reports.clone();
-    h.drive(&job, |executor, task| {
-        let twin = Executor::new(services.clone());
-        let seen = seen.clone();
-        async move {
-            // The same event delivered twice, concurrently, to two containers.
-            let (a, b) = tokio::join!(executor.handle(&task), twin.handle(&task));
-            seen.lock().unwrap().extend([a.unwrap(), b.unwrap()]);
-        }
-    })
-    .await;
-    let reports = reports.lock().unwrap().clone();
+    let reports = drive_with_twins(&mut h, &job).await;
     let duplicates = reports
         .iter()
         .filter(|r| matches!(r, TaskReport::Duplicate))
