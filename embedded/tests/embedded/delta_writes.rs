@@ -16,16 +16,8 @@ use lambdafusion::EngineConfig;
 use lambdafusion_embedded::Embedded;
 
 use crate::common;
-use crate::writes::{compare, summary};
+use crate::writes::{compare, config, summary};
 use common::harness::Harness;
-
-fn config(tables: &Path, out: &Path) -> EngineConfig {
-    EngineConfig::default()
-        .with_bytes_per_task(common::dir_bytes(&tables.join("facts")).div_ceil(3))
-        .with_min_scan_bytes_per_task(1)
-        .with_max_tasks_per_stage(4)
-        .with_write_location(out.display().to_string())
-}
 
 /// A harness of `config` whose every scan is split as finely as allowed, writing under
 /// `out`.

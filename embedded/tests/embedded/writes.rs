@@ -23,7 +23,7 @@ use crate::common;
 use common::harness::Harness;
 
 /// Small tasks: every write below runs several writing tasks.
-fn config(tables: &Path, out: &Path) -> EngineConfig {
+pub(crate) fn config(tables: &Path, out: &Path) -> EngineConfig {
     EngineConfig::default()
         .with_bytes_per_task(common::dir_bytes(&tables.join("facts")).div_ceil(3))
         .with_min_scan_bytes_per_task(1)
