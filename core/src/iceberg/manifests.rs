@@ -14,7 +14,7 @@ use object_store::path::Path;
 use object_store::ObjectStore;
 use url::Url;
 
-use super::{as_url, path_inside, read, SnapshotEntry};
+use super::{file_inside, read, SnapshotEntry};
 use crate::format_scan::DeleteFile;
 
 /// Largest delete file a task reads whole (a table with a larger one is refused).
@@ -200,10 +200,7 @@ pub(super) async fn data_files(
     snapshot: &SnapshotEntry,
     refuse: &(dyn Fn(String) -> DataFusionError + Sync),
 ) -> DfResult<Vec<DataFile>> {
-    let resolve = |p: &str, what: &str| -> DfResult<Path> {
-        let url = Url::parse(p).or_else(|_| as_url(p))?;
-        path_inside(root, &url, what)
-    };
+    let resolve = |p: &str, what: &str| file_inside(root, p, what);
     let mut manifests = Vec::new();
     if let Some(list) = &snapshot.manifest_list {
         let path = resolve(list, "the manifest list")?;

@@ -321,6 +321,45 @@ fn path_inside(root: &Url, url: &Url, what: &str) -> DfResult<Path> {
     Path::from_url_path(url.path()).map_err(|e| DataFusionError::External(Box::new(e)))
 }
 
+/// The object path of `location`, a file the metadata names, checked to lie inside the
+/// table directory `root`. Taken literally, as Iceberg's own readers take it: the text
+/// after `scheme://authority/` is the object's key, escapes and all (a writer that put a
+/// partition value `a/b` in a directory name as `a%2Fb` wrote that key).
+fn file_inside(root: &Url, location: &str, what: &str) -> DfResult<Path> {
+    let outside = || {
+        DataFusionError::Plan(format!(
+            "{what} is {location}, which lies outside the table's directory {root}: \
+             lambdafusion reads only files inside it"
+        ))
+    };
+    let key = match location.split_once("://") {
+        Some((scheme, rest)) => {
+            let (authority, key) = rest.split_once('/').unwrap_or((rest, ""));
+            if !scheme.eq_ignore_ascii_case(root.scheme())
+                || !authority.eq_ignore_ascii_case(root.authority())
+            {
+                return Err(outside());
+            }
+            key
+        }
+        None if location.starts_with('/') => location,
+        None => return Err(outside()),
+    };
+    let key = Path::parse(key).map_err(|e| {
+        DataFusionError::Plan(format!("{what} {location} is not a valid object path: {e}"))
+    })?;
+    let root_path =
+        Path::from_url_path(root.path()).map_err(|e| DataFusionError::External(Box::new(e)))?;
+    let below = key
+        .prefix_match(&root_path)
+        .is_some_and(|mut rest| rest.next().is_some());
+    if below {
+        Ok(key)
+    } else {
+        Err(outside())
+    }
+}
+
 async fn read(store: &dyn ObjectStore, path: &Path, what: &str) -> DfResult<bytes::Bytes> {
     let meta = store.head(path).await?;
     if meta.size as usize > MAX_METADATA_BYTES {
@@ -333,8 +372,9 @@ async fn read(store: &dyn ObjectStore, path: &Path, what: &str) -> DfResult<byte
 }
 
 /// The metadata file of the table at `location`: the file itself (`….metadata.json`), or
-/// in a table directory the one `metadata/version-hint.text` names, else the newest
-/// `metadata/*.metadata.json` by its version number.
+/// in a table directory the one `metadata/version-hint.text` names (or the newest
+/// `v<N>.metadata.json` after it), else the newest `metadata/*.metadata.json` by its
+/// version number.
 async fn metadata_file(store: &dyn ObjectStore, location: &Url) -> DfResult<(Url, Url)> {
     if location.path().ends_with(".metadata.json") {
         let root = location
@@ -355,7 +395,16 @@ async fn metadata_file(store: &dyn ObjectStore, location: &Url) -> DfResult<(Url
         let text = String::from_utf8_lossy(&hint.bytes().await?)
             .trim()
             .to_string();
-        if let Ok(v) = text.parse::<u64>() {
+        if let Ok(mut v) = text.parse::<u64>() {
+            // The hint may lag the commit (it is written after it): versions past it
+            // that exist are newer (as Iceberg's Hadoop tables look for them).
+            while store
+                .head(&dir_path.clone().join(format!("v{}.metadata.json", v + 1)))
+                .await
+                .is_ok()
+            {
+                v += 1;
+            }
             let file = dir
                 .join(&format!("v{v}.metadata.json"))
                 .map_err(|e| DataFusionError::External(Box::new(e)))?;

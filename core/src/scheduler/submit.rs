@@ -235,15 +235,15 @@ impl Scheduler {
                         "{name} already exists ({kind}): choose another name, or DROP it first"
                     )));
                 }
-                let delta = options
-                    .format
-                    .as_deref()
-                    .is_some_and(|f| f.eq_ignore_ascii_case(crate::delta::FORMAT));
-                let input = if delta {
-                    // Delta's own types in the files (microsecond timestamps, ...).
-                    crate::write::delta::cast_input(create.input.as_ref().clone())?
+                let format = options.format.as_deref().unwrap_or_default();
+                let input = create.input.as_ref().clone();
+                // A table format's own types in the files (microsecond timestamps, ...).
+                let input = if format.eq_ignore_ascii_case(crate::delta::FORMAT) {
+                    crate::write::delta::cast_input(input)?
+                } else if format.eq_ignore_ascii_case(crate::iceberg::FORMAT) {
+                    crate::write::cast_columns(input, crate::write::iceberg::iceberg_arrow_type)?
                 } else {
-                    create.input.as_ref().clone()
+                    input
                 };
                 let target = crate::write::WriteTarget::for_table(
                     &name,
@@ -302,6 +302,29 @@ impl Scheduler {
         let name = crate::catalog::table_name(&insert.table_name)?;
         let record = self.services.store.get_table(&name).await?;
         let format = record.as_ref().map(|r| r.format.as_str());
+        if format == Some(crate::iceberg::FORMAT) {
+            let location = record
+                .as_ref()
+                .and_then(|r| r.locations.first())
+                .cloned()
+                .unwrap_or_default();
+            if location.ends_with(".metadata.json") {
+                return Err(Error::InvalidInput(format!(
+                    "INSERT INTO {name}: the table is registered at one metadata file \
+                     ({location}), a fixed version of it: register its directory to append \
+                     to it"
+                )));
+            }
+            let (columns, partition_by) =
+                crate::write::iceberg::append_layout(&self.services, &name, &location).await?;
+            return crate::write::WriteTarget::for_iceberg_insert(
+                &name,
+                &location,
+                partition_by,
+                &columns,
+                job_id,
+            );
+        }
         if format != Some(crate::delta::FORMAT) {
             let what = match format {
                 Some(crate::catalog::VIEW_FORMAT) => "a view".to_string(),
@@ -310,10 +333,10 @@ impl Scheduler {
             };
             return Err(Error::InvalidInput(format!(
                 "INSERT INTO {name} is not supported: {name} is {what}, and INSERT INTO \
-                 appends to Delta tables only (readers of plain files list their directory, \
-                 so an append could not appear all at once). Write a Delta table (CREATE \
-                 TABLE ... WITH (format = 'DELTA') AS SELECT ...) or a new location (COPY \
-                 (SELECT ...) TO '...')"
+                 appends to Delta and Iceberg tables only (readers of plain files list their \
+                 directory, so an append could not appear all at once). Write a Delta or an \
+                 Iceberg table (CREATE TABLE ... WITH (format = 'DELTA') AS SELECT ...) or a \
+                 new location (COPY (SELECT ...) TO '...')"
             )));
         }
         let provider = datafusion::datasource::source_as_provider(&insert.target)?;

@@ -31,7 +31,8 @@ pub struct Manifest {
     pub bytes: u64,
     /// Every file, with its rows and bytes.
     pub files: Vec<WrittenFile>,
-    /// A Delta write's version of the table (no manifest is written: the log is it).
+    /// A Delta write's version of the table, an Iceberg write's metadata version (no
+    /// manifest is written: the table's log is it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub delta_version: Option<u64>,
 }
@@ -135,16 +136,20 @@ pub async fn committed_files(
 
 /// Makes a finished write visible: writes the manifest listing `files` (unless this job
 /// already did: a commit is re-run after a crash), then deletes every other file of the
-/// job under the location. A manifest of another job there is a conflict. A Delta write
-/// commits to the table's log instead ([`super::delta::commit`]).
+/// job under the location. A manifest of another job there is a conflict. A Delta or an
+/// Iceberg write commits to the table's log instead ([`super::delta::commit`],
+/// [`super::iceberg::commit`]).
 pub async fn commit(
     services: &Services,
     target: &WriteTarget,
     files: &[WrittenFile],
 ) -> Result<Manifest> {
     let (store, root) = store_of(services, &target.location)?;
-    if target.format == WriteFormat::Delta {
-        let version = super::delta::commit(services, target, files).await?;
+    if target.format.has_log() {
+        let version = match target.format {
+            WriteFormat::Iceberg => super::iceberg::commit(services, target, files).await?,
+            _ => super::delta::commit(services, target, files).await?,
+        };
         delete_strays(store.as_ref(), &root, target, files).await?;
         if let (Some(name), false) = (&target.table, target.append) {
             create_table(services, target, name).await?;
@@ -197,7 +202,7 @@ async fn empty_file(
 ) -> Result<WrittenFile> {
     let schema = crate::plan::decode_schema(&target.schema)?;
     let body = match target.format {
-        WriteFormat::Parquet | WriteFormat::Delta => {
+        WriteFormat::Parquet | WriteFormat::Delta | WriteFormat::Iceberg => {
             let mut writer = datafusion::parquet::arrow::ArrowWriter::try_new(
                 Vec::new(),
                 schema,
@@ -300,9 +305,9 @@ async fn delete_strays(
 /// all of them, and a manifest of the job, when the job did not succeed. Best effort:
 /// returns how many objects it deleted.
 ///
-/// A Delta write asks the table's log whether it committed (whatever the job's state
-/// says: a cancel may race the commit), and keeps the files of the job's committed task
-/// attempts (those the commit listed) if it did.
+/// A Delta or an Iceberg write asks the table's log whether it committed (whatever the
+/// job's state says: a cancel may race the commit), and keeps the files of the job's
+/// committed task attempts (those the commit listed) if it did.
 pub async fn last_clean_up(services: &Services, snapshot: &crate::state::JobSnapshot) -> usize {
     let Some(target) = &snapshot.job.write else {
         return 0;
@@ -310,14 +315,19 @@ pub async fn last_clean_up(services: &Services, snapshot: &crate::state::JobSnap
     let Ok((store, root)) = store_of(services, &target.location) else {
         return 0;
     };
-    if target.format == WriteFormat::Delta {
-        // Only a Delta write reads its tasks' file lists here: a manifest lists the rest's.
-        let keep = match super::delta::committed(services, target).await {
+    if target.format.has_log() {
+        // Only a table with a log reads its tasks' file lists here: a manifest lists the
+        // rest's.
+        let committed = match target.format {
+            WriteFormat::Iceberg => super::iceberg::committed(services, target).await,
+            _ => super::delta::committed(services, target).await,
+        };
+        let keep = match committed {
             Ok(true) => committed_files(services, snapshot).await,
             Ok(false) => Vec::new(),
             Err(e) => {
                 tracing::warn!(job_id = %target.job_id, error = %e,
-                    "cannot tell whether a Delta write committed: its files are left");
+                    "cannot tell whether a table write committed: its files are left");
                 return 0;
             }
         };
@@ -342,11 +352,11 @@ pub async fn last_clean_up(services: &Services, snapshot: &crate::state::JobSnap
 /// cancelled), and its manifest if the job wrote one. Best effort: returns how many
 /// objects it deleted.
 ///
-/// A Delta write's files are left to the sweep's last clean-up, which asks the table's
-/// log: a cancel may race the commit, and a file the log lists must never be deleted.
-/// Until then they are invisible to the table's readers (no commit lists them).
+/// A Delta or an Iceberg write's files are left to the sweep's last clean-up, which asks
+/// the table's log: a cancel may race the commit, and a file the log lists must never be
+/// deleted. Until then they are invisible to the table's readers (no commit lists them).
 pub async fn discard(services: &Services, target: &WriteTarget) -> usize {
-    if target.format == WriteFormat::Delta {
+    if target.format.has_log() {
         return 0;
     }
     let Ok((store, root)) = store_of(services, &target.location) else {

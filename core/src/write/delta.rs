@@ -24,7 +24,7 @@ use datafusion::arrow::array::{
 };
 use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
 use datafusion::common::DFSchema;
-use datafusion::logical_expr::{cast, Expr, LogicalPlan, LogicalPlanBuilder};
+use datafusion::logical_expr::LogicalPlan;
 use delta_kernel::committer::FileSystemCommitter;
 use delta_kernel::engine::arrow_conversion::TryFromArrow;
 use delta_kernel::engine::arrow_data::ArrowEngineData;
@@ -86,27 +86,7 @@ fn delta_type(data_type: &DataType) -> DataType {
 /// `input` with its columns cast to the types a new Delta table stores
 /// ([`delta_type`]); the same plan when they are those already.
 pub fn cast_input(input: LogicalPlan) -> Result<LogicalPlan> {
-    let schema = input.schema().clone();
-    if schema
-        .fields()
-        .iter()
-        .all(|f| delta_type(f.data_type()) == *f.data_type())
-    {
-        return Ok(input);
-    }
-    let columns: Vec<Expr> = schema
-        .iter()
-        .map(|(qualifier, field)| {
-            let column = Expr::Column(datafusion::common::Column::from((qualifier, field)));
-            let wanted = delta_type(field.data_type());
-            if wanted == *field.data_type() {
-                column
-            } else {
-                cast(column, wanted).alias(field.name())
-            }
-        })
-        .collect();
-    Ok(LogicalPlanBuilder::from(input).project(columns)?.build()?)
+    super::cast_columns(input, delta_type)
 }
 
 /// The Delta schema of a table of `columns` partitioned by `partition_by`: refused

@@ -21,6 +21,7 @@
 
 pub mod commit;
 pub mod delta;
+pub mod iceberg;
 pub mod sink;
 mod stats;
 pub mod target;
@@ -33,6 +34,7 @@ use std::sync::Arc;
 use datafusion::arrow::array::{RecordBatch, StringArray, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::datasource::listing::ListingTableUrl;
+use datafusion::logical_expr::{cast, Expr, LogicalPlan, LogicalPlanBuilder};
 use object_store::path::Path;
 use object_store::ObjectStore;
 
@@ -49,6 +51,32 @@ pub(crate) fn store_of(
     let url = ListingTableUrl::parse(location).map_err(Error::from)?;
     let store = services.runtime.object_store(&url).map_err(Error::from)?;
     Ok((store, url.prefix().clone()))
+}
+
+/// `input` with each column cast to `stored(its type)`, the type a table format stores
+/// it as; the same plan when every column is of that type already.
+pub fn cast_columns(input: LogicalPlan, stored: fn(&DataType) -> DataType) -> Result<LogicalPlan> {
+    let schema = input.schema().clone();
+    if schema
+        .fields()
+        .iter()
+        .all(|f| stored(f.data_type()) == *f.data_type())
+    {
+        return Ok(input);
+    }
+    let columns: Vec<Expr> = schema
+        .iter()
+        .map(|(qualifier, field)| {
+            let column = Expr::Column(datafusion::common::Column::from((qualifier, field)));
+            let wanted = stored(field.data_type());
+            if wanted == *field.data_type() {
+                column
+            } else {
+                cast(column, wanted).alias(field.name())
+            }
+        })
+        .collect();
+    Ok(LogicalPlanBuilder::from(input).project(columns)?.build()?)
 }
 
 /// The schema of a write's result: one row saying what it wrote.

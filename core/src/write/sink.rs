@@ -248,6 +248,7 @@ impl ExecutionPlan for TableWriterExec {
         }
         let schema = file_list_schema();
         let run = uuid::Uuid::new_v4().simple().to_string();
+        let target_format = target.format;
         let files = FileSet {
             store,
             root: url.prefix().clone(),
@@ -258,6 +259,10 @@ impl ExecutionPlan for TableWriterExec {
             opened: 0,
             dirs: Default::default(),
             written,
+            iceberg: match target_format {
+                WriteFormat::Iceberg => Some(crate::plan::decode_schema(&self.target.schema)?),
+                _ => None,
+            },
         };
         let output = futures::stream::once(async move { files.write_all(input).await });
         Ok(Box::pin(RecordBatchStreamAdapter::new(schema, output)))
@@ -281,6 +286,9 @@ struct FileSet {
     /// Partition directories written to so far.
     dirs: std::collections::HashSet<String>,
     written: Option<Arc<WrittenFiles>>,
+    /// An Iceberg write's file columns (every column, each with its field id): every
+    /// batch is written as them.
+    iceberg: Option<SchemaRef>,
 }
 
 /// One file written.
@@ -373,6 +381,10 @@ impl FileSet {
         if batch.num_rows() == 0 {
             return Ok(());
         }
+        let batch = match &self.iceberg {
+            Some(schema) => conform(batch, schema)?,
+            None => batch,
+        };
         if self.target.partition_by.is_empty() {
             return self.write_to(String::new(), None, batch).await;
         }
@@ -387,14 +399,33 @@ impl FileSet {
             .iter()
             .map(|&i| cast(batch.column(i), &DataType::Utf8))
             .collect::<Result<_, _>>()?;
+        // Hive layouts hold partition values in directory names alone; Iceberg's files
+        // hold every column (its directories are only a layout).
+        let iceberg = self.iceberg.is_some();
         let kept: Vec<usize> = (0..schema.fields().len())
-            .filter(|i| !keys.contains(i))
+            .filter(|i| iceberg || !keys.contains(i))
             .collect();
+        // A value is NULL in a Hive layout when NULL or empty (one directory holds both);
+        // in Iceberg only when NULL (`''` is a partition value of its own).
+        let absent = |value: &datafusion::arrow::array::StringArray, row: usize| {
+            value.is_null(row) || (!iceberg && value.value(row).is_empty())
+        };
         let data = batch.project(&kept)?;
-        // Rows of each directory, in the order the directories first appear.
+        // Rows of each partition (its values), in the order they first appear.
         let mut groups: Vec<(String, usize, Vec<u32>)> = Vec::new();
-        let mut index: HashMap<String, usize> = HashMap::new();
+        let mut index: HashMap<Vec<Option<&str>>, usize> = HashMap::new();
         for row in 0..batch.num_rows() {
+            let key: Vec<Option<&str>> = values
+                .iter()
+                .map(|v| {
+                    let v = v.as_string::<i32>();
+                    (!absent(v, row)).then(|| v.value(row))
+                })
+                .collect();
+            if let Some(&at) = index.get(&key) {
+                groups[at].2.push(row as u32);
+                continue;
+            }
             let dirs = self
                 .target
                 .partition_by
@@ -402,7 +433,7 @@ impl FileSet {
                 .zip(&values)
                 .map(|(column, value)| {
                     let value = value.as_string::<i32>();
-                    let text = if value.is_null(row) || value.value(row).is_empty() {
+                    let text = if absent(value, row) {
                         DEFAULT_PARTITION
                     } else {
                         value.value(row)
@@ -413,11 +444,8 @@ impl FileSet {
                 })
                 .collect::<Vec<_>>()
                 .join("/");
-            let at = *index.entry(dirs.clone()).or_insert_with(|| {
-                groups.push((dirs, row, Vec::new()));
-                groups.len() - 1
-            });
-            groups[at].2.push(row as u32);
+            index.insert(key, groups.len());
+            groups.push((dirs, row, vec![row as u32]));
         }
         for (dirs, first, rows) in groups {
             let partition = serde_json::Value::Object(
@@ -427,8 +455,7 @@ impl FileSet {
                     .zip(&values)
                     .map(|(column, value)| {
                         let value = value.as_string::<i32>();
-                        let text = (!value.is_null(first) && !value.value(first).is_empty())
-                            .then(|| value.value(first).to_string());
+                        let text = (!absent(value, first)).then(|| value.value(first).to_string());
                         (
                             column.clone(),
                             text.map_or(serde_json::Value::Null, Into::into),
@@ -457,7 +484,10 @@ impl FileSet {
         partition: Option<String>,
         batch: RecordBatch,
     ) -> DfResult<()> {
-        let found = self.open.iter().position(|f| f.dirs == dirs);
+        let found = self
+            .open
+            .iter()
+            .position(|f| f.dirs == dirs && f.partition == partition);
         let at = match found {
             Some(at) => at,
             None => {
@@ -563,6 +593,9 @@ impl FileSet {
         );
         self.opened += 1;
         let mut path = self.root.clone();
+        if self.iceberg.is_some() {
+            path = path.join("data");
+        }
         // Each directory name was encoded once, as a path part, from `column=value`.
         for part in dirs.split('/').filter(|p| !p.is_empty()) {
             let part = PathPart::parse(part)
@@ -571,13 +604,19 @@ impl FileSet {
         }
         let path = path.join(file_name);
         let stats = match self.target.format {
-            WriteFormat::Delta => Some(super::stats::FileStats::new(&schema)?),
+            WriteFormat::Delta | WriteFormat::Iceberg => {
+                Some(super::stats::FileStats::new(&schema)?)
+            }
             _ => None,
         };
         let encoder = match self.target.format {
-            WriteFormat::Parquet | WriteFormat::Delta => Encoder::Parquet(Box::new(
-                ArrowWriter::try_new(Vec::new(), schema, Some(self.target.parquet_properties()?))?,
-            )),
+            WriteFormat::Parquet | WriteFormat::Delta | WriteFormat::Iceberg => {
+                Encoder::Parquet(Box::new(ArrowWriter::try_new(
+                    Vec::new(),
+                    schema,
+                    Some(self.target.parquet_properties()?),
+                )?))
+            }
             WriteFormat::Csv => Encoder::Csv {
                 header: self.target.csv_header(),
                 delimiter: self.target.csv_delimiter()?,
@@ -630,6 +669,31 @@ impl FileSet {
         });
         Ok(())
     }
+}
+
+/// `batch` as a batch of `schema` (an Iceberg write's file columns, with their field
+/// ids): the same columns, each cast to the type the table stores where it differs.
+fn conform(batch: RecordBatch, schema: &SchemaRef) -> DfResult<RecordBatch> {
+    if batch.num_columns() != schema.fields().len() {
+        return Err(DataFusionError::Internal(format!(
+            "an Iceberg write got {} columns for a table of {}",
+            batch.num_columns(),
+            schema.fields().len()
+        )));
+    }
+    let columns = batch
+        .columns()
+        .iter()
+        .zip(schema.fields())
+        .map(|(c, f)| {
+            if c.data_type() == f.data_type() {
+                Ok(c.clone())
+            } else {
+                cast(c, f.data_type())
+            }
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(RecordBatch::try_new(schema.clone(), columns)?)
 }
 
 /// The plan a write runs: `input`'s rows written to `target` — sorted first, within each

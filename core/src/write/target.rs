@@ -32,6 +32,9 @@ pub enum WriteFormat {
     /// A Delta Lake table: Parquet files and one commit to the table's log
     /// ([`super::delta`]).
     Delta,
+    /// An Apache Iceberg table: Parquet files and one snapshot committed by the table's
+    /// next metadata file ([`super::iceberg`]).
+    Iceberg,
 }
 
 impl WriteFormat {
@@ -42,22 +45,31 @@ impl WriteFormat {
             WriteFormat::Csv => "CSV",
             WriteFormat::Json => "JSON",
             WriteFormat::Delta => "DELTA",
+            WriteFormat::Iceberg => "ICEBERG",
         }
     }
 
     /// The extension of its files.
     pub fn extension(self) -> &'static str {
         match self {
-            WriteFormat::Parquet | WriteFormat::Delta => "parquet",
+            WriteFormat::Parquet | WriteFormat::Delta | WriteFormat::Iceberg => "parquet",
             WriteFormat::Csv => "csv",
             WriteFormat::Json => "json",
         }
     }
 
+    /// Whether it is a table format with a log of its own (Delta, Iceberg): the commit
+    /// appends to that log, and a file it lists must never be deleted.
+    pub fn has_log(self) -> bool {
+        matches!(self, WriteFormat::Delta | WriteFormat::Iceberg)
+    }
+
     /// The options a statement may give it (`OPTIONS (key value, ...)`).
     fn options(self) -> &'static [&'static str] {
         match self {
-            WriteFormat::Parquet | WriteFormat::Delta => &["compression", "max_row_group_size"],
+            WriteFormat::Parquet | WriteFormat::Delta | WriteFormat::Iceberg => {
+                &["compression", "max_row_group_size"]
+            }
             WriteFormat::Csv => &["has_header", "delimiter"],
             WriteFormat::Json => &[],
         }
@@ -336,10 +348,11 @@ impl WriteTarget {
             "CSV" | "TEXTFILE" => WriteFormat::Csv,
             "JSON" => WriteFormat::Json,
             "DELTA" => WriteFormat::Delta,
+            "ICEBERG" => WriteFormat::Iceberg,
             other => {
                 return Err(invalid(format!(
-                    "CREATE TABLE ... AS writes PARQUET, CSV, JSON or DELTA tables, not \
-                     {other} (Iceberg tables are not written yet)"
+                    "CREATE TABLE ... AS writes PARQUET, CSV, JSON, DELTA or ICEBERG tables, \
+                     not {other}"
                 )))
             }
         };
@@ -359,7 +372,10 @@ impl WriteTarget {
         };
         let mut settings = BTreeMap::new();
         if let Some(c) = &options.compression {
-            if !matches!(format, WriteFormat::Parquet | WriteFormat::Delta) {
+            if !matches!(
+                format,
+                WriteFormat::Parquet | WriteFormat::Delta | WriteFormat::Iceberg
+            ) {
                 return Err(invalid(format!(
                     "write_compression applies to PARQUET tables, not {}",
                     format.name()
@@ -374,7 +390,8 @@ impl WriteTarget {
                 )));
             }
         }
-        if !options.partitioned_by.is_empty()
+        if format != WriteFormat::Iceberg
+            && !options.partitioned_by.is_empty()
             && options.partitioned_by.len() >= input_schema.fields().len()
         {
             return Err(invalid(
@@ -382,12 +399,25 @@ impl WriteTarget {
                     .into(),
             ));
         }
-        let table_schema = if format == WriteFormat::Delta {
-            // Refuses columns Delta has no type for, now rather than at the commit.
-            super::delta::table_schema(input_schema, &options.partitioned_by)?;
-            crate::plan::encode_schema(&Arc::new(input_schema.as_arrow().clone()))?
-        } else {
-            Vec::new()
+        let (table_schema, schema) = match format {
+            WriteFormat::Delta => {
+                // Refuses columns Delta has no type for, now rather than at the commit.
+                super::delta::table_schema(input_schema, &options.partitioned_by)?;
+                (
+                    crate::plan::encode_schema(&Arc::new(input_schema.as_arrow().clone()))?,
+                    file_schema(input_schema, &options.partitioned_by)?,
+                )
+            }
+            WriteFormat::Iceberg => {
+                // Iceberg's files hold every column, each with its field id.
+                let columns = super::iceberg::table_schema(input_schema, &options.partitioned_by)?;
+                let encoded = crate::plan::encode_schema(&columns)?;
+                (encoded.clone(), encoded)
+            }
+            _ => (
+                Vec::new(),
+                file_schema(input_schema, &options.partitioned_by)?,
+            ),
         };
         let target = WriteTarget {
             job_id: job_id.to_string(),
@@ -398,10 +428,35 @@ impl WriteTarget {
             table: Some(name.to_string()),
             append: false,
             table_schema,
-            schema: file_schema(input_schema, &options.partitioned_by)?,
+            schema,
         };
         target.parquet_properties()?;
         Ok(target)
+    }
+
+    /// The target of `INSERT INTO name query`: the files of an append to the Iceberg
+    /// table at `location` (its directory), partitioned by `partition_by`, of the
+    /// columns `columns` (the table's own, with their field ids: DataFusion casts the
+    /// query to them).
+    pub fn for_iceberg_insert(
+        name: &str,
+        location: &str,
+        partition_by: Vec<String>,
+        columns: &Schema,
+        job_id: &str,
+    ) -> Result<Self> {
+        let encoded = crate::plan::encode_schema(&Arc::new(columns.clone()))?;
+        Ok(WriteTarget {
+            job_id: job_id.to_string(),
+            location: directory_url(location, WriteFormat::Iceberg)?,
+            format: WriteFormat::Iceberg,
+            options: BTreeMap::new(),
+            table: Some(name.to_string()),
+            append: true,
+            table_schema: encoded.clone(),
+            schema: encoded,
+            partition_by,
+        })
     }
 
     /// The target of `INSERT INTO name query`: the files of an append to the Delta
@@ -442,7 +497,7 @@ impl WriteTarget {
 
 /// `location` as the URL of a directory (ending in `/`). A name ending in the format's
 /// extension is one file, which one writer would have to write: refused.
-fn directory_url(location: &str, format: WriteFormat) -> Result<String> {
+pub(super) fn directory_url(location: &str, format: WriteFormat) -> Result<String> {
     let trimmed = location.trim();
     let last = trimmed.rsplit('/').next().unwrap_or_default();
     if !trimmed.ends_with('/') && last.contains('.') {

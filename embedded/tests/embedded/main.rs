@@ -10,6 +10,7 @@ mod embedded;
 mod failure_model;
 mod fault_tolerance;
 mod handoff;
+mod iceberg_writes;
 mod peer_cases;
 mod persistence;
 mod planning;

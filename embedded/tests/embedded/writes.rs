@@ -370,7 +370,7 @@ async fn what_copy_may_not_write_is_refused_by_name() {
         ),
         (
             "INSERT INTO t VALUES (1)".to_string(),
-            "t is a PARQUET table, and INSERT INTO appends to Delta tables only",
+            "t is a PARQUET table, and INSERT INTO appends to Delta and Iceberg tables only",
         ),
     ];
     for (sql, says) in refusals {
@@ -785,7 +785,7 @@ async fn create_table_as_writes_the_files_and_then_the_table() {
         ("CREATE TABLE y (a INT)", "CREATE TABLE without AS"),
         (
             "CREATE TABLE y WITH (format = 'ORC') AS SELECT 1 AS a",
-            "writes PARQUET, CSV, JSON or DELTA tables, not ORC",
+            "writes PARQUET, CSV, JSON, DELTA or ICEBERG tables, not ORC",
         ),
         (
             "CREATE TABLE y WITH (bucketed_by = ARRAY['a']) AS SELECT 1 AS a",

@@ -385,7 +385,7 @@ async fn tables_lambdafusion_writes_are_read_by_deltalake() {
 }
 
 /// The rows of a Parquet file the reader under test wrote.
-async fn read_answer(path: &Path) -> Vec<datafusion::arrow::array::RecordBatch> {
+pub(crate) async fn read_answer(path: &Path) -> Vec<datafusion::arrow::array::RecordBatch> {
     let reader = datafusion::prelude::SessionContext::new();
     let frame = reader
         .read_parquet(path.to_str().unwrap(), Default::default())
