@@ -1,9 +1,10 @@
 //! `lambdafusion bench write`: how fast a query's result is written — TPC-H `lineitem`
-//! copied to Parquet whole and partitioned by its ship month, and made a Delta table
-//! both ways (`CREATE TABLE ... WITH (format = 'DELTA') AS`), by lambdafusion embedded
-//! (every task of the last stage writes its own files, one manifest or one Delta commit
-//! makes them visible) and by single-process DataFusion's `COPY` to Parquet, in the same
-//! run, both warmed, their order alternating, every run into a fresh directory.
+//! copied to Parquet whole and partitioned by its ship month, and made a Delta and an
+//! Iceberg table both ways (`CREATE TABLE ... WITH (format = 'DELTA' | 'ICEBERG') AS`),
+//! by lambdafusion embedded (every task of the last stage writes its own files; one
+//! manifest, one Delta commit or one Iceberg snapshot makes them visible) and by
+//! single-process DataFusion's `COPY` to Parquet, in the same run, both warmed, their
+//! order alternating, every run into a fresh directory.
 
 use std::time::{Duration, Instant};
 
@@ -16,21 +17,34 @@ use crate::error::CliError;
 use crate::tpch;
 
 /// The writes measured: a name, the query written, its partition column if any, and
-/// whether lambdafusion makes a Delta table of it (DataFusion's `COPY` writes Parquet).
-const CASES: [(&str, &str, Option<&str>, bool); 4] = [
-    ("lineitem", "SELECT * FROM lineitem", None, false),
+/// the table format lambdafusion makes of it, if any (a `COPY` to Parquet otherwise;
+/// DataFusion's `COPY` writes Parquet).
+const CASES: [(&str, &str, Option<&str>, Option<&str>); 6] = [
+    ("lineitem", "SELECT * FROM lineitem", None, None),
+    ("lineitem by ship month", BY_MONTH, Some("ship_month"), None),
     (
-        "lineitem by ship month",
-        BY_MONTH,
-        Some("ship_month"),
-        false,
+        "Delta lineitem",
+        "SELECT * FROM lineitem",
+        None,
+        Some("DELTA"),
     ),
-    ("Delta lineitem", "SELECT * FROM lineitem", None, true),
     (
         "Delta lineitem by ship month",
         BY_MONTH,
         Some("ship_month"),
-        true,
+        Some("DELTA"),
+    ),
+    (
+        "Iceberg lineitem",
+        "SELECT * FROM lineitem",
+        None,
+        Some("ICEBERG"),
+    ),
+    (
+        "Iceberg lineitem by ship month",
+        BY_MONTH,
+        Some("ship_month"),
+        Some("ICEBERG"),
     ),
 ];
 
@@ -64,7 +78,7 @@ pub async fn run(options: &BenchOptions) -> Result<String, CliError> {
         out_dir.join(format!("{who}-{n}"))
     };
     let mut rows = Vec::new();
-    for (case, query, partition, delta) in CASES {
+    for (case, query, partition, table_format) in CASES {
         let partitioned = partition.map_or(String::new(), |c| format!(" PARTITIONED BY ({c})"));
         let copy = |to: &std::path::Path| {
             format!(
@@ -74,9 +88,9 @@ pub async fn run(options: &BenchOptions) -> Result<String, CliError> {
         };
         // lambdafusion's statement; the catalog table it creates, to drop after.
         let ours = |to: &std::path::Path| -> (String, Option<String>) {
-            if !delta {
+            let Some(format) = table_format else {
                 return (copy(to), None);
-            }
+            };
             let name =
                 format!("bench_{}", to.file_name().unwrap().to_string_lossy()).replace('-', "_");
             let by = partition.map_or(String::new(), |c| {
@@ -84,8 +98,8 @@ pub async fn run(options: &BenchOptions) -> Result<String, CliError> {
             });
             (
                 format!(
-                    "CREATE TABLE {name} WITH (format = 'DELTA', external_location = '{}/'{by}) \
-                     AS {query}",
+                    "CREATE TABLE {name} WITH (format = '{format}', external_location = \
+                     '{}/'{by}) AS {query}",
                     to.display()
                 ),
                 Some(name),
@@ -210,7 +224,7 @@ fn report(options: &BenchOptions, dir: &std::path::Path, rows: &[WriteRow]) -> S
     }
     format!(
         "Writing TPC-H SF {} lineitem as Parquet ({}): lambdafusion embedded ({} slots, \
-         bytes_per_task {}{}; COPY to Parquet, or CREATE TABLE AS a Delta table) vs \
+         bytes_per_task {}{}; COPY to Parquet, or CREATE TABLE AS a Delta or Iceberg table) vs \
          single-process DataFusion COPY to Parquet; {} measured runs each after one warm-up, \
          order alternating, each into a fresh directory.\n{}",
         options.sf,
