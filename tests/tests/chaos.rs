@@ -19,11 +19,12 @@
 //!
 //! Then a write phase: a `COPY` from each client under every fault at once; each location
 //! written ends holding one committed write — a manifest naming exactly the files there,
-//! every row of the source exactly once — or nothing. And an insert phase: a Delta table
-//! created fault-free, then an `INSERT INTO` it from each client under every fault at
-//! once, each try's rows tagged; every tag in the table holds its rows exactly once,
-//! every acknowledged insert is there, none that failed is, and the table's directory
-//! holds exactly the files its log lists.
+//! every row of the source exactly once — or nothing. And an insert phase per table
+//! format (Delta, Iceberg): a table created fault-free, then an `INSERT INTO` it from
+//! each client under every fault at once, each try's rows tagged; every tag in the table
+//! holds its rows exactly once, every acknowledged insert is there, none that failed is,
+//! and the table's directory holds exactly the files its log (its current snapshot)
+//! lists.
 //!
 //! After the last phase every object left under the deployment's `jobs/` prefix is
 //! accounted for — also those of jobs no client learned of (a scheduler that crashed
@@ -498,14 +499,14 @@ impl Soak {
         .await
     }
 
-    /// One INSERT of client `client`'s slice of [`WRITE_SOURCE`] into the Delta table
-    /// [`DELTA_TABLE`], its rows tagged with the try (a try whose answer was lost may
-    /// still run). Returns how it ended and every tag tried.
-    async fn insert_one(&self, client: usize) -> (WriteOutcome, Vec<String>) {
+    /// One INSERT of client `client`'s slice of [`WRITE_SOURCE`] into `table`, its rows
+    /// tagged with the try (a try whose answer was lost may still run). Returns how it
+    /// ended and every tag tried.
+    async fn insert_one(&self, table: &str, client: usize) -> (WriteOutcome, Vec<String>) {
         self.submit_write(|attempt| {
             let tag = format!("{client}-{attempt}");
             let sql = format!(
-                "INSERT INTO {DELTA_TABLE} SELECT '{tag}' AS tag, l_orderkey, l_linenumber, \
+                "INSERT INTO {table} SELECT '{tag}' AS tag, l_orderkey, l_linenumber, \
                  l_quantity, l_shipmode FROM ({WRITE_SOURCE}) AS w WHERE l_orderkey % 4 = {}",
                 client % 4
             );
@@ -703,18 +704,18 @@ where
     (outcomes, seconds)
 }
 
-/// The Delta table the INSERT phase appends to.
-const DELTA_TABLE: &str = "chaos_delta";
-
-/// The INSERT phase: a Delta table created fault-free, then one INSERT from each of
-/// `clients` clients under every fault at once, each of a slice of [`WRITE_SOURCE`]
-/// tagged with its try. Afterwards every tag in the table holds its slice exactly once
-/// (no try is half there or there twice), every acknowledged INSERT is there, none that
-/// failed is, and the table's directory holds exactly the files its log lists.
-async fn insert_phase(soak: &Arc<Soak>, clients: usize) {
-    let location = format!("out/chaos-delta-{}", soak.seed);
+/// The INSERT phase for tables of `format` (`DELTA`, `ICEBERG`): a table created
+/// fault-free, then one INSERT from each of `clients` clients under every fault at once,
+/// each of a slice of [`WRITE_SOURCE`] tagged with its try. Afterwards every tag in the
+/// table holds its slice exactly once (no try is half there or there twice), every
+/// acknowledged INSERT is there, none that failed is, and the table's directory holds
+/// exactly the files its log (or current snapshot) lists.
+async fn insert_phase(soak: &Arc<Soak>, clients: usize, format: &'static str) {
+    let lower = format.to_ascii_lowercase();
+    let table = format!("chaos_{lower}");
+    let location = format!("out/chaos-{lower}-{}", soak.seed);
     let create = format!(
-        "CREATE TABLE {DELTA_TABLE} WITH (format = 'DELTA', partitioned_by = \
+        "CREATE TABLE {table} WITH (format = '{format}', partitioned_by = \
          ARRAY['l_shipmode'], external_location = 's3://{}/{location}/') AS \
          SELECT 'create' AS tag, l_orderkey, l_linenumber, l_quantity, l_shipmode \
          FROM ({WRITE_SOURCE}) AS w WHERE l_orderkey % 4 = 0",
@@ -722,13 +723,11 @@ async fn insert_phase(soak: &Arc<Soak>, clients: usize) {
     );
     let (status, _) = workload::run(&soak.client, &create).await;
     assert_eq!(status.state, "succeeded", "{status:?}");
-    let (outcomes, seconds) =
-        under_all_faults(
-            soak,
-            clients,
-            |soak, c| async move { soak.insert_one(c).await },
-        )
-        .await;
+    let (outcomes, seconds) = under_all_faults(soak, clients, |soak, c| {
+        let table = table.clone();
+        async move { soak.insert_one(&table, c).await }
+    })
+    .await;
 
     let mut problems = Vec::new();
     let (mut committed, mut failed) = (0, 0);
@@ -759,7 +758,7 @@ async fn insert_phase(soak: &Arc<Soak>, clients: usize) {
         &soak.client,
         &format!(
             "SELECT tag, count(*) AS n, sum({WRITE_KEY}) AS s, \
-             count(DISTINCT {WRITE_KEY}) AS d FROM {DELTA_TABLE} GROUP BY tag"
+             count(DISTINCT {WRITE_KEY}) AS d FROM {table} GROUP BY tag"
         ),
     )
     .await;
@@ -805,11 +804,11 @@ async fn insert_phase(soak: &Arc<Soak>, clients: usize) {
     // clean-ups have run (the task timeout after they end).
     let mut state = String::new();
     for _ in 0..120 {
-        state = soak
-            .delta_files_match_log(&location)
-            .await
-            .err()
-            .unwrap_or_default();
+        let matched = match format {
+            "DELTA" => soak.delta_files_match_log(&location).await,
+            _ => soak.iceberg_files_match_snapshot(&location).await,
+        };
+        state = matched.err().unwrap_or_default();
         if state.is_empty() {
             break;
         }
@@ -820,7 +819,7 @@ async fn insert_phase(soak: &Arc<Soak>, clients: usize) {
     }
     let (allowed, why) = allowed_failures("all", clients);
     println!(
-        "phase insert (all faults): {clients} INSERTs into a Delta table in {seconds:.0} s: \
+        "phase insert (all faults): {clients} INSERTs into a {format} table in {seconds:.0} s: \
          {committed} committed, {failed} failed (allowed {allowed}: {why}); tags in the \
          table: {present:?}"
     );
@@ -874,6 +873,104 @@ impl Soak {
             return Err(format!(
                 "{location}: files the log does not list {extra:?}, files it lists that are \
                  not there {missing:?}"
+            ));
+        }
+        Ok(())
+    }
+}
+
+impl Soak {
+    /// Whether the data files under the Iceberg table at `location` are exactly those
+    /// its current snapshot lists (its manifest list's manifests' live entries, each
+    /// once); what differs if not.
+    async fn iceberg_files_match_snapshot(&self, location: &str) -> Result<(), String> {
+        use object_store::ObjectStoreExt;
+        let get = |key: String| async move {
+            self.s3
+                .get(&object_store::path::Path::from(key.as_str()))
+                .await
+                .map_err(|e| format!("{key}: {e}"))?
+                .bytes()
+                .await
+                .map_err(|e| format!("{key}: {e}"))
+        };
+        // An object's key from the URL a metadata file names (`s3://bucket/key`).
+        let key_of = |url: &str| -> String {
+            url.split_once("://")
+                .and_then(|(_, rest)| rest.split_once('/'))
+                .map_or(url.to_string(), |(_, key)| key.to_string())
+        };
+        let records = |bytes: bytes::Bytes| -> Result<Vec<apache_avro::types::Value>, String> {
+            apache_avro::Reader::new(&bytes[..])
+                .map_err(|e| e.to_string())?
+                .map(|r| r.map_err(|e| e.to_string()))
+                .collect()
+        };
+        let field = |record: &apache_avro::types::Value, name: &str| match record {
+            apache_avro::types::Value::Record(fields) => fields
+                .iter()
+                .find(|(n, _)| n == name)
+                .map(|(_, v)| v.clone()),
+            _ => None,
+        };
+        let objects = self.objects(location).await;
+        let newest = objects
+            .iter()
+            .filter_map(|o| {
+                let name = o.rsplit('/').next()?;
+                name.strip_suffix(".metadata.json")?
+                    .strip_prefix('v')?
+                    .parse::<u64>()
+                    .ok()
+            })
+            .max()
+            .ok_or(format!("{location}: no metadata"))?;
+        let metadata: serde_json::Value = serde_json::from_slice(
+            &get(format!("{location}/metadata/v{newest}.metadata.json")).await?,
+        )
+        .map_err(|e| e.to_string())?;
+        let current = metadata["current-snapshot-id"].as_i64();
+        let snapshot = metadata["snapshots"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|s| s["snapshot-id"].as_i64() == current)
+            .ok_or(format!("{location}: no current snapshot"))?;
+        let list = snapshot["manifest-list"].as_str().unwrap_or_default();
+        let mut listed = Vec::new();
+        for entry in records(get(key_of(list)).await?)? {
+            let Some(apache_avro::types::Value::String(manifest)) = field(&entry, "manifest_path")
+            else {
+                return Err(format!("{list}: an entry without a manifest_path"));
+            };
+            for file in records(get(key_of(&manifest)).await?)? {
+                let live = !matches!(
+                    field(&file, "status"),
+                    Some(apache_avro::types::Value::Int(2))
+                );
+                if let Some(apache_avro::types::Value::String(path)) =
+                    field(&file, "data_file").and_then(|d| field(&d, "file_path"))
+                {
+                    if live {
+                        listed.push(key_of(&path));
+                    }
+                }
+            }
+        }
+        let unique: std::collections::BTreeSet<String> = listed.iter().cloned().collect();
+        if unique.len() != listed.len() {
+            return Err(format!("{location}: the snapshot lists a file twice"));
+        }
+        let files: std::collections::BTreeSet<String> = objects
+            .into_iter()
+            .filter(|o| o.starts_with(&format!("{location}/data/")))
+            .collect();
+        if files != unique {
+            let extra: Vec<_> = files.difference(&unique).collect();
+            let missing: Vec<_> = unique.difference(&files).collect();
+            return Err(format!(
+                "{location}: files the snapshot does not list {extra:?}, files it lists \
+                 that are not there {missing:?}"
             ));
         }
         Ok(())
@@ -1275,9 +1372,10 @@ fn chaos_short() {
         // COPYs under every fault at once: each location written holds exactly one
         // committed write or nothing.
         write_phase(&soak, 4).await;
-        // INSERTs into a Delta table under every fault at once: every try's rows are in
-        // the table once or not at all.
-        insert_phase(&soak, 4).await;
+        // INSERTs into a Delta and an Iceberg table under every fault at once: every
+        // try's rows are in the table once or not at all.
+        insert_phase(&soak, 4, "DELTA").await;
+        insert_phase(&soak, 4, "ICEBERG").await;
         let left = soak.all_leftovers().await;
         assert!(left.is_empty(), "objects left behind: {left:?}");
         // Under every fault, the functions needed nothing their roles do not grant.

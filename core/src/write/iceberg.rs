@@ -159,7 +159,7 @@ fn field_id(field: &Field) -> Result<i64> {
 }
 
 /// The metadata's `schema` of `schema` (with its field ids).
-fn schema_json(schema: &Schema) -> Result<Value> {
+fn schema_json(schema: &Schema, schema_id: i64) -> Result<Value> {
     let fields = schema
         .fields()
         .iter()
@@ -173,7 +173,7 @@ fn schema_json(schema: &Schema) -> Result<Value> {
             }))
         })
         .collect::<Result<Vec<_>>>()?;
-    Ok(json!({"type": "struct", "schema-id": 0, "fields": fields}))
+    Ok(json!({"type": "struct", "schema-id": schema_id, "fields": fields}))
 }
 
 /// The partition spec's fields (identity transforms) of `partition_by`.
@@ -254,6 +254,8 @@ fn version_of(name: &str) -> Option<u64> {
 /// The columns and partitioning of a table's current metadata.
 struct Layout {
     schema: SchemaRef,
+    /// The schema's id in the metadata.
+    schema_id: i64,
     partition_by: Vec<String>,
     spec_id: i64,
 }
@@ -315,6 +317,7 @@ impl Layout {
         }
         Ok(Layout {
             schema: Arc::new(Schema::new(fields)),
+            schema_id,
             partition_by,
             spec_id,
         })
@@ -735,8 +738,8 @@ fn manifest(
     let body = avro_file(
         &manifest_entry_schema(partition_fields),
         &[
-            ("schema", schema_json(schema)?.to_string()),
-            ("schema-id", "0".into()),
+            ("schema", schema_json(schema, layout.schema_id)?.to_string()),
+            ("schema-id", layout.schema_id.to_string()),
             ("partition-spec", Value::Array(spec).to_string()),
             ("partition-spec-id", layout.spec_id.to_string()),
             ("format-version", "2".into()),
@@ -856,9 +859,28 @@ async fn manifest_list_entries(store: &dyn ObjectStore, url: &str) -> Result<Vec
 }
 
 /// The object store path of a file URL.
+/// Taken literally, as Iceberg's readers take a path: the text after
+/// `scheme://authority/` is the key.
 fn object_path(url: &str) -> Result<Path> {
-    let parsed = url::Url::parse(url).map_err(|e| Error::Internal(format!("{url}: {e}")))?;
-    Path::from_url_path(parsed.path()).map_err(|e| Error::Internal(format!("{url}: {e}")))
+    let key = url
+        .split_once("://")
+        .and_then(|(_, rest)| rest.split_once('/'))
+        .map_or(url, |(_, key)| key);
+    Path::parse(key).map_err(|e| Error::Internal(format!("{url}: {e}")))
+}
+
+/// The table's directory as the metadata names it and the files in it: the store's
+/// `scheme://authority/` and the directory's object key, literally (ending in `/`).
+fn literal_location(target: &WriteTarget, root: &Path) -> Result<String> {
+    let url = url::Url::parse(&target.location)
+        .map_err(|e| Error::Internal(format!("{}: {e}", target.location)))?;
+    let key = root.as_ref();
+    let key = if key.is_empty() {
+        String::new()
+    } else {
+        format!("{key}/")
+    };
+    Ok(format!("{}://{}/{key}", url.scheme(), url.authority()))
 }
 
 // ---- the commit --------------------------------------------------------------------
@@ -917,19 +939,41 @@ pub async fn commit(
     let store = store.as_ref();
     let label = target.table.as_deref().unwrap_or("the table");
     let planned = crate::plan::decode_schema(&target.table_schema)?;
+    // Every path the metadata names is literal: the object's key as written (a
+    // partition directory `k=a%2Fb` is that text in the key, as Iceberg's writers make it).
+    let base = literal_location(target, &root)?;
+    let files = &files
+        .iter()
+        .map(|f| {
+            let relative = f.path.strip_prefix(&target.location).ok_or_else(|| {
+                Error::Internal(format!(
+                    "written file {} is not under {}",
+                    f.path, target.location
+                ))
+            })?;
+            Ok(WrittenFile {
+                path: format!("{base}{relative}"),
+                ..f.clone()
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     let now = crate::time::now_ms() as i64;
     let snapshot = snapshot_id();
     // Named after this run alone: a run that loses deletes its own, and never another's.
     let run = uuid::Uuid::new_v4().simple().to_string();
     let manifest_name = format!("m-{}-{run}.avro", target.job_id);
-    let manifest_url = format!("{}metadata/{manifest_name}", target.location);
+    let manifest_url = file_url(&base, &manifest_name);
     let manifest_path = root.clone().join("metadata").join(manifest_name.as_str());
     let mut written: Vec<Path> = Vec::new();
+    // A metadata write that failed may have applied (its answer lost): then the files
+    // this run wrote may be named by a committed version, and are kept.
+    let mut uncertain = false;
 
     let result = async {
         if !target.append {
             let layout = Layout {
                 schema: planned.clone(),
+                schema_id: 0,
                 partition_by: target.partition_by.clone(),
                 spec_id: 0,
             };
@@ -943,7 +987,7 @@ pub async fn commit(
             let list_url = put_list(
                 store,
                 &root,
-                target,
+                &base,
                 snapshot,
                 None,
                 1,
@@ -956,6 +1000,8 @@ pub async fn commit(
                 &layout,
                 &NewSnapshot {
                     target,
+                    base: &base,
+                    schema_id: layout.schema_id,
                     id: snapshot,
                     parent: None,
                     sequence: 1,
@@ -964,7 +1010,9 @@ pub async fn commit(
                     files,
                 },
             )?;
-            if put_version(store, &root, 1, &metadata).await? {
+            let put = put_version(store, &root, 1, &metadata).await;
+            uncertain = put.is_err();
+            if put? {
                 hint(store, &root, 1).await;
                 return Ok((1, true));
             }
@@ -1032,7 +1080,7 @@ pub async fn commit(
             let list_url = put_list(
                 store,
                 &root,
-                target,
+                &base,
                 snapshot,
                 parent,
                 sequence,
@@ -1043,9 +1091,11 @@ pub async fn commit(
             .await?;
             let next = appended(
                 &metadata,
-                &file_url(target, &file),
+                &file_url(&base, &file),
                 &NewSnapshot {
                     target,
+                    base: &base,
+                    schema_id: layout.schema_id,
                     id: snapshot,
                     parent: parent.zip(parent_snapshot.as_ref().map(|s| &s["summary"])),
                     sequence,
@@ -1054,7 +1104,9 @@ pub async fn commit(
                     files,
                 },
             );
-            if put_version(store, &root, version + 1, &next).await? {
+            let put = put_version(store, &root, version + 1, &next).await;
+            uncertain = put.is_err();
+            if put? {
                 hint(store, &root, version + 1).await;
                 return Ok((version + 1, true));
             }
@@ -1069,7 +1121,7 @@ pub async fn commit(
         )))
     }
     .await;
-    if !matches!(result, Ok((_, true))) {
+    if !uncertain && !matches!(result, Ok((_, true))) {
         // This run committed nothing (it failed, or found the commit made by an earlier
         // run): no metadata version names the files it wrote.
         for path in written {
@@ -1079,9 +1131,9 @@ pub async fn commit(
     result.map(|(version, _)| version)
 }
 
-/// The URL of metadata file `name` of `target`'s table.
-fn file_url(target: &WriteTarget, name: &str) -> String {
-    format!("{}metadata/{name}", target.location)
+/// The URL of metadata file `name` of the table at `base` ([`literal_location`]).
+fn file_url(base: &str, name: &str) -> String {
+    format!("{base}metadata/{name}")
 }
 
 /// Writes a manifest list of `entries` for snapshot `snapshot`; returns its URL.
@@ -1089,7 +1141,7 @@ fn file_url(target: &WriteTarget, name: &str) -> String {
 async fn put_list(
     store: &dyn ObjectStore,
     root: &Path,
-    target: &WriteTarget,
+    base: &str,
     snapshot: i64,
     parent: Option<i64>,
     sequence: i64,
@@ -1114,7 +1166,7 @@ async fn put_list(
     let path = root.clone().join("metadata").join(name.as_str());
     store.put(&path, PutPayload::from(body)).await?;
     written.push(path);
-    Ok(file_url(target, &name))
+    Ok(file_url(base, &name))
 }
 
 /// The answer of a creation that found version 1 written: this job's (the commit ran
@@ -1144,6 +1196,10 @@ fn same_columns(a: &Schema, b: &Schema) -> bool {
 /// A snapshot a commit makes.
 struct NewSnapshot<'a> {
     target: &'a WriteTarget,
+    /// The table's directory, as the metadata names it ([`literal_location`]).
+    base: &'a str,
+    /// The schema its files were written with.
+    schema_id: i64,
     id: i64,
     /// The table's current snapshot, and its summary.
     parent: Option<(i64, &'a Value)>,
@@ -1162,7 +1218,7 @@ impl NewSnapshot<'_> {
             "timestamp-ms": self.now,
             "manifest-list": self.list_url,
             "summary": summary(&self.target.job_id, self.files, self.parent.map(|p| p.1)),
-            "schema-id": 0,
+            "schema-id": self.schema_id,
         });
         if let Some((p, _)) = self.parent {
             s["parent-snapshot-id"] = json!(p);
@@ -1179,12 +1235,12 @@ fn new_table(layout: &Layout, snapshot: &NewSnapshot) -> Result<Value> {
     Ok(json!({
         "format-version": 2,
         "table-uuid": uuid::Uuid::new_v4().to_string(),
-        "location": target.location.trim_end_matches('/'),
+        "location": snapshot.base.trim_end_matches('/'),
         "last-sequence-number": 1,
         "last-updated-ms": now,
         "last-column-id": layout.schema.fields().len(),
         "current-schema-id": 0,
-        "schemas": [schema_json(&layout.schema)?],
+        "schemas": [schema_json(&layout.schema, 0)?],
         "default-spec-id": 0,
         "partition-specs": [{"spec-id": 0, "fields": spec}],
         "last-partition-id": last_partition_id,

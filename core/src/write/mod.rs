@@ -1,6 +1,7 @@
-//! Writes: `COPY (query) TO 'location'` and `CREATE TABLE name [WITH (...)] AS query`, run
-//! as a query whose final stage writes files ([`sink::TableWriterExec`]), made visible by
-//! one commit ([`commit()`]); where they may go is [`target`]'s.
+//! Writes: `COPY (query) TO 'location'`, `CREATE TABLE name [WITH (...)] AS query` and
+//! `INSERT INTO` a Delta or Iceberg table, run as a query whose final stage writes files
+//! ([`sink::TableWriterExec`]), made visible by one commit ([`commit()`]: a manifest, or
+//! the table format's own — [`delta`], [`iceberg`]); where they may go is [`target`]'s.
 //!
 //! - **Where**: only inside the write locations (`--allow-write`,
 //!   `LAMBDAFUSION_WRITE_LOCATIONS`), never the engine's own locations, never a catalog

@@ -87,6 +87,18 @@ fn snapshot_is_the_files(dir: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// [`snapshot_is_the_files`], within a few seconds: a second step of a job may still be
+/// in its commit, about to find the commit made and delete its own manifest list.
+async fn eventually_the_files(dir: &Path) {
+    for _ in 0..100 {
+        if snapshot_is_the_files(dir).is_ok() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    snapshot_is_the_files(dir).unwrap();
+}
+
 /// `SELECT count(*), sum(id)` over `table` through `engine`.
 async fn count_and_sum(engine: &Embedded, table: &str) -> (i64, i64) {
     let out = engine
@@ -134,7 +146,7 @@ async fn iceberg_tables_are_created_then_appended_to_one_snapshot_each() {
         "an Iceberg table has no manifest"
     );
     assert_eq!(versions(&dir).len(), 1);
-    snapshot_is_the_files(&dir).unwrap();
+    eventually_the_files(&dir).await;
 
     let appended = engine
         .sql("INSERT INTO t SELECT id, v, s, k FROM facts WHERE id % 4 = 0")
@@ -149,7 +161,7 @@ async fn iceberg_tables_are_created_then_appended_to_one_snapshot_each() {
         .unwrap();
     let all = versions(&dir);
     assert_eq!(all.len(), 3, "one snapshot per statement");
-    snapshot_is_the_files(&dir).unwrap();
+    eventually_the_files(&dir).await;
     let newest = &all[2];
     assert_eq!(newest["snapshots"].as_array().unwrap().len(), 3);
     assert_eq!(newest["last-sequence-number"], 3);
@@ -252,7 +264,7 @@ async fn a_commit_run_again_adds_nothing_and_concurrent_appends_both_land() {
         assert_eq!(again.files.len(), files.len());
     }
     assert_eq!(versions(&dir).len(), 2, "no commit was made twice");
-    snapshot_is_the_files(&dir).unwrap();
+    eventually_the_files(&dir).await;
     assert_eq!(count_and_sum(&engine, "t").await.0, 1_500);
     // An append planned against other columns (the table changed while it ran) is a
     // conflict, not a commit, and leaves no metadata file behind.
@@ -306,7 +318,7 @@ async fn a_commit_run_again_adds_nothing_and_concurrent_appends_both_land() {
     assert_eq!(summary(&b.unwrap().batches).0, 200);
     assert_eq!(summary(&c.unwrap().batches).0, 1);
     assert_eq!(versions(&dir).len(), 5);
-    snapshot_is_the_files(&dir).unwrap();
+    eventually_the_files(&dir).await;
     let (n, ids) = count_and_sum(&engine, "t").await;
     assert_eq!(n, 2_001);
     let expected: i64 = (1..=1000).sum::<i64>()
@@ -449,7 +461,7 @@ async fn duplicate_deliveries_append_every_row_once_and_the_sweep_asks_the_metad
         }
         tokio::time::sleep(std::time::Duration::from_millis(100)).await;
     }
-    snapshot_is_the_files(&dir).unwrap();
+    eventually_the_files(&dir).await;
     let check = h.submit("SELECT count(*), sum(id) FROM t").await;
     h.run_to_end(&check).await;
     let (_, rows) = lambdafusion::results::collect(&h.services, &check)
@@ -491,12 +503,167 @@ async fn duplicate_deliveries_append_every_row_once_and_the_sweep_asks_the_metad
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     h.scheduler().sweep().await.unwrap();
     assert!(!late.exists() && !unlisted.exists());
-    snapshot_is_the_files(&dir).unwrap();
+    eventually_the_files(&dir).await;
     // Whatever the job's state says, the metadata decides: a commit that landed is kept.
     let mut snapshot = h.services.store.load_job(&appended).await.unwrap().unwrap();
     snapshot.job.state = JobState::Failed;
     let deleted = lambdafusion::write::last_clean_up(&h.services, &snapshot).await;
     assert_eq!(deleted, 0);
-    snapshot_is_the_files(&dir).unwrap();
+    eventually_the_files(&dir).await;
     assert_eq!(versions(&dir).len(), 3);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_table_whose_directory_name_needs_escaping_is_written_and_read() {
+    let tables = tempfile::tempdir().unwrap();
+    common::write_tables(tables.path()).await;
+    let out = tempfile::tempdir().unwrap();
+    let engine = common::engine_with_tables(config(tables.path(), out.path()), tables.path()).await;
+    // The metadata names every file by its key, literally: `a b%` in the key is `a b%`.
+    let dir = out.path().join("a b%");
+    engine
+        .sql(&format!(
+            "CREATE TABLE sp WITH (format = 'ICEBERG', partitioned_by = ARRAY['s'], \
+             external_location = '{}/') AS SELECT id, 'x/y' AS s FROM facts WHERE id <= 5",
+            dir.display()
+        ))
+        .await
+        .unwrap();
+    engine
+        .sql("INSERT INTO sp VALUES (6, 'x/y')")
+        .await
+        .unwrap();
+    assert_eq!(count_and_sum(&engine, "sp").await, (6, 21));
+    let newest = versions(&dir).pop().unwrap();
+    let location = newest["location"].as_str().unwrap();
+    assert!(location.ends_with("/a b%"), "{location}");
+    eventually_the_files(&dir).await;
+}
+
+/// A store whose first create of a `.metadata.json` applies and then answers an error, as
+/// a request whose answer was lost does.
+#[derive(Debug)]
+struct LosesOneCommitAnswer {
+    inner: std::sync::Arc<dyn object_store::ObjectStore>,
+    lost: std::sync::atomic::AtomicBool,
+}
+
+#[async_trait::async_trait]
+impl object_store::ObjectStore for LosesOneCommitAnswer {
+    async fn put_opts(
+        &self,
+        location: &object_store::path::Path,
+        payload: object_store::PutPayload,
+        opts: object_store::PutOptions,
+    ) -> object_store::Result<object_store::PutResult> {
+        let create = matches!(opts.mode, object_store::PutMode::Create);
+        let put = self.inner.put_opts(location, payload, opts).await?;
+        if create
+            && location.as_ref().ends_with(".metadata.json")
+            && !self.lost.swap(true, std::sync::atomic::Ordering::SeqCst)
+        {
+            return Err(object_store::Error::Generic {
+                store: "test",
+                source: "the answer was lost".into(),
+            });
+        }
+        Ok(put)
+    }
+
+    async fn put_multipart_opts(
+        &self,
+        location: &object_store::path::Path,
+        opts: object_store::PutMultipartOptions,
+    ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+        self.inner.put_multipart_opts(location, opts).await
+    }
+
+    async fn get_opts(
+        &self,
+        location: &object_store::path::Path,
+        options: object_store::GetOptions,
+    ) -> object_store::Result<object_store::GetResult> {
+        self.inner.get_opts(location, options).await
+    }
+
+    async fn get_ranges(
+        &self,
+        location: &object_store::path::Path,
+        ranges: &[std::ops::Range<u64>],
+    ) -> object_store::Result<Vec<bytes::Bytes>> {
+        self.inner.get_ranges(location, ranges).await
+    }
+
+    fn delete_stream(
+        &self,
+        locations: futures::stream::BoxStream<
+            'static,
+            object_store::Result<object_store::path::Path>,
+        >,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::path::Path>> {
+        self.inner.delete_stream(locations)
+    }
+
+    fn list(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> futures::stream::BoxStream<'static, object_store::Result<object_store::ObjectMeta>> {
+        self.inner.list(prefix)
+    }
+
+    async fn list_with_delimiter(
+        &self,
+        prefix: Option<&object_store::path::Path>,
+    ) -> object_store::Result<object_store::ListResult> {
+        self.inner.list_with_delimiter(prefix).await
+    }
+
+    async fn copy_opts(
+        &self,
+        from: &object_store::path::Path,
+        to: &object_store::path::Path,
+        options: object_store::CopyOptions,
+    ) -> object_store::Result<()> {
+        self.inner.copy_opts(from, to, options).await
+    }
+}
+
+impl std::fmt::Display for LosesOneCommitAnswer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LosesOneCommitAnswer({})", self.inner)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_whose_answer_was_lost_keeps_what_it_committed() {
+    let tables = tempfile::tempdir().unwrap();
+    common::write_tables(tables.path()).await;
+    let out = tempfile::tempdir().unwrap();
+    let engine = common::engine_with_tables(config(tables.path(), out.path()), tables.path()).await;
+    engine
+        .sql("CREATE TABLE t WITH (format = 'ICEBERG') AS SELECT id, k FROM facts WHERE id <= 100")
+        .await
+        .unwrap();
+    // From now on the first metadata file written applies, and its answer is an error:
+    // the scheduler's step fails and runs the commit again, which finds it made.
+    let runtime = &engine.services().runtime;
+    let url = datafusion::execution::object_store::ObjectStoreUrl::local_filesystem();
+    let inner = runtime.object_store(&url).unwrap();
+    runtime.register_object_store(
+        url.as_ref(),
+        std::sync::Arc::new(LosesOneCommitAnswer {
+            inner,
+            lost: Default::default(),
+        }),
+    );
+    let appended = engine
+        .sql("INSERT INTO t SELECT id + 1000, k FROM facts WHERE id <= 50")
+        .await
+        .unwrap();
+    assert_eq!(summary(&appended.batches).0, 50);
+    let dir = out.path().join("t");
+    assert_eq!(versions(&dir).len(), 2, "committed once");
+    // The manifest and manifest list the committed version names are there.
+    eventually_the_files(&dir).await;
+    assert_eq!(count_and_sum(&engine, "t").await, (150, 5050 + 51_275));
 }

@@ -445,6 +445,43 @@ async fn copy_to_s3(stack: &Stack, client: &Client, ctx: &SessionContext) {
     let (_, ours) = run(client, &check.replace("{}", "delta_li")).await;
     lambdafusion_embedded::verify::compare(&want, &ours, false).unwrap();
 
+    // An Iceberg table: created by one statement, appended to by another, each one
+    // snapshot committed by its metadata file, put only if absent.
+    let (status, _) = run(
+        client,
+        &format!(
+            "CREATE TABLE iceberg_li WITH (format = 'ICEBERG', partitioned_by = \
+             ARRAY['l_shipmode'], external_location = 's3://{bucket}/out/iceberg_li/') AS \
+             {source} AND l_linenumber <= 4"
+        ),
+    )
+    .await;
+    assert_eq!(status.state, "succeeded", "{status:?}");
+    let (status, _) = run(
+        client,
+        &format!("INSERT INTO iceberg_li {source} AND l_linenumber > 4"),
+    )
+    .await;
+    assert_eq!(status.state, "succeeded", "{status:?}");
+    let mut versions: Vec<String> = s3
+        .list(Some(&Path::from("out/iceberg_li/metadata")))
+        .map_ok(|m| m.location.to_string())
+        .try_collect()
+        .await
+        .unwrap();
+    versions.retain(|p| p.ends_with(".metadata.json"));
+    versions.sort();
+    assert_eq!(
+        versions,
+        [
+            "out/iceberg_li/metadata/v1.metadata.json",
+            "out/iceberg_li/metadata/v2.metadata.json"
+        ],
+        "one snapshot per statement"
+    );
+    let (_, ours) = run(client, &check.replace("{}", "iceberg_li")).await;
+    lambdafusion_embedded::verify::compare(&want, &ours, false).unwrap();
+
     // Nowhere but the write locations.
     for (target, says) in [
         (
