@@ -819,7 +819,7 @@ async fn insert_phase(soak: &Arc<Soak>, clients: usize, format: &'static str) {
     }
     let (allowed, why) = allowed_failures("all", clients);
     println!(
-        "phase insert (all faults): {clients} INSERTs into a {format} table in {seconds:.0} s: \
+        "phase insert (all faults): {clients} INSERTs into the {format} table in {seconds:.0} s: \
          {committed} committed, {failed} failed (allowed {allowed}: {why}); tags in the \
          table: {present:?}"
     );
