@@ -78,8 +78,12 @@ async fn run_embedded(
 
 /// The statements of a script, in order. A script of one statement is sent as written
 /// (comments and all); several are parsed apart and each sent as the parser prints it.
+/// A script this parser cannot read is sent as written: the engine's parser (its dialect
+/// reads `VERSION AS OF`, ...) answers for it, with its own hints.
 pub fn split_statements(script: &str) -> Result<Vec<String>, CliError> {
-    let statements = DFParser::parse_sql(script)?;
+    let Ok(statements) = DFParser::parse_sql(script) else {
+        return Ok(vec![script.trim().trim_end_matches(';').trim().to_string()]);
+    };
     match statements.len() {
         0 => Err("no SQL statement given (only comments or blanks)".into()),
         1 => Ok(vec![script.trim().trim_end_matches(';').trim().to_string()]),
@@ -167,6 +171,17 @@ mod tests {
     fn comments_alone_are_no_statement() {
         let e = split_statements("-- nothing\n  ").unwrap_err().to_string();
         assert!(e.contains("no SQL statement"), "{e}");
-        assert!(split_statements("SELEC 1").is_err());
+    }
+
+    #[test]
+    fn what_this_parser_cannot_read_is_left_to_the_engine() {
+        // The engine's parser answers (its dialect reads more, and it hints).
+        assert_eq!(split_statements("SELEC 1;").unwrap(), vec!["SELEC 1"]);
+        assert_eq!(
+            split_statements("SELECT * FROM t VERSION AS OF 3")
+                .unwrap()
+                .len(),
+            1
+        );
     }
 }

@@ -40,7 +40,7 @@ pub fn parse(sql: &str, recursion_limit: usize) -> Result<DfStatement> {
         .with_recursion_limit(recursion_limit)
         .build()
         .and_then(|mut p| p.parse_statements())
-        .map_err(|e| Error::InvalidInput(e.strip_backtrace().to_string()))?;
+        .map_err(|e| Error::InvalidInput(with_hint(e.strip_backtrace().to_string())))?;
     if statements.len() > 1 {
         return Err(Error::InvalidInput(format!(
             "a request holds a single SQL statement, this one holds {}",
@@ -52,6 +52,23 @@ pub fn parse(sql: &str, recursion_limit: usize) -> Result<DfStatement> {
     })?;
     rewrite(&mut statement)?;
     Ok(statement)
+}
+
+/// A parse error's message, with the spelling this engine takes where the SQL used one
+/// the parser does not: `CREATE TABLE ... STORED AS ICEBERG` (sqlparser's Hive formats
+/// are Parquet, ORC, text, ...; table formats are named in `WITH (format = ...)`).
+fn with_hint(message: String) -> String {
+    let upper = message.to_ascii_uppercase();
+    for format in ["ICEBERG", "DELTA"] {
+        if upper.contains(&format!("EXPECTED: FILEFORMAT, FOUND: {format}")) {
+            return format!(
+                "{message}: a new {format} table is written with CREATE TABLE name WITH \
+                 (format = '{format}') AS SELECT ... (STORED AS {format} is for CREATE \
+                 EXTERNAL TABLE, which registers a table that exists)"
+            );
+        }
+    }
+    message
 }
 
 /// Renames every versioned table reference of `statement` to its versioned name.

@@ -275,6 +275,7 @@ pub fn take_table_options(
             )))
         }
     };
+    take_hive_words(create, &mut table)?;
     for option in options {
         let SqlOption::KeyValue { key, value } = option else {
             return Err(Error::InvalidInput(format!(
@@ -289,6 +290,17 @@ pub fn take_table_options(
                 ))
             })
         };
+        let hive_said = match name.as_str() {
+            "format" => table.format.is_some(),
+            "external_location" | "location" => table.location.is_some(),
+            "partitioned_by" => !table.partitioned_by.is_empty(),
+            _ => false,
+        };
+        if hive_said {
+            return Err(Error::InvalidInput(format!(
+                "CREATE TABLE ... AS: {name} is said twice, in Hive's words and in WITH (...)"
+            )));
+        }
         match name.as_str() {
             "format" => table.format = Some(text(&value)?),
             "external_location" | "location" => table.location = Some(text(&value)?),
@@ -310,6 +322,73 @@ pub fn take_table_options(
         }
     }
     Ok(Some(table))
+}
+
+/// Takes Hive's words for a `CREATE TABLE ... AS` off `create` (as sqlparser reads
+/// them: `PARTITIONED BY (col, ...)`, `STORED AS PARQUET|TEXTFILE|JSONFILE`, `LOCATION
+/// '...'`, and Spark's `USING iceberg|delta|...` where a dialect reads it) into `table`. Anything else Hive's syntax says (a row format, SerDe
+/// properties, input and output formats, typed partition columns) is refused by name.
+fn take_hive_words(
+    create: &mut datafusion::sql::sqlparser::ast::CreateTable,
+    table: &mut TableOptions,
+) -> Result<()> {
+    use datafusion::sql::sqlparser::ast::{
+        DataType, FileFormat, HiveDistributionStyle, HiveIOFormat,
+    };
+    let refuse = |what: String| {
+        Err(Error::InvalidInput(format!(
+            "CREATE TABLE ... AS does not take {what}; it takes PARTITIONED BY (col, ...), \
+             STORED AS PARQUET|TEXTFILE|JSONFILE and LOCATION '...', or Athena's WITH \
+             (format = 'PARQUET'|'CSV'|'JSON'|'DELTA'|'ICEBERG', external_location = '...', \
+             partitioned_by = ARRAY['col'])"
+        )))
+    };
+    match std::mem::replace(&mut create.hive_distribution, HiveDistributionStyle::NONE) {
+        HiveDistributionStyle::NONE => {}
+        HiveDistributionStyle::PARTITIONED { columns } => {
+            for column in columns {
+                if column.data_type != DataType::Unspecified || !column.options.is_empty() {
+                    return refuse(format!(
+                        "a typed partition column ({column}): name a column the query yields"
+                    ));
+                }
+                table.partitioned_by.push(column.name.value);
+            }
+        }
+        other => return refuse(format!("{other:?}")),
+    }
+    let Some(hive) = create.hive_formats.take() else {
+        return Ok(());
+    };
+    if hive.row_format.is_some() {
+        return refuse("ROW FORMAT".into());
+    }
+    if hive.serde_properties.is_some() {
+        return refuse("SerDe properties".into());
+    }
+    match hive.storage {
+        None => {}
+        Some(HiveIOFormat::FileFormat { format }) => {
+            table.format = Some(
+                match format {
+                    FileFormat::PARQUET => "PARQUET",
+                    FileFormat::TEXTFILE => "CSV",
+                    FileFormat::JSONFILE => "JSON",
+                    other => return refuse(format!("STORED AS {other}")),
+                }
+                .to_string(),
+            );
+        }
+        // Spark's `USING iceberg`, `USING delta`, ...: checked as `format` is.
+        Some(HiveIOFormat::Using { format }) => {
+            table.format = Some(format.value.to_ascii_uppercase())
+        }
+        Some(HiveIOFormat::IOF { .. }) => {
+            return refuse("STORED AS INPUTFORMAT ... OUTPUTFORMAT ...".into())
+        }
+    }
+    table.location = hive.location;
+    Ok(())
 }
 
 /// The text of an option's value: a quoted string, a number or a bare word.

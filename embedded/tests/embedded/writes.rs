@@ -742,6 +742,20 @@ async fn create_table_as_writes_the_files_and_then_the_table() {
         .unwrap();
     compare(&want, &ours.batches, "partitioned CREATE TABLE ... AS");
     assert!(out.path().join("p/g=3").is_dir());
+    // The same in Hive's words: PARTITIONED BY, STORED AS, LOCATION.
+    engine
+        .sql(&format!(
+            "CREATE TABLE hive_parts PARTITIONED BY (g) STORED AS PARQUET LOCATION '{o}/h/' \
+             AS {query}"
+        ))
+        .await
+        .unwrap();
+    let ours = engine
+        .sql(&check.replace("{}", "hive_parts"))
+        .await
+        .unwrap();
+    compare(&want, &ours.batches, "CREATE TABLE ... AS in Hive's words");
+    assert!(out.path().join("h/g=3").is_dir());
 
     // A query of no rows still makes a table with its columns.
     engine
@@ -803,6 +817,22 @@ async fn create_table_as_writes_the_files_and_then_the_table() {
             "EXPLAIN CREATE TABLE y AS SELECT 1 AS a",
             "statement of its own",
         ),
+        (
+            "CREATE TABLE y STORED AS ORC AS SELECT 1 AS a",
+            "does not take STORED AS ORC",
+        ),
+        (
+            "CREATE TABLE y PARTITIONED BY (a INT) AS SELECT 1 AS a, 2 AS b",
+            "a typed partition column (a INT)",
+        ),
+        (
+            "CREATE TABLE y STORED AS PARQUET WITH (format = 'CSV') AS SELECT 1 AS a",
+            "format is said twice",
+        ),
+        (
+            "CREATE TABLE y STORED AS ICEBERG AS SELECT 1 AS a",
+            "WITH (format = 'ICEBERG') AS SELECT",
+        ),
     ] {
         let e = engine
             .sql(sql)
@@ -817,7 +847,7 @@ async fn create_table_as_writes_the_files_and_then_the_table() {
         .collect();
     assert_eq!(
         names,
-        BTreeSet::from(["labelled".into(), "p".into(), "nothing".into()]),
+        BTreeSet::from(["labelled".into(), "p".into(), "h".into(), "nothing".into()]),
         "nothing written by the refused statements"
     );
 
