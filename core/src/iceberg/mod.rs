@@ -149,7 +149,7 @@ struct IcebergField {
 }
 
 /// The Arrow type of an Iceberg type (a primitive's name, or a struct, list or map).
-fn arrow_type(kind: &serde_json::Value, depth: usize) -> Result<DataType, String> {
+pub(crate) fn arrow_type(kind: &serde_json::Value, depth: usize) -> Result<DataType, String> {
     if depth > 32 {
         return Err("types nested deeper than 32 levels".into());
     }

@@ -286,13 +286,15 @@ impl Layout {
         {
             let name = f["name"].as_str().ok_or("a column without a name")?;
             let id = f["id"].as_i64().ok_or("a column without a field id")?;
-            let data_type = f["type"].as_str().and_then(arrow_of).ok_or_else(|| {
-                format!(
-                    "column {name} is {}, which lambdafusion does not \
-                                        append to",
-                    f["type"]
-                )
-            })?;
+            let data_type = crate::iceberg::arrow_type(&f["type"], 0)
+                .ok()
+                .filter(|t| iceberg_type(t).is_some())
+                .ok_or_else(|| {
+                    format!(
+                        "column {name} is {}, which lambdafusion does not append to",
+                        f["type"]
+                    )
+                })?;
             names.insert(id, name.to_string());
             fields.push(with_field_id(Field::new(name, data_type, true), id));
         }
@@ -322,40 +324,6 @@ impl Layout {
             spec_id,
         })
     }
-}
-
-/// The Arrow type of an Iceberg primitive type this engine appends to.
-fn arrow_of(kind: &str) -> Option<DataType> {
-    let data_type = match kind {
-        "boolean" => DataType::Boolean,
-        "int" => DataType::Int32,
-        "long" => DataType::Int64,
-        "float" => DataType::Float32,
-        "double" => DataType::Float64,
-        "date" => DataType::Date32,
-        "time" => DataType::Time64(TimeUnit::Microsecond),
-        "timestamp" => DataType::Timestamp(TimeUnit::Microsecond, None),
-        "timestamptz" => DataType::Timestamp(TimeUnit::Microsecond, Some("UTC".into())),
-        "string" => DataType::Utf8,
-        "binary" => DataType::Binary,
-        other => {
-            if let Some(args) = other
-                .strip_prefix("decimal(")
-                .and_then(|r| r.strip_suffix(')'))
-            {
-                let (p, s) = args.split_once(',')?;
-                DataType::Decimal128(p.trim().parse().ok()?, s.trim().parse().ok()?)
-            } else if let Some(n) = other
-                .strip_prefix("fixed[")
-                .and_then(|r| r.strip_suffix(']'))
-            {
-                DataType::FixedSizeBinary(n.parse().ok()?)
-            } else {
-                return None;
-            }
-        }
-    };
-    Some(data_type)
 }
 
 // ---- the metadata files ------------------------------------------------------------

@@ -13,24 +13,9 @@ use datafusion::arrow::datatypes::Int64Type;
 use lambdafusion::executor::TaskReport;
 use lambdafusion::state::JobState;
 use lambdafusion::EngineConfig;
-use lambdafusion_embedded::Embedded;
 
 use crate::common;
-use crate::writes::{compare, config, summary};
-use common::harness::Harness;
-
-/// A harness of `config` whose every scan is split as finely as allowed, writing under
-/// `out`.
-async fn harness(out: &Path, config: EngineConfig) -> Harness {
-    Harness::new(
-        config
-            .with_bytes_per_task(1)
-            .with_min_scan_bytes_per_task(1)
-            .with_max_tasks_per_stage(4)
-            .with_write_location(out.display().to_string()),
-    )
-    .await
-}
+use crate::writes::{compare, config, count_and_sum, split_harness, summary};
 
 /// The `add` actions of every commit of the table at `dir`, by version: their paths.
 fn log_adds(dir: &Path) -> Vec<Vec<String>> {
@@ -101,19 +86,6 @@ fn check_log_is_the_files(dir: &Path) {
     assert_eq!(decoded, present, "the log lists exactly the files there");
 }
 
-/// `SELECT count(*), sum(id)` over `table` through `engine`.
-async fn count_and_sum(engine: &Embedded, table: &str) -> (i64, i64) {
-    let out = engine
-        .sql(&format!("SELECT count(*), sum(id) FROM {table}"))
-        .await
-        .unwrap();
-    let b = &out.batches[0];
-    (
-        b.column(0).as_primitive::<Int64Type>().value(0),
-        b.column(1).as_primitive::<Int64Type>().value(0),
-    )
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delta_tables_are_created_then_appended_to_one_commit_each() {
     let tables = tempfile::tempdir().unwrap();
@@ -169,27 +141,7 @@ async fn delta_tables_are_created_then_appended_to_one_commit_each() {
         .await
         .unwrap();
     compare(&expected, &actual.batches, "the table holds every row once");
-    // Filters the files' statistics answer (the kernel skips files by them): the same
-    // rows as DataFusion over the source, so no bound is wrong.
-    let source = "(SELECT id, v, s, k FROM facts UNION ALL SELECT 40001, 1.5, 'x', NULL \
-                  UNION ALL SELECT 40002, 2.5, 'a/b c%', 5) AS src";
-    for filter in [
-        "id > 29000",
-        "id BETWEEN 100 AND 250",
-        "id < 3 OR id > 40001",
-        "s = 'name-77'",
-        "s >= 'name-9' AND s < 'name-91'",
-        "k = 5 AND id < 1000",
-        "k IS NULL",
-        "v > 44000.0",
-    ] {
-        let query = |from: &str| {
-            format!("SELECT count(*) AS n, sum(id) AS ids, min(s) AS s FROM {from} WHERE {filter}")
-        };
-        let expected = common::reference(tables.path(), &query(source)).await;
-        let actual = engine.sql(&query("d")).await.unwrap();
-        compare(&expected, &actual.batches, filter);
-    }
+    crate::writes::check_filters(&engine, tables.path(), "d").await;
     let log = std::fs::read_to_string(dir.join("_delta_log/00000000000000000000.json")).unwrap();
     assert!(log.contains(r#"\"minValues\":{\"id\":"#), "{log}");
 
@@ -385,7 +337,7 @@ async fn what_cannot_be_appended_to_is_refused_by_name() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn duplicate_deliveries_append_every_row_once() {
     let out = tempfile::tempdir().unwrap();
-    let mut h = harness(out.path(), EngineConfig::default()).await;
+    let mut h = split_harness(out.path(), EngineConfig::default()).await;
     let create = h
         .submit("CREATE TABLE d WITH (format = 'DELTA', partitioned_by = ARRAY['k']) AS SELECT id, k FROM facts WHERE id <= 100")
         .await;
@@ -427,7 +379,7 @@ async fn duplicate_deliveries_append_every_row_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_sweep_asks_the_log_before_it_deletes_a_delta_write_s_files() {
     let out = tempfile::tempdir().unwrap();
-    let mut h = harness(
+    let mut h = split_harness(
         out.path(),
         EngineConfig::default().with_task_timeout(std::time::Duration::from_secs(1)),
     )

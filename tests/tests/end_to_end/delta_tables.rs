@@ -267,29 +267,7 @@ async fn tables_lambdafusion_writes_are_read_by_deltalake() {
     let out = dir.path().join("out");
     let config = split_everything().with_write_location(out.display().to_string());
     let engine = engine(config, dir.path(), Default::default()).await;
-    // A source of several row groups, so that the writes below have several tasks.
-    let source = out.join("source");
-    engine
-        .sql(&format!(
-            "COPY (SELECT value AS id, CAST(value AS DOUBLE) / 3 AS x, \
-             concat('name ', CAST(value AS VARCHAR)) AS name, \
-             CAST(value % 1000 AS DECIMAL(12, 2)) AS amount, \
-             to_timestamp_micros(value * 1000003) AS ts, \
-             CAST(DATE '2026-01-01' + CAST(value % 5 AS INT) AS DATE) AS day, \
-             CASE WHEN value % 7 = 0 THEN NULL ELSE concat('k/', CAST(value % 3 AS VARCHAR)) END AS kind \
-             FROM generate_series(1, 6000)) TO '{}/' STORED AS PARQUET \
-             OPTIONS (max_row_group_size 500)",
-            source.display()
-        ))
-        .await
-        .unwrap();
-    engine
-        .sql(&format!(
-            "CREATE EXTERNAL TABLE source STORED AS PARQUET LOCATION '{}/'",
-            source.display()
-        ))
-        .await
-        .unwrap();
+    register_source(&engine, &out).await;
     let created = engine
         .sql(
             "CREATE TABLE w WITH (format = 'DELTA', partitioned_by = ARRAY['day', 'kind']) AS \
@@ -382,6 +360,35 @@ async fn tables_lambdafusion_writes_are_read_by_deltalake() {
     if let Err(diff) = lambdafusion_embedded::verify::compare(&theirs, &ours.batches, false) {
         panic!("id > 5000: deltalake reads otherwise:\n{diff}");
     }
+}
+
+/// The table `source` the write tests read: 6,000 rows of every type a table format
+/// stores (a double, a string, a decimal, a timestamp, a date, and a string with `/`
+/// and NULLs), written under `out` in row groups of 500, so that a write of it has
+/// several tasks.
+pub(crate) async fn register_source(engine: &Embedded, out: &Path) {
+    let source = out.join("source");
+    engine
+        .sql(&format!(
+            "COPY (SELECT value AS id, CAST(value AS DOUBLE) / 3 AS x, \
+             concat('name ', CAST(value AS VARCHAR)) AS name, \
+             CAST(value % 1000 AS DECIMAL(12, 2)) AS amount, \
+             to_timestamp_micros(value * 1000003) AS ts, \
+             CAST(DATE '2026-01-01' + CAST(value % 5 AS INT) AS DATE) AS day, \
+             CASE WHEN value % 7 = 0 THEN NULL ELSE concat('k/', CAST(value % 3 AS VARCHAR)) END AS kind \
+             FROM generate_series(1, 6000)) TO '{}/' STORED AS PARQUET \
+             OPTIONS (max_row_group_size 500)",
+            source.display()
+        ))
+        .await
+        .unwrap();
+    engine
+        .sql(&format!(
+            "CREATE EXTERNAL TABLE source STORED AS PARQUET LOCATION '{}/'",
+            source.display()
+        ))
+        .await
+        .unwrap();
 }
 
 /// The rows of a Parquet file the reader under test wrote.

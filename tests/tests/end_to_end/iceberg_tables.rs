@@ -346,29 +346,7 @@ async fn tables_lambdafusion_writes_are_read_by_pyiceberg() {
     })
     .await
     .unwrap();
-    // A source of several row groups, so that the writes below have several tasks.
-    let source = out.join("source");
-    engine
-        .sql(&format!(
-            "COPY (SELECT value AS id, CAST(value AS DOUBLE) / 3 AS x, \
-             concat('name ', CAST(value AS VARCHAR)) AS name, \
-             CAST(value % 1000 AS DECIMAL(12, 2)) AS amount, \
-             to_timestamp_micros(value * 1000003) AS ts, \
-             CAST(DATE '2026-01-01' + CAST(value % 5 AS INT) AS DATE) AS day, \
-             CASE WHEN value % 7 = 0 THEN NULL ELSE concat('k/', CAST(value % 3 AS VARCHAR)) END AS kind \
-             FROM generate_series(1, 6000)) TO '{}/' STORED AS PARQUET \
-             OPTIONS (max_row_group_size 500)",
-            source.display()
-        ))
-        .await
-        .unwrap();
-    engine
-        .sql(&format!(
-            "CREATE EXTERNAL TABLE source STORED AS PARQUET LOCATION '{}/'",
-            source.display()
-        ))
-        .await
-        .unwrap();
+    crate::delta_tables::register_source(&engine, &out).await;
     let created = engine
         .sql(
             "CREATE TABLE w WITH (format = 'ICEBERG', partitioned_by = ARRAY['day', 'kind']) AS \
