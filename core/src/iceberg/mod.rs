@@ -325,7 +325,7 @@ fn path_inside(root: &Url, url: &Url, what: &str) -> DfResult<Path> {
 /// table directory `root`. Taken literally, as Iceberg's own readers take it: the text
 /// after `scheme://authority/` is the object's key, escapes and all (a writer that put a
 /// partition value `a/b` in a directory name as `a%2Fb` wrote that key).
-fn file_inside(root: &Url, location: &str, what: &str) -> DfResult<Path> {
+pub(crate) fn file_inside(root: &Url, location: &str, what: &str) -> DfResult<Path> {
     let outside = || {
         DataFusionError::Plan(format!(
             "{what} is {location}, which lies outside the table's directory {root}: \

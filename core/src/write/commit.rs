@@ -119,19 +119,17 @@ pub fn final_outputs(snapshot: &crate::state::JobSnapshot) -> Vec<TaskOutput> {
 }
 
 /// The files of a write's committed task attempts, from its job's snapshot: those its
-/// commit lists (what [`last_clean_up`] keeps of a Delta write). Best effort: none
-/// when they cannot be read.
+/// commit lists (what [`last_clean_up`] keeps of a Delta or Iceberg write).
 pub async fn committed_files(
     services: &Services,
     snapshot: &crate::state::JobSnapshot,
-) -> Vec<WrittenFile> {
+) -> Result<Vec<WrittenFile>> {
     written_files(
         services,
         snapshot.job.final_stage(),
         final_outputs(snapshot),
     )
     .await
-    .unwrap_or_default()
 }
 
 /// Makes a finished write visible: writes the manifest listing `files` (unless this job
@@ -322,12 +320,18 @@ pub async fn last_clean_up(services: &Services, snapshot: &crate::state::JobSnap
             WriteFormat::Iceberg => super::iceberg::committed(services, target).await,
             _ => super::delta::committed(services, target).await,
         };
+        // A committed write whose file list cannot be read keeps every file: deleting
+        // by an empty list would delete what the table lists.
         let keep = match committed {
             Ok(true) => committed_files(services, snapshot).await,
-            Ok(false) => Vec::new(),
+            Ok(false) => Ok(Vec::new()),
+            Err(e) => Err(e),
+        };
+        let keep = match keep {
+            Ok(keep) => keep,
             Err(e) => {
                 tracing::warn!(job_id = %target.job_id, error = %e,
-                    "cannot tell whether a table write committed: its files are left");
+                    "cannot tell which files a table write committed: its files are left");
                 return 0;
             }
         };

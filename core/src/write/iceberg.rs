@@ -177,20 +177,40 @@ fn schema_json(schema: &Schema, schema_id: i64) -> Result<Value> {
 }
 
 /// The partition spec's fields (identity transforms) of `partition_by`.
-fn spec_fields(schema: &Schema, partition_by: &[String]) -> Result<Vec<Value>> {
-    partition_by
+fn spec_fields(layout: &Layout) -> Result<Vec<Value>> {
+    layout
+        .partition_by
         .iter()
-        .enumerate()
-        .map(|(i, name)| {
-            let field = schema.field_with_name(name)?;
+        .zip(&layout.partition_fields)
+        .map(|(column, (id, name))| {
+            let field = layout.schema.field_with_name(column)?;
             Ok(json!({
                 "name": name,
                 "transform": "identity",
                 "source-id": field_id(field)?,
-                "field-id": FIRST_PARTITION_FIELD_ID + i as i64,
+                "field-id": id,
             }))
         })
         .collect()
+}
+
+/// `name` as an Avro name (`[A-Za-z_][A-Za-z0-9_]*`), as Iceberg's Java writer makes
+/// one (`AvroSchemaUtil.makeCompatibleName`): another character is `_x` and its code
+/// in hex, a leading digit gets a `_` before it. Readers find the field by its id.
+fn avro_name(name: &str) -> String {
+    let mut out = String::with_capacity(name.len());
+    for (i, c) in name.chars().enumerate() {
+        match c {
+            'A'..='Z' | 'a'..='z' | '_' => out.push(c),
+            '0'..='9' if i > 0 => out.push(c),
+            '0'..='9' => {
+                out.push('_');
+                out.push(c);
+            }
+            other => out.push_str(&format!("_x{:X}", other as u32)),
+        }
+    }
+    out
 }
 
 // ---- planning an append ---------------------------------------------------------------
@@ -256,6 +276,9 @@ struct Layout {
     schema: SchemaRef,
     /// The schema's id in the metadata.
     schema_id: i64,
+    /// The partition spec's fields (identity, in `partition_by`'s order): each one's
+    /// field id and name, as the spec says them.
+    partition_fields: Vec<(i64, String)>,
     partition_by: Vec<String>,
     spec_id: i64,
 }
@@ -295,6 +318,12 @@ impl Layout {
                         f["type"]
                     )
                 })?;
+            if f["required"].as_bool() == Some(true) {
+                return Err(format!(
+                    "column {name} is required (NOT NULL), which lambdafusion does not \
+                     check on append"
+                ));
+            }
             names.insert(id, name.to_string());
             fields.push(with_field_id(Field::new(name, data_type, true), id));
         }
@@ -304,10 +333,15 @@ impl Layout {
             .and_then(|s| s.iter().find(|s| s["spec-id"].as_i64() == Some(spec_id)))
             .ok_or("its metadata has no default partition spec")?;
         let mut partition_by = Vec::new();
+        let mut partition_fields = Vec::new();
         for p in spec["fields"].as_array().into_iter().flatten() {
             let source = p["source-id"].as_i64().and_then(|id| names.get(&id));
-            match (p["transform"].as_str(), source) {
-                (Some("identity"), Some(name)) => partition_by.push(name.clone()),
+            let field = p["field-id"].as_i64().zip(p["name"].as_str());
+            match (p["transform"].as_str(), source, field) {
+                (Some("identity"), Some(name), Some((id, field_name))) => {
+                    partition_by.push(name.clone());
+                    partition_fields.push((id, field_name.to_string()));
+                }
                 _ => {
                     return Err(format!(
                         "it is partitioned by {} of {}, and lambdafusion appends to tables \
@@ -320,6 +354,7 @@ impl Layout {
         Ok(Layout {
             schema: Arc::new(Schema::new(fields)),
             schema_id,
+            partition_fields,
             partition_by,
             spec_id,
         })
@@ -403,6 +438,15 @@ async fn hint(store: &dyn ObjectStore, root: &Path, version: u64) {
     {
         tracing::warn!(error = %e, %path, "could not update the Iceberg version hint");
     }
+}
+
+/// Whether `metadata` holds the snapshot `id` (this commit run's own: ids are random).
+fn holds_snapshot(metadata: &Value, id: i64) -> bool {
+    metadata["snapshots"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .any(|s| s["snapshot-id"].as_i64() == Some(id))
 }
 
 /// Whether `metadata` holds a snapshot of `job` (or was created by it, with none).
@@ -610,21 +654,20 @@ fn map_of(entries: Vec<(i64, Avro)>) -> Avro {
 }
 
 /// The manifest entry of one written file.
-fn manifest_entry(
-    file: &WrittenFile,
-    schema: &Schema,
-    partition_by: &[String],
-    snapshot_id: i64,
-) -> Result<Avro> {
+fn manifest_entry(file: &WrittenFile, layout: &Layout, snapshot_id: i64) -> Result<Avro> {
+    let schema = &layout.schema;
     let mut partition = Vec::new();
-    for name in partition_by {
+    for (name, (_, field_name)) in layout.partition_by.iter().zip(&layout.partition_fields) {
         let field = schema.field_with_name(name)?;
         let text = file
             .partition
             .as_ref()
             .and_then(|p| p.get(name).cloned().flatten());
         let value = partition_value(text.as_deref(), field.data_type())?;
-        partition.push((name.clone(), value.map_or_else(none, |(v, _)| some(v))));
+        partition.push((
+            avro_name(field_name),
+            value.map_or_else(none, |(v, _)| some(v)),
+        ));
     }
     let stats: Value = file
         .stats
@@ -687,22 +730,17 @@ fn manifest(
 ) -> Result<(Vec<u8>, ListEntry)> {
     let schema = &layout.schema;
     let mut partition_fields = Vec::new();
-    for (i, name) in layout.partition_by.iter().enumerate() {
+    for (name, (id, field_name)) in layout.partition_by.iter().zip(&layout.partition_fields) {
         let field = schema.field_with_name(name)?;
         let t = partition_avro_type(field.data_type())
             .ok_or_else(|| Error::Internal(format!("partition column {name} has no Avro type")))?;
-        partition_fields.push(avro_field(
-            name,
-            FIRST_PARTITION_FIELD_ID + i as i64,
-            t,
-            false,
-        ));
+        partition_fields.push(avro_field(&avro_name(field_name), *id, t, false));
     }
     let entries = files
         .iter()
-        .map(|f| manifest_entry(f, schema, &layout.partition_by, snapshot_id))
+        .map(|f| manifest_entry(f, layout, snapshot_id))
         .collect::<Result<Vec<_>>>()?;
-    let spec = spec_fields(schema, &layout.partition_by)?;
+    let spec = spec_fields(layout)?;
     let body = avro_file(
         &manifest_entry_schema(partition_fields),
         &[
@@ -811,9 +849,17 @@ fn with_sequence(entry: &[(String, Avro)], path: &str, sequence: i64) -> Avro {
     )
 }
 
-/// The entries of the manifest list at `url` (a snapshot's), to carry into the next.
-async fn manifest_list_entries(store: &dyn ObjectStore, url: &str) -> Result<Vec<Avro>> {
-    let path = object_path(url)?;
+/// The entries of the manifest list at `url` (a snapshot's of the table at `location`),
+/// to carry into the next. A list outside the table's directory is refused, as the
+/// reader refuses it.
+async fn manifest_list_entries(
+    store: &dyn ObjectStore,
+    location: &str,
+    url: &str,
+) -> Result<Vec<Avro>> {
+    let root =
+        url::Url::parse(location).map_err(|e| Error::Internal(format!("{location}: {e}")))?;
+    let path = crate::iceberg::file_inside(&root, url, "the current snapshot's manifest list")?;
     let bytes = store.get(&path).await?.bytes().await?;
     let schema = apache_avro::Schema::parse(&manifest_file_schema()).map_err(avro_error)?;
     let reader = apache_avro::Reader::with_schema(&schema, &bytes[..]).map_err(|e| {
@@ -824,17 +870,6 @@ async fn manifest_list_entries(store: &dyn ObjectStore, url: &str) -> Result<Vec
     reader
         .map(|r| r.map_err(|e| Error::Internal(format!("the Iceberg manifest list {url}: {e}"))))
         .collect()
-}
-
-/// The object store path of a file URL.
-/// Taken literally, as Iceberg's readers take a path: the text after
-/// `scheme://authority/` is the key.
-fn object_path(url: &str) -> Result<Path> {
-    let key = url
-        .split_once("://")
-        .and_then(|(_, rest)| rest.split_once('/'))
-        .map_or(url, |(_, key)| key);
-    Path::parse(key).map_err(|e| Error::Internal(format!("{url}: {e}")))
 }
 
 /// The table's directory as the metadata names it and the files in it: the store's
@@ -925,7 +960,6 @@ pub async fn commit(
             })
         })
         .collect::<Result<Vec<_>>>()?;
-    let now = crate::time::now_ms() as i64;
     let snapshot = snapshot_id();
     // Named after this run alone: a run that loses deletes its own, and never another's.
     let run = uuid::Uuid::new_v4().simple().to_string();
@@ -942,12 +976,19 @@ pub async fn commit(
             let layout = Layout {
                 schema: planned.clone(),
                 schema_id: 0,
+                partition_fields: target
+                    .partition_by
+                    .iter()
+                    .enumerate()
+                    .map(|(i, name)| (FIRST_PARTITION_FIELD_ID + i as i64, name.clone()))
+                    .collect(),
                 partition_by: target.partition_by.clone(),
                 spec_id: 0,
             };
             if let Some(metadata) = read_version(store, &root, 1).await? {
                 return existing_creation(&metadata, target).map(|v| (v, false));
             }
+            let now = crate::time::now_ms() as i64;
             let (body, entry) = manifest(&layout, files, snapshot)?;
             store.put(&manifest_path, PutPayload::from(body)).await?;
             written.push(manifest_path.clone());
@@ -984,8 +1025,11 @@ pub async fn commit(
                 hint(store, &root, 1).await;
                 return Ok((1, true));
             }
+            // Taken: by this run itself (its request was retried after it applied, and
+            // the retry found the object), by an earlier run of this commit, or by another.
             let metadata = read_version(store, &root, 1).await?.unwrap_or(Value::Null);
-            return existing_creation(&metadata, target).map(|v| (v, false));
+            let mine = holds_snapshot(&metadata, snapshot);
+            return existing_creation(&metadata, target).map(|v| (v, mine));
         }
         let mut manifest_entry: Option<ListEntry> = None;
         for _ in 0..MAX_REBASES {
@@ -997,7 +1041,9 @@ pub async fn commit(
                 )));
             };
             if has_job(&metadata, &target.job_id) {
-                return Ok((version, false));
+                // Committed by an earlier run of this commit, or by this run's own
+                // request, retried after it applied (the retry found the object).
+                return Ok((version, holds_snapshot(&metadata, snapshot)));
             }
             let layout = Layout::of(&metadata).map_err(|why| {
                 Error::Conflict(format!("{label} changed while this INSERT ran: {why}"))
@@ -1020,6 +1066,7 @@ pub async fn commit(
                 }
             };
             let sequence = metadata["last-sequence-number"].as_i64().unwrap_or(0) + 1;
+            let now = commit_time(&metadata);
             let parent = metadata["current-snapshot-id"]
                 .as_i64()
                 .filter(|id| *id >= 0);
@@ -1040,7 +1087,7 @@ pub async fn commit(
                 .as_ref()
                 .and_then(|s| s["manifest-list"].as_str())
             {
-                Some(url) => manifest_list_entries(store, url).await?,
+                Some(url) => manifest_list_entries(store, &target.location, url).await?,
                 None => Vec::new(),
             };
             list.push(with_sequence(&entry, &manifest_url, sequence));
@@ -1078,7 +1125,13 @@ pub async fn commit(
                 hint(store, &root, version + 1).await;
                 return Ok((version + 1, true));
             }
-            // Another writer committed first: this try's manifest list is no one's.
+            // Taken: by another writer (then this try's manifest list is no one's), or by
+            // this try itself (a retried request), which the next turn finds.
+            let taken = read_version(store, &root, version + 1).await?;
+            if taken.is_some_and(|m| holds_snapshot(&m, snapshot)) {
+                hint(store, &root, version + 1).await;
+                return Ok((version + 1, true));
+            }
             for path in written.drain(list_path_count..) {
                 let _ = store.delete(&path).await;
             }
@@ -1097,6 +1150,23 @@ pub async fn commit(
         }
     }
     result.map(|(version, _)| version)
+}
+
+/// The time of a commit on top of `metadata`: now, and never before what the metadata
+/// records last (a clock behind another writer's would make metadata Iceberg's readers
+/// refuse: `last-updated-ms` before its last log entry).
+fn commit_time(metadata: &Value) -> i64 {
+    let last = |key: &str| {
+        metadata[key]
+            .as_array()
+            .and_then(|log| log.last())
+            .and_then(|entry| entry["timestamp-ms"].as_i64())
+            .unwrap_or(0)
+    };
+    (crate::time::now_ms() as i64)
+        .max(metadata["last-updated-ms"].as_i64().unwrap_or(0))
+        .max(last("snapshot-log"))
+        .max(last("metadata-log"))
 }
 
 /// The URL of metadata file `name` of the table at `base` ([`literal_location`]).
@@ -1198,7 +1268,7 @@ impl NewSnapshot<'_> {
 /// The first metadata of a table, with its first snapshot.
 fn new_table(layout: &Layout, snapshot: &NewSnapshot) -> Result<Value> {
     let (target, now) = (snapshot.target, snapshot.now);
-    let spec = spec_fields(&layout.schema, &layout.partition_by)?;
+    let spec = spec_fields(layout)?;
     let last_partition_id = FIRST_PARTITION_FIELD_ID - 1 + spec.len() as i64;
     Ok(json!({
         "format-version": 2,
@@ -1327,6 +1397,26 @@ mod tests {
     }
 
     #[test]
+    fn avro_names_are_made_as_icebergs_java_writer_makes_them() {
+        assert_eq!(avro_name("ship_month"), "ship_month");
+        assert_eq!(avro_name("sale-date"), "sale_x2Ddate");
+        assert_eq!(avro_name("1st"), "_1st");
+        assert_eq!(avro_name("é"), "_xE9");
+    }
+
+    #[test]
+    fn a_commit_is_never_timed_before_the_metadata_it_follows() {
+        let later = crate::time::now_ms() as i64 + 3_600_000;
+        let metadata = json!({
+            "last-updated-ms": 5,
+            "snapshot-log": [{"timestamp-ms": 1}, {"timestamp-ms": later}],
+            "metadata-log": [],
+        });
+        assert_eq!(commit_time(&metadata), later);
+        assert!(commit_time(&json!({})) >= crate::time::now_ms() as i64 - 1000);
+    }
+
+    #[test]
     fn metadata_files_of_other_catalogs_are_not_versions() {
         assert_eq!(version_of("v12.metadata.json"), Some(12));
         assert_eq!(version_of("00003-1a2b.metadata.json"), None);
@@ -1351,8 +1441,15 @@ mod tests {
         assert!(Layout::of(&v1).err().unwrap().contains("format version 1"));
         let mut identity = metadata;
         identity["partition-specs"][0]["fields"][0]["transform"] = json!("identity");
+        identity["partition-specs"][0]["fields"][0]["field-id"] = json!(1003);
         let layout = Layout::of(&identity).unwrap();
         assert_eq!(layout.partition_by, vec!["t".to_string()]);
+        assert_eq!(layout.partition_fields, vec![(1003, "t_day".to_string())]);
         assert_eq!(field_id(layout.schema.field(1)).unwrap(), 2);
+        identity["schemas"][0]["fields"][0]["required"] = json!(true);
+        assert!(Layout::of(&identity)
+            .err()
+            .unwrap()
+            .contains("column a is required"));
     }
 }

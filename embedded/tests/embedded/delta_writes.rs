@@ -185,7 +185,9 @@ async fn a_commit_run_again_adds_nothing_and_concurrent_appends_both_land() {
     for job in [&created.status.id, &appended.status.id] {
         let snapshot = services.store.load_job(job).await.unwrap().unwrap();
         let target = snapshot.job.write.clone().unwrap();
-        let files = lambdafusion::write::committed_files(services, &snapshot).await;
+        let files = lambdafusion::write::committed_files(services, &snapshot)
+            .await
+            .unwrap();
         assert!(!files.is_empty());
         let again = lambdafusion::write::commit(services, &target, &files)
             .await
@@ -423,6 +425,17 @@ async fn the_sweep_asks_the_log_before_it_deletes_a_delta_write_s_files() {
     snapshot.job.state = JobState::Failed;
     let deleted = lambdafusion::write::last_clean_up(&h.services, &snapshot).await;
     assert_eq!(deleted, 0);
+    // A committed write whose tasks' file lists cannot be read (their objects gone)
+    // keeps every file: an empty list must not mean "keep nothing".
+    for task in &mut snapshot.tasks {
+        if let Some(output) = &mut task.output {
+            output.object = format!("{}-gone", output.object);
+        }
+    }
+    assert_eq!(
+        lambdafusion::write::last_clean_up(&h.services, &snapshot).await,
+        0
+    );
     check_log_is_the_files(&dir);
     assert_eq!(log_adds(&dir).len(), 2);
 }

@@ -209,7 +209,9 @@ async fn a_commit_run_again_adds_nothing_and_concurrent_appends_both_land() {
     for job in [&created.status.id, &appended.status.id] {
         let snapshot = services.store.load_job(job).await.unwrap().unwrap();
         let target = snapshot.job.write.clone().unwrap();
-        let files = lambdafusion::write::committed_files(services, &snapshot).await;
+        let files = lambdafusion::write::committed_files(services, &snapshot)
+            .await
+            .unwrap();
         assert!(!files.is_empty());
         let again = lambdafusion::write::commit(services, &target, &files)
             .await
@@ -462,6 +464,17 @@ async fn duplicate_deliveries_append_every_row_once_and_the_sweep_asks_the_metad
     snapshot.job.state = JobState::Failed;
     let deleted = lambdafusion::write::last_clean_up(&h.services, &snapshot).await;
     assert_eq!(deleted, 0);
+    // A committed write whose tasks' file lists cannot be read (their objects gone)
+    // keeps every file: an empty list must not mean "keep nothing".
+    for task in &mut snapshot.tasks {
+        if let Some(output) = &mut task.output {
+            output.object = format!("{}-gone", output.object);
+        }
+    }
+    assert_eq!(
+        lambdafusion::write::last_clean_up(&h.services, &snapshot).await,
+        0
+    );
     eventually_the_files(&dir).await;
     assert_eq!(versions(&dir).len(), 3);
 }
@@ -493,12 +506,14 @@ async fn a_table_whose_directory_name_needs_escaping_is_written_and_read() {
     eventually_the_files(&dir).await;
 }
 
-/// A store whose first create of a `.metadata.json` applies and then answers an error, as
-/// a request whose answer was lost does.
+/// A store whose first create of a `.metadata.json` applies and then answers otherwise:
+/// an error (a request whose answer was lost), or "already exists" (what a request that
+/// applied, lost its answer and was retried by the client is answered).
 #[derive(Debug)]
 struct LosesOneCommitAnswer {
     inner: std::sync::Arc<dyn object_store::ObjectStore>,
     lost: std::sync::atomic::AtomicBool,
+    retried: bool,
 }
 
 #[async_trait::async_trait]
@@ -515,6 +530,12 @@ impl object_store::ObjectStore for LosesOneCommitAnswer {
             && location.as_ref().ends_with(".metadata.json")
             && !self.lost.swap(true, std::sync::atomic::Ordering::SeqCst)
         {
+            if self.retried {
+                return Err(object_store::Error::AlreadyExists {
+                    path: location.to_string(),
+                    source: "the retry found it".into(),
+                });
+            }
             return Err(object_store::Error::Generic {
                 store: "test",
                 source: "the answer was lost".into(),
@@ -593,30 +614,51 @@ async fn a_commit_whose_answer_was_lost_keeps_what_it_committed() {
     common::write_tables(tables.path()).await;
     let out = tempfile::tempdir().unwrap();
     let engine = common::engine_with_tables(config(tables.path(), out.path()), tables.path()).await;
+    let runtime = &engine.services().runtime;
+    let url = datafusion::execution::object_store::ObjectStoreUrl::local_filesystem();
+    // From now on the first metadata file written applies, and is answered otherwise.
+    let lose_one = |retried: bool| {
+        let inner = runtime.object_store(&url).unwrap();
+        runtime.register_object_store(
+            url.as_ref(),
+            std::sync::Arc::new(LosesOneCommitAnswer {
+                inner,
+                lost: Default::default(),
+                retried,
+            }),
+        );
+    };
+    // A new table whose creation was answered "already exists" (the retry of its own
+    // request found it): its manifest and list stay.
+    lose_one(true);
     engine
         .sql("CREATE TABLE t WITH (format = 'ICEBERG') AS SELECT id, k FROM facts WHERE id <= 100")
         .await
         .unwrap();
-    // From now on the first metadata file written applies, and its answer is an error:
-    // the scheduler's step fails and runs the commit again, which finds it made.
-    let runtime = &engine.services().runtime;
-    let url = datafusion::execution::object_store::ObjectStoreUrl::local_filesystem();
-    let inner = runtime.object_store(&url).unwrap();
-    runtime.register_object_store(
-        url.as_ref(),
-        std::sync::Arc::new(LosesOneCommitAnswer {
-            inner,
-            lost: Default::default(),
-        }),
-    );
+    let dir = out.path().join("t");
+    eventually_the_files(&dir).await;
+    assert_eq!(count_and_sum(&engine, "t").await, (100, 5050));
+    // An append answered with an error: the scheduler's step fails and runs the commit
+    // again, which finds it made.
+    lose_one(false);
     let appended = engine
         .sql("INSERT INTO t SELECT id + 1000, k FROM facts WHERE id <= 50")
         .await
         .unwrap();
     assert_eq!(summary(&appended.batches).0, 50);
-    let dir = out.path().join("t");
     assert_eq!(versions(&dir).len(), 2, "committed once");
-    // The manifest and manifest list the committed version names are there.
     eventually_the_files(&dir).await;
-    assert_eq!(count_and_sum(&engine, "t").await, (150, 5050 + 51_275));
+    // An append answered "already exists" by its own retried request.
+    lose_one(true);
+    engine
+        .sql("INSERT INTO t SELECT id + 2000, k FROM facts WHERE id <= 10")
+        .await
+        .unwrap();
+    assert_eq!(versions(&dir).len(), 3, "committed once");
+    // The manifests and manifest lists the committed versions name are there.
+    eventually_the_files(&dir).await;
+    assert_eq!(
+        count_and_sum(&engine, "t").await,
+        (160, 5050 + 51_275 + 20_055)
+    );
 }
