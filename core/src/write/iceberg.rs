@@ -226,7 +226,8 @@ pub async fn append_layout(
     let location = super::target::directory_url(location, super::WriteFormat::Iceberg)?;
     let (store, root) = store_of(services, &location)?;
     let refuse = |why: String| Error::InvalidInput(format!("INSERT INTO {name}: {why}"));
-    let Some((_, file, metadata)) = newest(store.as_ref(), &root).await? else {
+    let names = metadata_names(store.as_ref(), &root).await?;
+    let Some((_, _, metadata)) = newest_of(store.as_ref(), &root, &names).await? else {
         return Err(refuse(format!(
             "no metadata/v<N>.metadata.json at {location}: lambdafusion appends to Iceberg \
              tables whose metadata files it numbers itself (tables it created, or \
@@ -234,7 +235,11 @@ pub async fn append_layout(
              written through that catalog"
         )));
     };
-    if let Some(other) = other_catalog_file(store.as_ref(), &root, &file).await? {
+    // A metadata file not named `v<N>.metadata.json`: another catalog's.
+    if let Some(other) = names
+        .iter()
+        .find(|n| n.ends_with(".metadata.json") && version_of(n).is_none())
+    {
         return Err(refuse(format!(
             "its metadata file {other} is named by another catalog's convention: \
              lambdafusion appends only to Iceberg tables whose metadata files are \
@@ -244,23 +249,6 @@ pub async fn append_layout(
     }
     let layout = Layout::of(&metadata).map_err(refuse)?;
     Ok((layout.schema, layout.partition_by))
-}
-
-/// A metadata file under `metadata/` not named `v<N>.metadata.json`, if there is one
-/// newer than this engine's newest `file`.
-async fn other_catalog_file(
-    store: &dyn ObjectStore,
-    root: &Path,
-    file: &str,
-) -> Result<Option<String>> {
-    use futures::TryStreamExt;
-    let dir = root.clone().join("metadata");
-    let listed: Vec<_> = store.list(Some(&dir)).try_collect().await?;
-    Ok(listed.into_iter().find_map(|m| {
-        let name = m.location.filename()?;
-        (name.ends_with(".metadata.json") && version_of(name).is_none() && name != file)
-            .then(|| name.to_string())
-    }))
 }
 
 /// The version of a metadata file named `v<N>.metadata.json`.
@@ -366,24 +354,38 @@ impl Layout {
 /// The newest `metadata/v<N>.metadata.json` of the table at `root`: its version, name
 /// and contents; `None` when it has none.
 async fn newest(store: &dyn ObjectStore, root: &Path) -> Result<Option<(u64, String, Value)>> {
+    let names = metadata_names(store, root).await?;
+    newest_of(store, root, &names).await
+}
+
+/// The names of the files under the table's `metadata/`.
+async fn metadata_names(store: &dyn ObjectStore, root: &Path) -> Result<Vec<String>> {
     use futures::TryStreamExt;
     let dir = root.clone().join("metadata");
     let listed: Vec<_> = store.list(Some(&dir)).try_collect().await?;
-    let Some(version) = listed
-        .iter()
-        .filter_map(|m| version_of(m.location.filename()?))
-        .max()
-    else {
+    Ok(listed
+        .into_iter()
+        .filter_map(|m| m.location.filename().map(str::to_string))
+        .collect())
+}
+
+/// [`newest`], from the names a listing of `metadata/` found.
+async fn newest_of(
+    store: &dyn ObjectStore,
+    root: &Path,
+    names: &[String],
+) -> Result<Option<(u64, String, Value)>> {
+    let Some(mut version) = names.iter().filter_map(|n| version_of(n)).max() else {
         return Ok(None);
     };
-    // Newer versions may have been committed since the listing: follow them.
-    let mut version = version;
-    while read_version(store, root, version + 1).await?.is_some() {
-        version += 1;
-    }
-    let metadata = read_version(store, root, version)
+    let mut metadata = read_version(store, root, version)
         .await?
         .ok_or_else(|| Error::Internal(format!("metadata version {version} vanished")))?;
+    // Newer versions may have been committed since the listing: follow them.
+    while let Some(next) = read_version(store, root, version + 1).await? {
+        version += 1;
+        metadata = next;
+    }
     Ok(Some((version, metadata_name(version), metadata)))
 }
 
@@ -438,6 +440,11 @@ async fn hint(store: &dyn ObjectStore, root: &Path, version: u64) {
     {
         tracing::warn!(error = %e, %path, "could not update the Iceberg version hint");
     }
+}
+
+/// Whether `metadata` is of a table `job` created (its properties name it).
+fn created_by(metadata: &Value, job: &str) -> bool {
+    metadata["properties"][CREATED_BY].as_str() == Some(job)
 }
 
 /// Whether `metadata` holds the snapshot `id` (this commit run's own: ids are random).
@@ -1210,7 +1217,7 @@ async fn put_list(
 /// The answer of a creation that found version 1 written: this job's (the commit ran
 /// before), or a conflict.
 fn existing_creation(metadata: &Value, target: &WriteTarget) -> Result<u64> {
-    if metadata["properties"][CREATED_BY].as_str() == Some(target.job_id.as_str()) {
+    if created_by(metadata, &target.job_id) {
         return Ok(1);
     }
     Err(Error::Conflict(format!(
@@ -1332,9 +1339,7 @@ pub async fn committed(services: &Services, target: &WriteTarget) -> Result<bool
     if !target.append {
         return Ok(read_version(store.as_ref(), &root, 1)
             .await?
-            .is_some_and(|m| {
-                m["properties"][CREATED_BY].as_str() == Some(target.job_id.as_str())
-            }));
+            .is_some_and(|m| created_by(&m, &target.job_id)));
     }
     Ok(newest(store.as_ref(), &root)
         .await?

@@ -29,26 +29,6 @@ fn versions(dir: &Path) -> Vec<serde_json::Value> {
     found
 }
 
-/// The data files under `dir/data`.
-fn data_files(dir: &Path) -> Vec<std::path::PathBuf> {
-    let mut files = Vec::new();
-    let mut stack = vec![dir.join("data")];
-    while let Some(d) = stack.pop() {
-        let Ok(entries) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for entry in entries {
-            let path = entry.unwrap().path();
-            if path.is_dir() {
-                stack.push(path);
-            } else {
-                files.push(path);
-            }
-        }
-    }
-    files
-}
-
 /// The newest snapshot counts exactly the data files there, and no metadata file is
 /// left of a commit try that lost; `Err` naming the difference otherwise.
 fn snapshot_is_the_files(dir: &Path) -> Result<(), String> {
@@ -67,7 +47,7 @@ fn snapshot_is_the_files(dir: &Path) -> Result<(), String> {
         .unwrap()
         .parse()
         .unwrap();
-    let present = data_files(dir).len();
+    let present = crate::writes::files_under(&dir.join("data")).len();
     if listed != present {
         return Err(format!("{listed} files listed, {present} there"));
     }

@@ -36,7 +36,7 @@ async fn engine(tables: &Path, out: &Path) -> Arc<Embedded> {
 }
 
 /// Every file under `dir` (relative paths), recursively.
-fn files_under(dir: &Path) -> BTreeSet<String> {
+pub(crate) fn files_under(dir: &Path) -> BTreeSet<String> {
     let mut found = BTreeSet::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {

@@ -14,7 +14,7 @@ use lambdafusion::EngineConfig;
 use lambdafusion_embedded::{Embedded, EmbeddedOptions};
 use lambdafusion_tests::delta::Fixtures;
 
-async fn engine(
+pub(crate) async fn engine(
     config: EngineConfig,
     dir: &Path,
     faults: lambdafusion::faults::Faults,
@@ -31,7 +31,7 @@ async fn engine(
 }
 
 /// Every scan split as finely as allowed: the distribution is under test.
-fn split_everything() -> EngineConfig {
+pub(crate) fn split_everything() -> EngineConfig {
     EngineConfig::default()
         .with_bytes_per_task(1)
         .with_min_scan_bytes_per_task(1)

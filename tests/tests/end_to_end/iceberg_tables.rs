@@ -330,22 +330,9 @@ async fn tables_lambdafusion_writes_are_read_by_pyiceberg() {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().canonicalize().unwrap();
     let out = root.join("out");
-    let mut config = EngineConfig::default()
-        .with_bytes_per_task(1)
-        .with_min_scan_bytes_per_task(1)
-        .with_shuffle_bytes_per_task(1)
-        .with_max_tasks_per_stage(6)
-        .with_data_location(root.display().to_string())
-        .with_write_location(out.display().to_string());
-    config.speculation = false;
-    let engine = Embedded::start(EmbeddedOptions {
-        data_dir: None,
-        config,
-        slots: 8,
-        ..EmbeddedOptions::default()
-    })
-    .await
-    .unwrap();
+    let config =
+        crate::delta_tables::split_everything().with_write_location(out.display().to_string());
+    let engine = crate::delta_tables::engine(config, &root, Default::default()).await;
     crate::delta_tables::register_source(&engine, &out).await;
     let created = engine
         .sql(
