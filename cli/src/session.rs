@@ -76,19 +76,73 @@ async fn run_embedded(
     Ok((output.status, output.schema, output.batches))
 }
 
-/// The statements of a script, in order. A script of one statement is sent as written
-/// (comments and all); several are parsed apart and each sent as the parser prints it.
-/// A script this parser cannot read is sent as written: the engine's parser (its dialect
-/// reads `VERSION AS OF`, ...) answers for it, with its own hints.
+/// The statements of a script, in order, each as written (comments and all). A script
+/// this parser cannot read is sent whole: the engine's parser (its dialect reads
+/// `VERSION AS OF`, ...) answers for it, with its own hints.
+///
+/// Statements are cut at the tokenizer's semicolons, never printed again from the parsed
+/// tree: DataFusion prints `CREATE EXTERNAL TABLE` without its columns, `OPTIONS`,
+/// `PARTITIONED BY` and `OR REPLACE`, which would define another table than the one
+/// written.
 pub fn split_statements(script: &str) -> Result<Vec<String>, CliError> {
+    let whole = || vec![script.trim().trim_end_matches(';').trim().to_string()];
     let Ok(statements) = DFParser::parse_sql(script) else {
-        return Ok(vec![script.trim().trim_end_matches(';').trim().to_string()]);
+        return Ok(whole());
     };
-    match statements.len() {
-        0 => Err("no SQL statement given (only comments or blanks)".into()),
-        1 => Ok(vec![script.trim().trim_end_matches(';').trim().to_string()]),
-        _ => Ok(statements.iter().map(|s| s.to_string()).collect()),
+    if statements.is_empty() {
+        return Err("no SQL statement given (only comments or blanks)".into());
     }
+    let pieces = pieces(script).unwrap_or_else(whole);
+    // The parser and the tokenizer agree on what a statement is; if they ever did not,
+    // the script goes whole and the engine says what it makes of it.
+    Ok(if pieces.len() == statements.len() {
+        pieces
+    } else {
+        whole()
+    })
+}
+
+/// `script` cut at its semicolons (those the tokenizer reads as such: not in strings,
+/// quoted names or comments), each piece trimmed; pieces of only blanks and comments
+/// left out. `None` if it does not tokenize.
+fn pieces(script: &str) -> Option<Vec<String>> {
+    use datafusion::sql::sqlparser::dialect::GenericDialect;
+    use datafusion::sql::sqlparser::tokenizer::{Token, Tokenizer};
+    let tokens = Tokenizer::new(&GenericDialect {}, script)
+        .tokenize_with_location()
+        .ok()?;
+    // Byte offset of each line's start (lines from 1).
+    let lines: Vec<usize> = std::iter::once(0)
+        .chain(script.match_indices('\n').map(|(i, _)| i + 1))
+        .collect();
+    let offset = |line: u64, column: u64| -> Option<usize> {
+        let start = *lines.get(usize::try_from(line).ok()?.checked_sub(1)?)?;
+        // Columns count characters, from 1.
+        let column = usize::try_from(column).ok()?.checked_sub(1)?;
+        Some(match script[start..].char_indices().nth(column) {
+            Some((i, _)) => start + i,
+            None => script.len(),
+        })
+    };
+    let mut out = Vec::new();
+    let (mut from, mut substance) = (0, false);
+    for t in &tokens {
+        match &t.token {
+            Token::SemiColon => {
+                let at = offset(t.span.start.line, t.span.start.column)?;
+                if substance {
+                    out.push(script.get(from..at)?.trim().to_string());
+                }
+                (from, substance) = (at + 1, false);
+            }
+            Token::Whitespace(_) | Token::EOF => {}
+            _ => substance = true,
+        }
+    }
+    if substance {
+        out.push(script.get(from..)?.trim().to_string());
+    }
+    Some(out)
 }
 
 /// How rows are written.
@@ -163,8 +217,28 @@ mod tests {
         let parts = split_statements(sql).unwrap();
         assert_eq!(parts.len(), 3, "{parts:?}");
         assert!(parts[0].starts_with("CREATE VIEW v AS SELECT 1 AS x"));
-        assert_eq!(parts[1], "SELECT x FROM v");
+        assert_eq!(parts[1], "-- then\nSELECT x FROM v");
         assert_eq!(parts[2], "DROP VIEW v");
+    }
+
+    /// Each statement goes as written: DataFusion's printer would drop a table's
+    /// columns, options, partitions and `OR REPLACE`. Semicolons in strings, quoted
+    /// names and comments cut nothing; multi-byte text before a cut keeps it in place.
+    #[test]
+    fn a_script_keeps_each_statement_as_written() {
+        let create = "CREATE OR REPLACE EXTERNAL TABLE \"t;1\" (a INT, \"b;é\" VARCHAR) \
+                      STORED AS CSV PARTITIONED BY (p) LOCATION '/data/x;y/' \
+                      OPTIONS ('format.has_header' 'true', 'format.delimiter' ';')";
+        let select = "SELECT ';' AS \"ü;\", 'é' /* ; */ FROM \"t;1\" -- no ; cut here\nWHERE a > 1";
+        let script = format!("-- first\n{create};\n\n{select}\n;  -- trailing ; comment\n;;");
+        assert_eq!(
+            split_statements(&script).unwrap(),
+            vec![format!("-- first\n{create}"), select.to_string()]
+        );
+        assert_eq!(
+            split_statements("SELECT 'ß';SELECT 2").unwrap(),
+            vec!["SELECT 'ß'", "SELECT 2"]
+        );
     }
 
     #[test]
