@@ -333,10 +333,13 @@ async fn tpch_registered_in_glue_answers_as_tpch_as_parquet() {
     tpch::register_baseline(&ctx, &parquet).await.unwrap();
     let mut failures = Vec::new();
     for database in ["tpch_hive", "tpch_delta", "tpch_iceberg"] {
+        // Every scan and shuffle split, into at most 4 tasks: past that, more tasks
+        // only repeat what the first ones check, at a few seconds a query here.
         let config = EngineConfig::default()
             .with_bytes_per_task(1 << 20)
             .with_min_scan_bytes_per_task(1)
             .with_shuffle_bytes_per_task(64 * 1024)
+            .with_max_tasks_per_stage(4)
             .with_data_location(root.display().to_string());
         let glue = Glue::new(
             glue_client(&moto.endpoint).await,
