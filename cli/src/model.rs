@@ -19,11 +19,15 @@
 //! - **Latency**: the longest path through the stage graph; a stage takes its hand-off
 //!   (the four sequential requests and the async delivery), its dispatch (directly, or
 //!   through an invocation tree), and its tasks' time — CPU plus reading and writing S3
-//!   at one function's bandwidth and first-byte latency. Cold starts, stragglers and
-//!   throttling are not modelled.
-//! - **Cost**: Lambda GB-seconds (arm64) and requests, S3 requests, DynamoDB request
-//!   units (a task item's size grows with its shuffle's partitions: every consumer's
-//!   slice end is in it), against Athena's $5 per TB scanned.
+//!   at one function's bandwidth and first-byte latency; a stage that needs more
+//!   execution environments than the query's stages before it used starts the extra
+//!   ones cold (their INIT on its path). Stragglers and throttling are not modelled.
+//! - **Cost**: Lambda GB-seconds at the deployment's architecture's price (arm64 or
+//!   x86_64; INIT billed, as it is for a custom runtime) and requests, the scheduler's
+//!   steps (one per committed share of a stage: its job-state read, claim and invoke),
+//!   S3 requests, DynamoDB request units (a task item's size grows with its shuffle's
+//!   partitions: every consumer's slice end is in it; every snapshot read reads them
+//!   again), against Athena's $5 per TB scanned.
 
 use lambdafusion::plan::adaptive::{combine_groups, executor_size, human_bytes};
 use lambdafusion::requests::RequestCounts;
@@ -78,11 +82,46 @@ pub fn load_profiles(path: &std::path::Path) -> Result<Vec<QueryProfile>, CliErr
     Ok(file.profiles)
 }
 
+/// The instruction set a deployment's functions run on (`scripts/package --arch`), which
+/// sets Lambda's price per GB-second.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Arch {
+    /// Graviton: 20% below x86_64 per GB-second; what `scripts/package` builds by default.
+    Arm64,
+    /// x86_64.
+    #[value(name = "x86_64")]
+    X86_64,
+}
+
+impl Arch {
+    /// USD per GB-second of Lambda on this architecture (us-east-1, the first tier).
+    pub fn gb_second(self) -> f64 {
+        match self {
+            Arch::Arm64 => 0.000_013_333_4,
+            Arch::X86_64 => 0.000_016_666_7,
+        }
+    }
+
+    /// Its name as Lambda spells it.
+    pub fn name(self) -> &'static str {
+        match self {
+            Arch::Arm64 => "arm64",
+            Arch::X86_64 => "x86_64",
+        }
+    }
+}
+
 /// AWS constants (us-east-1), each with its source in [`AwsConstants::sources`].
 #[derive(Debug, Clone, PartialEq)]
 pub struct AwsConstants {
-    /// USD per GB-second of arm64 Lambda.
+    /// The functions' architecture, which [`AwsConstants::lambda_gb_second`] is the
+    /// price of.
+    pub arch: Arch,
+    /// USD per GB-second of Lambda on `arch`.
     pub lambda_gb_second: f64,
+    /// A new execution environment's INIT phase (billed for a custom runtime, and on
+    /// the path of the task that waits for it), ms.
+    pub init_ms: f64,
     /// USD per Lambda request.
     pub lambda_request: f64,
     /// Memory of the executor function, GB.
@@ -125,10 +164,17 @@ pub struct AwsConstants {
 }
 
 impl AwsConstants {
-    /// The constants of us-east-1 (2026 list prices; latencies as sourced).
+    /// The constants of us-east-1 (2026 list prices; latencies as sourced), for arm64.
     pub fn us_east_1() -> Self {
+        Self::us_east_1_on(Arch::Arm64)
+    }
+
+    /// The constants of us-east-1 for functions on `arch`.
+    pub fn us_east_1_on(arch: Arch) -> Self {
         Self {
-            lambda_gb_second: 0.000_013_333_4,
+            arch,
+            lambda_gb_second: arch.gb_second(),
+            init_ms: 150.0,
             lambda_request: 0.20 / 1e6,
             executor_gb: 3008.0 / 1024.0,
             scheduler_gb: 1.0,
@@ -160,7 +206,8 @@ impl AwsConstants {
     /// Each constant, its value and where it comes from (for the README and `--model`).
     pub fn sources(&self) -> Vec<(&'static str, String, &'static str)> {
         vec![
-            ("Lambda arm64 GB-second", format!("${:.10}", self.lambda_gb_second), "aws.amazon.com/lambda/pricing (arm64 20% below x86's $0.0000166667: aws.amazon.com/blogs/aws, Graviton2 launch)"),
+            (match self.arch { Arch::Arm64 => "Lambda arm64 GB-second", Arch::X86_64 => "Lambda x86_64 GB-second" }, format!("${:.10}", self.lambda_gb_second), "aws.amazon.com/lambda/pricing (x86_64 $0.0000166667, arm64 $0.0000133334; `--arch`)"),
+            ("INIT of a new environment", format!("{} ms", self.init_ms), "ASSUMED: a hello-world Rust function's INIT is 18-22 ms (fulgurion.com, Rust on Lambda cold start); this executor reaches its first Runtime API poll 105-175 ms after exec here (debug build); billed for a custom runtime"),
             ("Lambda request", format!("${:.2} per million", self.lambda_request * 1e6), "aws.amazon.com/lambda/pricing"),
             ("executor / scheduler memory", format!("{:.2} / {:.2} GB", self.executor_gb, self.scheduler_gb), "the Terraform module's defaults (3008 MB, 1024 MB)"),
             ("executor vCPUs", format!("{:.2}", self.executor_vcpus()), "one per 1,769 MB (Lambda docs, configuration-memory); a task's CPU runs on as many as it read pieces at once"),
@@ -395,11 +442,15 @@ pub struct StageEstimate {
     pub wru: f64,
     /// DynamoDB read request units.
     pub rru: f64,
-    /// Executor GB-seconds.
+    /// GB-seconds: its tasks', their new environments' INIT, and the scheduler's for
+    /// its dispatch and the steps its commits wake.
     pub gb_seconds: f64,
     /// Memory of the executor function its tasks run on, MB (the large executor's where
     /// the scheduler would choose it).
     pub memory_mb: usize,
+    /// Execution environments it starts cold (beyond those the query's stages before
+    /// it used).
+    pub cold: u32,
     /// Where the model departs from the measured stage's shape, and why.
     pub note: String,
 }
@@ -488,6 +539,12 @@ pub fn dispatch_ms(c: &AwsConstants, config: &EngineConfig, tasks: u32) -> f64 {
 }
 
 /// Tree dispatchers for `tasks` tasks (see [`lambdafusion::scheduler::tree_dispatchers`]).
+/// One scheduler step woken by a stage's commits, ms: its job-state read (a snapshot
+/// Query), the next stage's claim and its invocations.
+pub fn scheduler_step_ms(c: &AwsConstants) -> f64 {
+    c.dynamodb_read_ms + c.dynamodb_write_ms.max(c.dynamodb_read_ms) + c.invoke_ms
+}
+
 fn dispatchers(config: &EngineConfig, tasks: u32) -> u32 {
     lambdafusion::scheduler::tree_dispatchers(tasks, config.dispatch_fanout.max(2) as u32)
 }
@@ -529,6 +586,9 @@ pub fn estimate(
     let mut scaled: Vec<(u32, u32, f64)> = Vec::new();
     let mut cost = 0.0;
     let mut scanned = 0.0;
+    // Execution environments the query has used so far, per function size: a stage
+    // needing more starts the rest cold (the query's first stage: all of them).
+    let mut warm: Vec<(usize, u32)> = Vec::new();
     for s in &query.stages {
         let table = s.table_bytes as f64 * f;
         let written_by = |input: u32| {
@@ -639,6 +699,7 @@ pub fn estimate(
                 rru: 0.0,
                 gb_seconds: 0.0,
                 memory_mb: 0,
+                cold: 0,
                 note: notes.join("; "),
             });
             cost += 2.0 * c.dynamodb_wru;
@@ -697,7 +758,25 @@ pub fn estimate(
             1.0
         };
         let tree = dispatchers(config, tasks);
-        let invocations = n + f64::from(tree);
+        // New environments this stage starts, each billed its INIT and waited for.
+        let cold = {
+            let used = match warm.iter_mut().find(|(mb, _)| *mb == memory_mb) {
+                Some((_, used)) => used,
+                None => {
+                    warm.push((memory_mb, 0));
+                    &mut warm.last_mut().expect("just pushed").1
+                }
+            };
+            let cold = tasks.saturating_sub(*used);
+            *used = (*used).max(tasks);
+            cold
+        };
+        // The scheduler's steps it wakes: one per commit counter's share of its tasks
+        // (the stream's filter passes a counter reaching 0), each a job-state read, a
+        // claim and the next stage's invocations.
+        let steps = f64::from(tasks.div_ceil(config.dispatch_fanout.max(1) as u32));
+        let step_ms = scheduler_step_ms(c);
+        let invocations = n + f64::from(tree) + steps;
         // A task item holds one slice end per partition it wrote (8 bytes, about 1 KB of
         // the rest): its commit writes that many 1 KB units, and every scheduler
         // snapshot read after it reads them again.
@@ -720,7 +799,9 @@ pub fn estimate(
         let wru = n * (item_kb.ceil() + 1.0) + 4.0 + f64::from(tree);
         let snapshot_reads = (s.requests.store_reads as f64).max(1.0);
         let rru = n * item_kb / 4.0 * snapshot_reads.min(4.0) + n;
-        let gb_seconds = n * task_ms / 1e3 * executor_gb + f64::from(tree) * 0.05 * c.scheduler_gb;
+        let gb_seconds = n * task_ms / 1e3 * executor_gb
+            + f64::from(cold) * c.init_ms / 1e3 * executor_gb
+            + (f64::from(tree) * 50.0 + steps * step_ms) / 1e3 * c.scheduler_gb;
         let start = s
             .inputs
             .iter()
@@ -732,7 +813,8 @@ pub fn estimate(
             handoff_ms(c, false)
         };
         let dispatch = dispatch_ms(c, config, tasks);
-        let end_ms = start + handoff + dispatch + task_ms;
+        let init = if cold > 0 { c.init_ms } else { 0.0 };
+        let end_ms = start + handoff + dispatch + init + task_ms;
         cost += gb_seconds * c.lambda_gb_second
             + invocations * c.lambda_request
             + gets * c.s3_get
@@ -752,6 +834,7 @@ pub fn estimate(
             rru,
             gb_seconds,
             memory_mb,
+            cold,
             note: notes.join("; "),
         });
     }
@@ -788,6 +871,7 @@ pub fn stage_report(e: &QueryEstimate) -> String {
                 format!("{:.0}", s.puts),
                 format!("{:.1}", s.gb_seconds),
                 s.memory_mb.to_string(),
+                s.cold.to_string(),
                 s.note.clone(),
             ]
         })
@@ -803,6 +887,7 @@ pub fn stage_report(e: &QueryEstimate) -> String {
             "PUTs",
             "GB-s",
             "MB",
+            "cold",
             "note",
         ],
         &rows,
@@ -828,9 +913,15 @@ pub fn report(
          Assumptions: bytes, requests and CPU time grow linearly with the scale factor \
          from that one run; tasks follow the engine's sizing rules at each scale; a Lambda \
          vCPU is as fast as one core here ({}x); S3 and DynamoDB answer within the \
-         latencies below, without throttling; nothing fails and is retried; no cold \
-         starts. Not modelled: skew, spills, memory pressure.\n\n",
-        c.cpu_factor
+         latencies below, without throttling; nothing fails and is retried; each query \
+         runs alone on an idle deployment (every environment its widest stage needs starts \
+         cold once, INIT {} ms); functions on {} (${:.2} per million GB-seconds). Not \
+         modelled: skew, spills, memory pressure, environments kept warm by other \
+         queries.\n\n",
+        c.cpu_factor,
+        c.init_ms,
+        c.arch.name(),
+        c.lambda_gb_second * 1e6
     ));
     let mut rows = Vec::new();
     let mut totals: Vec<(f64, f64, f64, f64)> = vec![(0.0, 0.0, 0.0, 0.0); scales.len()];
@@ -863,6 +954,30 @@ pub fn report(
         ));
     }
     rows.push(total);
+    // The same totals on the other architecture, for the comparison the price makes.
+    let other = match c.arch {
+        Arch::Arm64 => Arch::X86_64,
+        Arch::X86_64 => Arch::Arm64,
+    };
+    let on_other = AwsConstants {
+        arch: other,
+        lambda_gb_second: other.gb_second(),
+        ..c.clone()
+    };
+    let other_totals: Vec<String> = scales
+        .iter()
+        .map(|&sf| {
+            let (cost, scanned) = profiles
+                .iter()
+                .map(|p| estimate(p, sf, &on_other, config))
+                .fold((0.0, 0.0), |(c, b), e| (c + e.cost, b + e.scanned_bytes));
+            format!(
+                "SF {sf}: {} ({}/TB)",
+                dollars(cost),
+                dollars(cost / (scanned / 1e12).max(1e-12))
+            )
+        })
+        .collect();
     let headers: Vec<String> = std::iter::once("query".to_string())
         .chain(
             scales
@@ -872,6 +987,11 @@ pub fn report(
         .collect();
     let headers: Vec<&str> = headers.iter().map(String::as_str).collect();
     out.push_str(&text_table(&headers, &rows));
+    out.push_str(&format!(
+        "\nThe same on {} (--arch): {}\n",
+        other.name(),
+        other_totals.join("; ")
+    ));
     if let (Some(large), Some(&sf)) = (config.large_executor_memory_mb, scales.last()) {
         let chosen: Vec<String> = profiles
             .iter()
@@ -945,7 +1065,9 @@ mod tests {
 
     fn constants() -> AwsConstants {
         AwsConstants {
+            arch: Arch::Arm64,
             lambda_gb_second: 0.00001,
+            init_ms: 100.0,
             lambda_request: 0.0000002,
             executor_gb: 2.0,
             scheduler_gb: 1.0,
@@ -1081,7 +1203,11 @@ mod tests {
         // 50 s of CPU on 1.16 vCPUs or on 5.79, beside the same reads.
         let io = small.task_ms - 50_000.0 / (2048.0 / 1769.0);
         assert!((large.task_ms - (io + 50_000.0 / (10240.0 / 1769.0))).abs() < 1e-6);
-        assert!((large.gb_seconds - large.task_ms / 1e3 * 10.0).abs() < 1e-9);
+        // Its task, the large executor's first environment's INIT, one scheduler step.
+        assert_eq!(large.cold, 1);
+        let init = c.init_ms / 1e3 * 10.0;
+        let step = scheduler_step_ms(&c) / 1e3 * c.scheduler_gb;
+        assert!((large.gb_seconds - (large.task_ms / 1e3 * 10.0 + init + step)).abs() < 1e-9);
         assert!(large.gb_seconds > small.gb_seconds && large.gb_seconds < 1.5 * small.gb_seconds);
         assert!(two.latency_ms < one_size.latency_ms);
         sized.set("size_cost_percent", "100").unwrap();
@@ -1096,33 +1222,41 @@ mod tests {
         let e = estimate(&profile(), 1.0, &c, &config());
         // Scan: 10 tasks (1 GB at 100 MB), each 2,000 ms of CPU, reading 100 MB at
         // 100 MB/s (1,000 ms), 10 GETs in one round (20 ms), writing 10 MB (100 ms), one
-        // PUT (40 ms): 3,160 ms; dispatched in one invoke round (20 ms), from 100 ms.
+        // PUT (40 ms): 3,160 ms; dispatched in one invoke round (20 ms), from 100 ms, on
+        // 10 new environments (INIT 100 ms).
         let scan = &e.stages[0];
         assert_eq!(scan.tasks, 10);
+        assert_eq!(scan.cold, 10);
         assert!((scan.task_ms - 3_160.0).abs() < 1e-6, "{}", scan.task_ms);
         assert_eq!(scan.dispatch_ms, 20.0);
-        assert!((scan.end_ms - 3_280.0).abs() < 1e-6);
+        assert!((scan.end_ms - 3_380.0).abs() < 1e-6);
         // Aggregate: 100 MB at 50 MB → 2 tasks, 10 × 2 = 20 GETs; 500 ms of CPU, 50 MB
         // read (500 ms), one GET round (20 ms), 500 bytes written (0.005 ms), one PUT
-        // (40 ms); a hand-off of 6 + 4 + 6 + 20 + 25 = 61 ms, one dispatch round.
+        // (40 ms); a hand-off of 6 + 4 + 6 + 20 + 25 = 61 ms, one dispatch round; its
+        // 2 tasks run where the scan's 10 ran: no INIT.
         let agg = &e.stages[1];
         assert_eq!(agg.tasks, 2);
+        assert_eq!(agg.cold, 0);
         assert_eq!(agg.gets, 20.0);
         assert!((agg.task_ms - 1_060.005).abs() < 1e-6, "{}", agg.task_ms);
-        assert!((agg.end_ms - (3_280.0 + 61.0 + 20.0 + 1_060.005)).abs() < 1e-6);
+        assert!((agg.end_ms - (3_380.0 + 61.0 + 20.0 + 1_060.005)).abs() < 1e-6);
         assert!((e.latency_ms - agg.end_ms).abs() < 1e-9);
-        // Cost of the scan stage: 10 × 3.16 s × 2 GB × $0.00001 = $0.000632 of Lambda;
-        // 10 requests; 100 GETs; 10 PUTs; 10 × (2 + 1) + 4 = 34 WRU (items of 2 slice
-        // ends, its consumer's 2 tasks: 1.02 KB → 2 units, plus the counter); RRU:
+        // Cost of the scan stage: 10 × 3.16 s × 2 GB × $0.00001 = $0.000632 of Lambda,
+        // 10 INITs of 0.1 s at 2 GB, one scheduler step its commits wake (4 + 6 + 20 ms
+        // at 1 GB); 11 requests; 100 GETs; 10 PUTs; 10 × (2 + 1) + 4 = 34 WRU (items of 2
+        // slice ends, its consumer's 2 tasks: 1.02 KB → 2 units, plus the counter); RRU:
         // 10 × 1.016 / 4 × 2 + 10.
         let scan_cost = 10.0 * 3.16 * 2.0 * 0.00001
-            + 10.0 * 0.0000002
+            + 10.0 * 0.1 * 2.0 * 0.00001
+            + 0.03 * 1.0 * 0.00001
+            + 11.0 * 0.0000002
             + 100.0 * 0.0000004
             + 10.0 * 0.000005
             + 34.0 * 0.000001
             + (10.0 * (1.0 + 16.0 / 1024.0) / 4.0 * 2.0 + 10.0) * 0.0000002;
         let agg_cost = 2.0 * 1.060005 * 2.0 * 0.00001
-            + 2.0 * 0.0000002
+            + 0.03 * 1.0 * 0.00001
+            + 3.0 * 0.0000002
             + 20.0 * 0.0000004
             + 2.0 * 0.000005
             + (2.0 * 3.0 + 4.0) * 0.000001
@@ -1134,6 +1268,36 @@ mod tests {
             scan_cost + agg_cost
         );
         assert!((e.athena_cost - 1e9 / 1e12 * 5.0).abs() < 1e-12);
+    }
+
+    /// A stage wider than those before it starts only the extra environments cold, with
+    /// their INIT on its path; on x86_64 every GB-second costs a quarter more.
+    #[test]
+    fn new_environments_and_the_architecture_are_priced() {
+        let c = constants();
+        let narrow = estimate(&profile(), 1.0, &c, &config());
+        // The aggregate's 100 MB at 5 MB a task: 20 tasks where the scan ran 10.
+        let config = config().with_shuffle_bytes_per_task(5_000_000);
+        let wide = estimate(&profile(), 1.0, &c, &config);
+        assert_eq!((wide.stages[1].tasks, wide.stages[1].cold), (20, 10));
+        let at = |e: &QueryEstimate| e.stages[1].end_ms - e.stages[1].task_ms;
+        assert!((at(&wide) - at(&narrow) - c.init_ms).abs() < 1e-9);
+        let arm = estimate(
+            &profile(),
+            1.0,
+            &AwsConstants::us_east_1_on(Arch::Arm64),
+            &config,
+        );
+        let x86 = estimate(
+            &profile(),
+            1.0,
+            &AwsConstants::us_east_1_on(Arch::X86_64),
+            &config,
+        );
+        let gb_seconds: f64 = arm.stages.iter().map(|s| s.gb_seconds).sum();
+        let more = gb_seconds * (Arch::X86_64.gb_second() - Arch::Arm64.gb_second());
+        assert!((x86.cost - arm.cost - more).abs() < 1e-12);
+        assert!((Arch::X86_64.gb_second() / Arch::Arm64.gb_second() - 1.25).abs() < 1e-4);
     }
 
     /// Scaled a thousand times: tasks, bytes and CPU grow, the shuffle goes through a
