@@ -327,7 +327,8 @@ enum TpchCommand {
 /// Clouds the model prices.
 #[derive(Debug, Clone, Copy, clap::ValueEnum)]
 enum Model {
-    /// AWS us-east-1: Lambda (arm64), S3 Standard, DynamoDB on demand, against Athena.
+    /// AWS us-east-1: Lambda (on `--arch`), S3 Standard, DynamoDB on demand, against
+    /// Athena.
     Aws,
 }
 
@@ -344,8 +345,9 @@ struct TpchBench {
     /// Comma-separated query numbers (default: all 22).
     #[arg(long, value_delimiter = ',')]
     queries: Vec<usize>,
-    /// Target input bytes per leaf task.
-    #[arg(long, default_value_t = 32 * 1024 * 1024)]
+    /// Target input bytes per leaf task (default: the engine's, what `query`, `serve`
+    /// and a deployment use).
+    #[arg(long, default_value_t = EngineConfig::default().bytes_per_task)]
     bytes_per_task: u64,
     /// Most tasks in one stage (the width every query is planned at first).
     #[arg(long, default_value_t = 64)]
@@ -431,6 +433,10 @@ enum BenchCommand {
         /// JSON file, to price them again later (`lambdafusion bench model --profiles`).
         #[arg(long, requires = "model")]
         save_profiles: Option<PathBuf>,
+        /// With --model: the functions' architecture the model prices (the other's
+        /// totals are printed beside).
+        #[arg(long, value_enum, default_value = "arm64", requires = "model")]
+        arch: lambdafusion_cli::model::Arch,
     },
     /// How long the scheduler takes to plan the 22 TPC-H queries: planned once and
     /// resized to their input, against planned twice (the former way, still the
@@ -471,6 +477,9 @@ enum BenchCommand {
         /// repeatable.
         #[arg(long = "set", value_name = "NAME=VALUE")]
         settings: Vec<String>,
+        /// The functions' architecture to price (the other's totals are printed beside).
+        #[arg(long, value_enum, default_value = "arm64")]
+        arch: lambdafusion_cli::model::Arch,
     },
     /// How fast a wide stage starts: the time from its claim to its last task start,
     /// through the invocation tree and sent directly (embedded; the local AWS stack's run
@@ -536,6 +545,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                     memory_limit_mb,
                     model,
                     save_profiles,
+                    arch,
                 },
         } => {
             let defaults = over.options(
@@ -559,7 +569,7 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                 }
                 println!(
                     "\n{}",
-                    model_report(&profiles, &[1.0, 10.0, 100.0, 1000.0], &[], &[])?
+                    model_report(&profiles, &[1.0, 10.0, 100.0, 1000.0], &[], &[], arch)?
                 );
             }
             if rows.iter().any(|r| r.mismatch.is_some()) {
@@ -588,13 +598,17 @@ async fn run(cli: Cli) -> Result<(), CliError> {
                     sf,
                     detail,
                     settings,
+                    arch,
                 },
         } => {
             if let Some(bad) = sf.iter().find(|s| !(s.is_finite() && **s > 0.0)) {
                 return Err(format!("--sf {bad}: a scale factor is a positive number").into());
             }
             let profiles = lambdafusion_cli::model::load_profiles(&profiles)?;
-            println!("{}", model_report(&profiles, &sf, &detail, &settings)?);
+            println!(
+                "{}",
+                model_report(&profiles, &sf, &detail, &settings, arch)?
+            );
             Ok(())
         }
         Command::Bench {
@@ -639,20 +653,21 @@ fn with_settings(mut config: EngineConfig, settings: &[String]) -> Result<Engine
 }
 
 /// The AWS model's tables for `profiles` at each scale factor of `scales`, priced with
-/// the deployment's defaults and `settings` (`--set`), and the stages of the queries
-/// named in `detail`.
+/// the deployment's defaults and `settings` (`--set`) for functions on `arch`, and the
+/// stages of the queries named in `detail`.
 fn model_report(
     profiles: &[lambdafusion_cli::model::QueryProfile],
     scales: &[f64],
     detail: &[String],
     settings: &[String],
+    arch: lambdafusion_cli::model::Arch,
 ) -> Result<String, CliError> {
     use lambdafusion_cli::model;
     let config = with_settings(EngineConfig::default(), settings)?;
     // The executor's memory is the deployment's (`--set executor_memory_mb=1769`).
     let constants = model::AwsConstants {
         executor_gb: config.executor_memory_mb as f64 / 1024.0,
-        ..model::AwsConstants::us_east_1()
+        ..model::AwsConstants::us_east_1_on(arch)
     };
     let mut out = format!(
         "AWS model (the deployment's defaults: {} bytes per scan task, {} per shuffle task, \
