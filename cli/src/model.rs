@@ -174,7 +174,7 @@ impl AwsConstants {
         Self {
             arch,
             lambda_gb_second: arch.gb_second(),
-            init_ms: 150.0,
+            init_ms: 50.0,
             lambda_request: 0.20 / 1e6,
             executor_gb: 3008.0 / 1024.0,
             scheduler_gb: 1.0,
@@ -207,7 +207,7 @@ impl AwsConstants {
     pub fn sources(&self) -> Vec<(&'static str, String, &'static str)> {
         vec![
             (match self.arch { Arch::Arm64 => "Lambda arm64 GB-second", Arch::X86_64 => "Lambda x86_64 GB-second" }, format!("${:.10}", self.lambda_gb_second), "aws.amazon.com/lambda/pricing (x86_64 $0.0000166667, arm64 $0.0000133334; `--arch`)"),
-            ("INIT of a new environment", format!("{} ms", self.init_ms), "ASSUMED: a hello-world Rust function's INIT is 18-22 ms (fulgurion.com, Rust on Lambda cold start); this executor reaches its first Runtime API poll 105-175 ms after exec here (debug build); billed for a custom runtime"),
+            ("INIT of a new environment", format!("{} ms", self.init_ms), "ASSUMED, rounded up: the packaged executor polls the Runtime API 19 ms after it starts here (docs/deploy.md, package sizes); a hello-world Rust function's Init Duration is 18-22 ms on Lambda (fulgurion.com); billed for a custom runtime"),
             ("Lambda request", format!("${:.2} per million", self.lambda_request * 1e6), "aws.amazon.com/lambda/pricing"),
             ("executor / scheduler memory", format!("{:.2} / {:.2} GB", self.executor_gb, self.scheduler_gb), "the Terraform module's defaults (3008 MB, 1024 MB)"),
             ("executor vCPUs", format!("{:.2}", self.executor_vcpus()), "one per 1,769 MB (Lambda docs, configuration-memory); a task's CPU runs on as many as it read pieces at once"),
