@@ -431,6 +431,28 @@ mod tests {
 
     use super::*;
 
+    /// The `id` column of `batches`, in order.
+    fn ids(batches: &[RecordBatch]) -> Vec<i64> {
+        batches
+            .iter()
+            .flat_map(|b| {
+                let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
+                ids.values().to_vec()
+            })
+            .collect()
+    }
+
+    /// The bytes of an object built in memory.
+    fn in_memory(object: FinishedObject) -> Vec<u8> {
+        let mut bytes = Vec::new();
+        for p in object.pieces {
+            if let Piece::Memory(b) = p {
+                bytes.extend_from_slice(&b);
+            }
+        }
+        bytes
+    }
+
     fn batch(schema: &SchemaRef, from: i64, n: usize) -> RecordBatch {
         let ids: Int64Array = (from..from + n as i64).collect();
         let names: StringArray = (0..n)
@@ -529,12 +551,7 @@ mod tests {
             builder.append(0, &batch(&schema, from + 1000, 2)).unwrap();
             let object = builder.finish().unwrap();
             let end = object.ends[0] as usize;
-            let mut bytes = Vec::new();
-            for p in object.pieces {
-                if let Piece::Memory(b) = p {
-                    bytes.extend_from_slice(&b);
-                }
-            }
+            let mut bytes = in_memory(object);
             bytes.truncate(end);
             bytes
         };
@@ -544,14 +561,10 @@ mod tests {
         // Each stream's two appends were gathered into one batch.
         let rows: Vec<usize> = batches.iter().map(|b| b.num_rows()).collect();
         assert_eq!(rows, vec![5, 6]);
-        let ids: Vec<i64> = batches
-            .iter()
-            .flat_map(|b| {
-                let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-                ids.values().to_vec()
-            })
-            .collect();
-        assert_eq!(ids, vec![0, 1, 2, 1000, 1001, 50, 51, 52, 53, 1050, 1051]);
+        assert_eq!(
+            ids(&batches),
+            vec![0, 1, 2, 1000, 1001, 50, 51, 52, 53, 1050, 1051]
+        );
         assert!(decode_slice(Bytes::new()).unwrap().is_empty());
         assert!(decode_slice(Bytes::from_static(b"not ipc")).is_err());
     }
@@ -575,24 +588,12 @@ mod tests {
             }
             assert!(builder.buffered() > 0);
             let object = builder.finish().unwrap();
-            let mut bytes = Vec::new();
-            for p in object.pieces {
-                if let Piece::Memory(b) = p {
-                    bytes.extend_from_slice(&b);
-                }
-            }
             let at = object.ends[slices - 2] as usize..object.ends[slices - 1] as usize;
+            let bytes = in_memory(object);
             let batches = decode_slice(Bytes::from(bytes).slice(at)).unwrap();
             let rows: Vec<usize> = batches.iter().map(|b| b.num_rows()).collect();
             assert_eq!(rows, expected, "{slices} slices");
-            let ids: Vec<i64> = batches
-                .iter()
-                .flat_map(|b| {
-                    let ids = b.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-                    ids.values().to_vec()
-                })
-                .collect();
-            assert_eq!(ids, (0..4000).collect::<Vec<i64>>());
+            assert_eq!(ids(&batches), (0..4000).collect::<Vec<i64>>());
         }
     }
 
