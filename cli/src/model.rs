@@ -538,13 +538,13 @@ pub fn dispatch_ms(c: &AwsConstants, config: &EngineConfig, tasks: u32) -> f64 {
     f64::from(levels) * round + f64::from(levels - 1) * c.async_start_ms
 }
 
-/// Tree dispatchers for `tasks` tasks (see [`lambdafusion::scheduler::tree_dispatchers`]).
 /// One scheduler step woken by a stage's commits, ms: its job-state read (a snapshot
 /// Query), the next stage's claim and its invocations.
 pub fn scheduler_step_ms(c: &AwsConstants) -> f64 {
     c.dynamodb_read_ms + c.dynamodb_write_ms.max(c.dynamodb_read_ms) + c.invoke_ms
 }
 
+/// Tree dispatchers for `tasks` tasks (see [`lambdafusion::scheduler::tree_dispatchers`]).
 fn dispatchers(config: &EngineConfig, tasks: u32) -> u32 {
     lambdafusion::scheduler::tree_dispatchers(tasks, config.dispatch_fanout.max(2) as u32)
 }
@@ -588,7 +588,7 @@ pub fn estimate(
     let mut scanned = 0.0;
     // Execution environments the query has used so far, per function size: a stage
     // needing more starts the rest cold (the query's first stage: all of them).
-    let mut warm: Vec<(usize, u32)> = Vec::new();
+    let mut warm: std::collections::BTreeMap<usize, u32> = Default::default();
     for s in &query.stages {
         let table = s.table_bytes as f64 * f;
         let written_by = |input: u32| {
@@ -760,13 +760,7 @@ pub fn estimate(
         let tree = dispatchers(config, tasks);
         // New environments this stage starts, each billed its INIT and waited for.
         let cold = {
-            let used = match warm.iter_mut().find(|(mb, _)| *mb == memory_mb) {
-                Some((_, used)) => used,
-                None => {
-                    warm.push((memory_mb, 0));
-                    &mut warm.last_mut().expect("just pushed").1
-                }
-            };
+            let used = warm.entry(memory_mb).or_insert(0);
             let cold = tasks.saturating_sub(*used);
             *used = (*used).max(tasks);
             cold
