@@ -40,7 +40,7 @@ use datafusion::physical_plan::{
 };
 
 use crate::shuffle::{ReadMode, ShuffleReaderExec, ShuffleWriterExec};
-use crate::state::{EdgeKind, JoinSwitch, StageInput};
+use crate::state::{EdgeKind, JoinSwitch, StageInput, SwitchMode};
 use crate::{EngineConfig, Result};
 
 /// One stage: a plan rooted at a [`ShuffleWriterExec`], run as `tasks` tasks.
@@ -111,9 +111,17 @@ impl StageGraph {
             let switch = match s.switch {
                 Some(sw) => format!(
                     "; waits for stage {}: if it turns out small, stage {}'s join reads it \
-                     whole (broadcast) and this stage marks its rows instead of writing a \
-                     hash shuffle",
-                    sw.small, sw.join
+                     whole (broadcast) and this stage {} instead of writing a hash shuffle \
+                     of its rows",
+                    sw.small,
+                    sw.join,
+                    match sw.mode {
+                        SwitchMode::Marks => "marks its rows".to_string(),
+                        SwitchMode::Join => format!("runs stage {} itself", sw.join),
+                        SwitchMode::Aggregate => {
+                            "joins its rows and aggregates them partially".to_string()
+                        }
+                    }
                 ),
                 None => String::new(),
             };

@@ -31,6 +31,17 @@
 //! its consumers read the large side's output in its place
 //! ([`crate::state::StageDecision::read_from`]).
 //!
+//! An inner join under an aggregate that needs its input hash-partitioned on the join
+//! key (DataFusion's `SinglePartitioned`, as TPC-H q3 groups by `l_orderkey`) cannot run
+//! in the large side's tasks as a whole: their rows are not partitioned so. It is offered
+//! the switch when the operators between the join and the aggregate handle rows on their
+//! own ([`crate::state::SwitchMode::Aggregate`]): switched, each task of the large side
+//! runs the join and the aggregate's partial form ([`aggregating_plan`]), writing the
+//! partial states hash-partitioned on the group keys — far fewer bytes than its rows —
+//! and the join's stage runs the aggregate's final form over them and the rest of its
+//! plan ([`finishing_plan`]). Not switched, the stage runs as planned: the offer costs
+//! nothing.
+//!
 //! Both rewrites are made by the executor from the two stored stage plans and the
 //! recorded decisions, so every scheduler and executor arrives at the same plans.
 
@@ -39,11 +50,14 @@ use std::sync::Arc;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::JoinType;
 use datafusion::error::Result as DfResult;
+use datafusion::physical_expr::expressions::Column;
+use datafusion::physical_expr::Partitioning;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::joins::{
     CrossJoinExec, HashJoinExec, NestedLoopJoinExec, PartitionMode,
 };
-use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
 
 use super::marks;
 use super::stages::{reads_a_stage, row_local, Stage};
@@ -63,6 +77,8 @@ struct Candidate {
     large: u32,
     /// How the join runs once switched.
     mode: SwitchMode,
+    /// The partitioned aggregate above an inner join ([`SwitchMode::Aggregate`]).
+    aggregate: Option<Arc<dyn ExecutionPlan>>,
 }
 
 /// For a join emitting one side's rows: whether that side is the left one.
@@ -113,16 +129,31 @@ fn row_by_row(node: &Arc<dyn ExecutionPlan>) -> bool {
     row_local(node)
 }
 
+/// Whether `node` is an aggregate that needs its input hash-partitioned on (some of) its
+/// group keys and runs in one step (`SinglePartitioned`: DataFusion's partial and final
+/// forms combined, as it plans them over input already partitioned so), without
+/// grouping sets.
+fn partitioned_aggregate(node: &Arc<dyn ExecutionPlan>) -> Option<&AggregateExec> {
+    node.downcast_ref::<AggregateExec>().filter(|a| {
+        *a.mode() == AggregateMode::SinglePartitioned
+            && a.group_expr().is_single()
+            && !a.group_expr().expr().is_empty()
+    })
+}
+
 /// The switchable join of a stage plan: a partitioned join (not null-aware) over two
 /// hash-shuffle readers, reached from the root through operators of one child, or
 /// through the probe side of joins whose build side reads no stage. A semi / anti / mark
 /// join switches to marks: once its rows come in one partition, the rest of the stage
 /// runs on them in that partition unchanged. An inner join (its build side the small
 /// one) switches to running the stage in the large side's tasks, which needs every
-/// operator above it to handle rows [`row_by_row`].
+/// operator above it to handle rows [`row_by_row`] — or, under a
+/// [`partitioned_aggregate`] with only such operators between the two, to running the
+/// join and the aggregate's partial form there ([`SwitchMode::Aggregate`]).
 fn find(plan: &Arc<dyn ExecutionPlan>) -> Option<Candidate> {
     let mut node = plan.clone();
     let mut rows_alone = true;
+    let mut aggregate = None;
     loop {
         if let Some(join) = node.downcast_ref::<HashJoinExec>() {
             if *join.partition_mode() == PartitionMode::Partitioned {
@@ -132,7 +163,11 @@ fn find(plan: &Arc<dyn ExecutionPlan>) -> Option<Candidate> {
                 let (small_left, mode) = match small_side_is_left(*join.join_type()) {
                     Some(left) => (left, SwitchMode::Marks),
                     None if *join.join_type() == JoinType::Inner && rows_alone => {
-                        (true, SwitchMode::Join)
+                        let mode = match aggregate {
+                            Some(_) => SwitchMode::Aggregate,
+                            None => SwitchMode::Join,
+                        };
+                        (true, mode)
                     }
                     None => return None,
                 };
@@ -148,6 +183,7 @@ fn find(plan: &Arc<dyn ExecutionPlan>) -> Option<Candidate> {
                     small,
                     large,
                     mode,
+                    aggregate: aggregate.filter(|_| mode == SwitchMode::Aggregate),
                 });
             }
             if reads_a_stage(join.left()) {
@@ -157,7 +193,14 @@ fn find(plan: &Arc<dyn ExecutionPlan>) -> Option<Candidate> {
             node = join.right().clone();
             continue;
         }
-        rows_alone &= row_by_row(&node);
+        if aggregate.is_none() && partitioned_aggregate(&node).is_some() {
+            // The first such aggregate from the top: below it, the large side's tasks
+            // could run the join and its partial form.
+            aggregate = Some(node.clone());
+            rows_alone = true;
+        } else {
+            rows_alone &= row_by_row(&node);
+        }
         let build_side = node
             .downcast_ref::<NestedLoopJoinExec>()
             .map(|j| j.left().clone())
@@ -216,6 +259,10 @@ pub(super) fn annotate(stages: &mut [Stage]) {
             }
             SwitchMode::Join => {
                 j + 1 < stages.len() && joining_plan(&large_stage.plan, plan, switch).is_ok()
+            }
+            SwitchMode::Aggregate => {
+                aggregating_plan(&large_stage.plan, plan, switch).is_ok()
+                    && finishing_plan(plan, switch, large_stage.tasks).is_ok()
             }
         };
         if !accepted {
@@ -387,6 +434,30 @@ fn replace_join(
     Ok(plan.data)
 }
 
+/// The candidate's inner join as the large side's tasks run it: collecting the small
+/// side read whole as build side and probing the large side's own plan (`large_plan`
+/// below its writer).
+fn collected_join(
+    found: &Candidate,
+    large_plan: &Arc<dyn ExecutionPlan>,
+    switch: JoinSwitch,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let join = found
+        .join
+        .downcast_ref::<HashJoinExec>()
+        .ok_or_else(|| Error::Internal("the switched join is not a hash join".into()))?;
+    let build = read_whole(join.left(), switch.small)?;
+    let own = ShuffleWriterExec::from_plan(large_plan)?.input().clone();
+    let probe = replace_reader(join.right(), switch.large, |_| own.clone())?;
+    Ok(join
+        .builder()
+        .with_partition_mode(PartitionMode::CollectLeft)
+        .with_new_children(vec![build, probe])?
+        .reset_state()
+        .recompute_properties()
+        .build_exec()?)
+}
+
 /// What the large side's tasks run once an inner join's switch is taken: the join's
 /// stage plan, its join collecting the small side read whole as build side and probing
 /// the large side's own plan (below its writer), written as the join's stage would.
@@ -396,20 +467,7 @@ pub fn joining_plan(
     switch: JoinSwitch,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let found = candidate(join_plan, switch)?;
-    let join = found
-        .join
-        .downcast_ref::<HashJoinExec>()
-        .ok_or_else(|| Error::Internal("the switched join is not a hash join".into()))?;
-    let build = read_whole(join.left(), switch.small)?;
-    let own = ShuffleWriterExec::from_plan(large_plan)?.input().clone();
-    let probe = replace_reader(join.right(), switch.large, |_| own.clone())?;
-    let collected = join
-        .builder()
-        .with_partition_mode(PartitionMode::CollectLeft)
-        .with_new_children(vec![build, probe])?
-        .reset_state()
-        .recompute_properties()
-        .build_exec()?;
+    let collected = collected_join(&found, large_plan, switch)?;
     let plan = replace_join(join_plan, &found.join, collected, switch)?;
     let writer = ShuffleWriterExec::from_plan(&plan)?;
     Ok(Arc::new(ShuffleWriterExec::try_new(
@@ -417,4 +475,128 @@ pub fn joining_plan(
         writer.input().clone(),
         writer.partitioning().cloned(),
     )?))
+}
+
+/// A candidate's partitioned aggregate ([`SwitchMode::Aggregate`]), its partial form over
+/// `input`, and the partitioning the partial states are written and read with: the
+/// aggregate's own output partitioning (a hash of group columns into the join's
+/// partitions), which its partial states, listing the group columns first, share — so
+/// whatever above it relied on it (a join on the same key, not shuffled again) still
+/// can. An aggregate whose output is ordered, or partitioned on anything but its group
+/// columns, is not split.
+fn partial_form(
+    found: &Candidate,
+    input: Arc<dyn ExecutionPlan>,
+) -> Result<(&AggregateExec, Arc<dyn ExecutionPlan>, Partitioning)> {
+    let not_split = |why: &str| Error::Internal(format!("the aggregate above the join {why}"));
+    let aggregate = found
+        .aggregate
+        .as_ref()
+        .and_then(partitioned_aggregate)
+        .ok_or_else(|| not_split("is missing"))?;
+    if aggregate.properties().output_ordering().is_some() {
+        return Err(not_split("emits its groups in order"));
+    }
+    let groups = aggregate.group_expr().expr().len();
+    let Partitioning::Hash(keys, partitions) = &aggregate.properties().partitioning else {
+        return Err(not_split("is not hash-partitioned"));
+    };
+    if keys.is_empty()
+        || !keys.iter().all(|k| {
+            k.downcast_ref::<Column>()
+                .is_some_and(|c| c.index() < groups)
+        })
+    {
+        return Err(not_split("is partitioned on more than its group columns"));
+    }
+    let partial: Arc<dyn ExecutionPlan> = Arc::new(AggregateExec::try_new(
+        AggregateMode::Partial,
+        aggregate.group_expr().clone(),
+        aggregate.aggr_expr().to_vec(),
+        aggregate.filter_expr().to_vec(),
+        input,
+        aggregate.input_schema(),
+    )?);
+    let partitioning = Partitioning::Hash(keys.clone(), *partitions);
+    Ok((aggregate, partial, partitioning))
+}
+
+/// What the large side's tasks run once an inner join under a partitioned aggregate
+/// switches ([`SwitchMode::Aggregate`]): the join collecting the small side read whole
+/// and probing their own rows, the operators between it and the aggregate, and the
+/// aggregate's partial form, written hash-partitioned on the group keys into as many
+/// slices as the join's stage has partitions.
+pub fn aggregating_plan(
+    large_plan: &Arc<dyn ExecutionPlan>,
+    join_plan: &Arc<dyn ExecutionPlan>,
+    switch: JoinSwitch,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let found = candidate(join_plan, switch)?;
+    let collected = collected_join(&found, large_plan, switch)?;
+    let input = found
+        .aggregate
+        .as_ref()
+        .and_then(partitioned_aggregate)
+        .map(|a| a.input().clone())
+        .ok_or_else(|| Error::Internal("the switched join has no aggregate above it".into()))?;
+    let below = replace_join(&input, &found.join, collected, switch)?;
+    let (_, partial, partitioning) = partial_form(&found, below)?;
+    Ok(Arc::new(ShuffleWriterExec::try_new(
+        switch.large,
+        partial,
+        Some(partitioning),
+    )?))
+}
+
+/// What the join's stage runs once its join switched under a partitioned aggregate
+/// ([`SwitchMode::Aggregate`]): its plan with that aggregate (and the join below it)
+/// replaced by the aggregate's final form over the partial states the large side's
+/// `large_tasks` tasks wrote, read hash-partitioned on the group keys — the same
+/// partitions, rows and schema as before, so the rest of the plan runs unchanged.
+pub fn finishing_plan(
+    join_plan: &Arc<dyn ExecutionPlan>,
+    switch: JoinSwitch,
+    large_tasks: usize,
+) -> Result<Arc<dyn ExecutionPlan>> {
+    let found = candidate(join_plan, switch)?;
+    let original = found
+        .aggregate
+        .clone()
+        .ok_or_else(|| Error::Internal("the switched join has no aggregate above it".into()))?;
+    let input = partitioned_aggregate(&original)
+        .map(|a| a.input().clone())
+        .ok_or_else(|| Error::Internal("the switched join has no aggregate above it".into()))?;
+    let (aggregate, partial, partitioning) = partial_form(&found, input)?;
+    let states = Arc::new(ShuffleReaderExec::new(
+        switch.large,
+        large_tasks,
+        ReadMode::Hash(partitioning),
+        partial.schema(),
+        None,
+    ));
+    let finished: Arc<dyn ExecutionPlan> = Arc::new(
+        AggregateExec::try_new(
+            AggregateMode::FinalPartitioned,
+            aggregate.group_expr().as_final(),
+            aggregate.aggr_expr().to_vec(),
+            aggregate.filter_expr().to_vec(),
+            states,
+            aggregate.input_schema(),
+        )?
+        .with_limit_options(aggregate.limit_options()),
+    );
+    if finished.schema().fields() != original.schema().fields()
+        || finished.output_partitioning() != original.output_partitioning()
+    {
+        return Err(Error::Internal(format!(
+            "the final aggregate of stage {} answers {:?} partitioned {}, the aggregate {:?} \
+             partitioned {}",
+            switch.join,
+            finished.schema(),
+            finished.output_partitioning(),
+            original.schema(),
+            original.output_partitioning()
+        )));
+    }
+    replace_join(join_plan, &original, finished, switch)
 }

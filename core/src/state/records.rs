@@ -302,6 +302,13 @@ pub enum SwitchMode {
     /// rows (the small side read whole), writing its output; the join's stage runs no
     /// tasks, and its consumers read what the large side wrote.
     Join,
+    /// An inner join under an aggregate of its stage that needs its input
+    /// hash-partitioned (DataFusion's `SinglePartitioned`, grouping by the join key):
+    /// the large side's tasks run the join over their own rows (the small side read
+    /// whole) and the aggregate's partial form, writing partial states hash-shuffled on
+    /// the group keys; the join's stage runs the aggregate's final form over them and
+    /// the rest of its plan.
+    Aggregate,
 }
 
 impl AdaptiveRule {

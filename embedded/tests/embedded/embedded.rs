@@ -566,6 +566,16 @@ async fn a_partitioned_anti_join_switches_to_broadcast_when_its_side_is_small() 
              WHERE o.id % 1000 = 3 GROUP BY g ORDER BY g",
             "join_type=Inner",
         ),
+        // An inner join under an aggregate grouping by its key (q3's shape: DataFusion
+        // runs that aggregate in one step over the join's hash partitions): switched,
+        // the scan of `events` runs the join and the aggregate's partial form, and the
+        // join's stage finishes the aggregate over the states.
+        (
+            "SELECT e.k, o.id % 7 AS m, count(*) AS n, sum(e.kind) AS kinds, \
+             avg(o.w) AS w FROM orders o JOIN events e ON e.k = o.k \
+             WHERE o.id % 1000 = 3 GROUP BY e.k, m ORDER BY kinds DESC, e.k, m LIMIT 20",
+            "join_type=Inner",
+        ),
     ];
     for (limit, switched) in [(16 << 20, true), (1, false)] {
         let engine = engine(
@@ -608,6 +618,11 @@ async fn a_partitioned_anti_join_switches_to_broadcast_when_its_side_is_small() 
             let events_note = events.decision_note.as_deref().unwrap();
             let join_note = join.decision_note.as_deref().unwrap();
             let inner = join_type == "join_type=Inner";
+            let aggregated = sql.contains("GROUP BY e.k");
+            if aggregated {
+                assert!(plan.contains("mode=SinglePartitioned"), "{plan}");
+                assert!(plan.contains("aggregates them partially"), "{plan}");
+            }
             if switched {
                 assert_eq!(events.decision.as_deref(), Some("broadcast"), "{events:?}");
                 assert!(
@@ -620,7 +635,13 @@ async fn a_partitioned_anti_join_switches_to_broadcast_when_its_side_is_small() 
                     .any(|i| i.starts_with("broadcast from stage")));
                 assert!(events.bytes < 64 << 10, "not its rows: {events:?}");
                 assert_eq!(join.decision.as_deref(), Some("broadcast"), "{join:?}");
-                if inner {
+                if aggregated {
+                    assert!(join.tasks >= 1, "{join:?}");
+                    assert!(
+                        join_note.contains("finishes the aggregate over their states"),
+                        "{join_note}"
+                    );
+                } else if inner {
                     assert_eq!(join.tasks, 0, "{join:?}");
                     assert!(join_note.contains("ran inside the"), "{join_note}");
                 } else {
@@ -637,8 +658,11 @@ async fn a_partitioned_anti_join_switches_to_broadcast_when_its_side_is_small() 
                     "{events_note}"
                 );
                 assert!(events.bytes > 256 << 10, "hash-shuffled rows: {events:?}");
+                // Sized from both hash shuffles — or, one task feeding one task (the
+                // aggregate's stage, not the last), run inside its consumer.
                 assert!(
-                    join_note.contains("partitioned: hash shuffles of stage"),
+                    join_note.contains("partitioned: hash shuffles of stage")
+                        || (aggregated && join_note.starts_with("fused into stage")),
                     "{join_note}"
                 );
             }
@@ -658,6 +682,10 @@ async fn a_partitioned_anti_join_switches_to_broadcast_when_its_side_is_small() 
                 switched && inner,
                 "{text}"
             );
+            if aggregated {
+                assert_eq!(text.contains("mode=Partial"), switched, "{text}");
+                assert_eq!(text.contains("mode=FinalPartitioned"), switched, "{text}");
+            }
             assert!(!text.contains("metrics unavailable"), "{text}");
         }
     }

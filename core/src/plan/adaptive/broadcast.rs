@@ -64,6 +64,11 @@ pub(super) fn switch_join(
             "joins its own rows to it and runs the rest of stage {} (which runs no tasks)",
             switch.join
         ),
+        SwitchMode::Aggregate => format!(
+            "joins its own rows to it and aggregates them partially for stage {} (which \
+             finishes the aggregate)",
+            switch.join
+        ),
     };
     StageDecision {
         rule: AdaptiveRule::Broadcast,
@@ -87,10 +92,13 @@ pub(super) fn switch_join(
 }
 
 /// The decision of a stage whose join was switched at its large side's claim: one task
-/// combining the large side's marks over the small side, read whole.
+/// combining the large side's marks over the small side, read whole; no task, when the
+/// large side ran the whole stage; or its tasks sized from the partial states the large
+/// side wrote, when it ran the join and an aggregate's partial form.
 pub(super) fn switched_join(
     stage: &StageRecord,
     snapshot: &JobSnapshot,
+    config: &EngineConfig,
 ) -> Result<Option<StageDecision>> {
     let switch = stage.inputs.iter().find_map(|i| {
         snapshot
@@ -107,6 +115,32 @@ pub(super) fn switched_join(
     let small = committed(snapshot, switch.small);
     let large = committed(snapshot, switch.large);
     let (small_bytes, large_bytes) = (total_bytes(&small), total_bytes(&large));
+    if switch.mode == SwitchMode::Aggregate {
+        // Sized as a stage reading the states alone, which is all its tasks read.
+        let mut reads = stage.clone();
+        reads.inputs.retain(|i| i.stage != switch.small);
+        let sized = super::size(&reads, snapshot, config)?;
+        return Ok(Some(StageDecision {
+            rule: AdaptiveRule::Broadcast,
+            switched: Some(switch),
+            input_rows: large.iter().map(|o| o.rows).sum(),
+            input_bytes: large_bytes,
+            note: format!(
+                "{}; its join switched from partitioned to broadcast: the {} task{} of stage \
+                 {} each read stage {} ({}) whole, joined their rows to it and aggregated them \
+                 partially; this stage finishes the aggregate over their states ({}), \
+                 hash-shuffled on the group keys",
+                sized.note,
+                large.len(),
+                if large.len() == 1 { "" } else { "s" },
+                switch.large,
+                switch.small,
+                human_bytes(small_bytes),
+                human_bytes(large_bytes)
+            ),
+            ..sized
+        }));
+    }
     let mut input_tasks = vec![
         (switch.small, small.len() as u32),
         (switch.large, large.len() as u32),

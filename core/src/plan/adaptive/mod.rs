@@ -121,7 +121,7 @@ pub fn decide(
     snapshot: &JobSnapshot,
     config: &EngineConfig,
 ) -> Result<StageDecision> {
-    let mut decision = if let Some(decision) = switched_join(stage, snapshot)? {
+    let mut decision = if let Some(decision) = switched_join(stage, snapshot, config)? {
         decision
     } else if let Some(input) = stage.combines {
         combine(stage, input, snapshot, config)?
@@ -187,21 +187,30 @@ pub fn task_plan(
         .map(|&s| Ok((s, stored(s)?)))
         .collect::<Result<HashMap<_, _>>>()?;
     let plan = fuse(plan, &fused)?;
+    let large_tasks = |switch: crate::state::JoinSwitch| {
+        decision
+            .input_tasks
+            .iter()
+            .find(|(s, _)| *s == switch.large)
+            .map_or(1, |&(_, n)| n as usize)
+    };
     match decision.switched {
-        Some(switch) if switch.large == stage.stage => match switch.mode {
-            SwitchMode::Marks => super::switch::marking_plan(&plan, &stored(switch.join)?, switch),
-            SwitchMode::Join => super::switch::joining_plan(&plan, &stored(switch.join)?, switch),
-        },
-        // Its tasks never run: the large side's ran its plan.
-        Some(switch) if switch.mode == SwitchMode::Join => Ok(plan),
-        Some(switch) => {
-            let large_tasks = decision
-                .input_tasks
-                .iter()
-                .find(|(s, _)| *s == switch.large)
-                .map_or(1, |&(_, n)| n as usize);
-            super::switch::combining_plan(&plan, switch, large_tasks)
+        Some(switch) if switch.large == stage.stage => {
+            let join = stored(switch.join)?;
+            match switch.mode {
+                SwitchMode::Marks => super::switch::marking_plan(&plan, &join, switch),
+                SwitchMode::Join => super::switch::joining_plan(&plan, &join, switch),
+                SwitchMode::Aggregate => super::switch::aggregating_plan(&plan, &join, switch),
+            }
         }
+        Some(switch) => match switch.mode {
+            // Its tasks never run: the large side's ran its plan.
+            SwitchMode::Join => Ok(plan),
+            SwitchMode::Marks => super::switch::combining_plan(&plan, switch, large_tasks(switch)),
+            SwitchMode::Aggregate => {
+                super::switch::finishing_plan(&plan, switch, large_tasks(switch))
+            }
+        },
         None => Ok(plan),
     }
 }
