@@ -210,18 +210,25 @@ impl JobStatus {
 /// join made it read ([`crate::plan::switch`]).
 fn reads(stage: &crate::state::StageRecord) -> Vec<String> {
     use crate::plan::edge_name;
-    use crate::state::EdgeKind;
+    use crate::state::{EdgeKind, SwitchMode};
     let switched = stage.decision.as_ref().and_then(|d| d.switched);
     let mut reads: Vec<String> = stage
         .inputs
         .iter()
-        .map(|i| {
+        .filter_map(|i| {
             let kind = match switched {
+                // The large side's tasks read the small side; this stage, their states.
+                Some(sw) if sw.join == stage.stage && sw.mode == SwitchMode::Aggregate => {
+                    if sw.small == i.stage {
+                        return None;
+                    }
+                    "partial aggregates hash-shuffled"
+                }
                 Some(sw) if sw.join == stage.stage && sw.large == i.stage => "marks",
                 Some(sw) if sw.join == stage.stage => edge_name(EdgeKind::Gather),
                 _ => edge_name(i.kind),
             };
-            format!("{kind} from stage {}", i.stage)
+            Some(format!("{kind} from stage {}", i.stage))
         })
         .collect();
     if let Some(sw) = switched.filter(|sw| sw.large == stage.stage) {

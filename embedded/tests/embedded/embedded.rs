@@ -637,6 +637,14 @@ async fn a_partitioned_anti_join_switches_to_broadcast_when_its_side_is_small() 
                 assert_eq!(join.decision.as_deref(), Some("broadcast"), "{join:?}");
                 if aggregated {
                     assert!(join.tasks >= 1, "{join:?}");
+                    assert_eq!(
+                        join.inputs,
+                        [format!(
+                            "partial aggregates hash-shuffled from stage {}",
+                            events.stage
+                        )],
+                        "{join:?}"
+                    );
                     assert!(
                         join_note.contains("finishes the aggregate over their states"),
                         "{join_note}"
