@@ -81,6 +81,16 @@ struct Candidate {
     aggregate: Option<Arc<dyn ExecutionPlan>>,
 }
 
+impl Candidate {
+    /// The partitioned aggregate above the join, as a plan node and as itself.
+    fn aggregate(&self) -> Result<(&Arc<dyn ExecutionPlan>, &AggregateExec)> {
+        self.aggregate
+            .as_ref()
+            .and_then(|node| Some((node, partitioned_aggregate(node)?)))
+            .ok_or_else(|| Error::Internal("the switched join has no aggregate above it".into()))
+    }
+}
+
 /// For a join emitting one side's rows: whether that side is the left one.
 fn small_side_is_left(join_type: JoinType) -> Option<bool> {
     match join_type {
@@ -477,8 +487,8 @@ pub fn joining_plan(
     )?))
 }
 
-/// A candidate's partitioned aggregate ([`SwitchMode::Aggregate`]), its partial form over
-/// `input`, and the partitioning the partial states are written and read with: the
+/// The partial form of a candidate's partitioned aggregate ([`SwitchMode::Aggregate`])
+/// over `input`, and the partitioning the partial states are written and read with: the
 /// aggregate's own output partitioning (a hash of group columns into the join's
 /// partitions), which its partial states, listing the group columns first, share — so
 /// whatever above it relied on it (a join on the same key, not shuffled again) still
@@ -487,13 +497,9 @@ pub fn joining_plan(
 fn partial_form(
     found: &Candidate,
     input: Arc<dyn ExecutionPlan>,
-) -> Result<(&AggregateExec, Arc<dyn ExecutionPlan>, Partitioning)> {
+) -> Result<(Arc<dyn ExecutionPlan>, Partitioning)> {
     let not_split = |why: &str| Error::Internal(format!("the aggregate above the join {why}"));
-    let aggregate = found
-        .aggregate
-        .as_ref()
-        .and_then(partitioned_aggregate)
-        .ok_or_else(|| not_split("is missing"))?;
+    let (_, aggregate) = found.aggregate()?;
     if aggregate.properties().output_ordering().is_some() {
         return Err(not_split("emits its groups in order"));
     }
@@ -517,8 +523,7 @@ fn partial_form(
         input,
         aggregate.input_schema(),
     )?);
-    let partitioning = Partitioning::Hash(keys.clone(), *partitions);
-    Ok((aggregate, partial, partitioning))
+    Ok((partial, Partitioning::Hash(keys.clone(), *partitions)))
 }
 
 /// What the large side's tasks run once an inner join under a partitioned aggregate
@@ -533,14 +538,9 @@ pub fn aggregating_plan(
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let found = candidate(join_plan, switch)?;
     let collected = collected_join(&found, large_plan, switch)?;
-    let input = found
-        .aggregate
-        .as_ref()
-        .and_then(partitioned_aggregate)
-        .map(|a| a.input().clone())
-        .ok_or_else(|| Error::Internal("the switched join has no aggregate above it".into()))?;
-    let below = replace_join(&input, &found.join, collected, switch)?;
-    let (_, partial, partitioning) = partial_form(&found, below)?;
+    let (_, aggregate) = found.aggregate()?;
+    let below = replace_join(aggregate.input(), &found.join, collected, switch)?;
+    let (partial, partitioning) = partial_form(&found, below)?;
     Ok(Arc::new(ShuffleWriterExec::try_new(
         switch.large,
         partial,
@@ -559,14 +559,8 @@ pub fn finishing_plan(
     large_tasks: usize,
 ) -> Result<Arc<dyn ExecutionPlan>> {
     let found = candidate(join_plan, switch)?;
-    let original = found
-        .aggregate
-        .clone()
-        .ok_or_else(|| Error::Internal("the switched join has no aggregate above it".into()))?;
-    let input = partitioned_aggregate(&original)
-        .map(|a| a.input().clone())
-        .ok_or_else(|| Error::Internal("the switched join has no aggregate above it".into()))?;
-    let (aggregate, partial, partitioning) = partial_form(&found, input)?;
+    let (original, aggregate) = found.aggregate()?;
+    let (partial, partitioning) = partial_form(&found, aggregate.input().clone())?;
     let states = Arc::new(ShuffleReaderExec::new(
         switch.large,
         large_tasks,
@@ -598,5 +592,5 @@ pub fn finishing_plan(
             original.output_partitioning()
         )));
     }
-    replace_join(join_plan, &original, finished, switch)
+    replace_join(join_plan, original, finished, switch)
 }

@@ -126,13 +126,12 @@ pub(super) fn switched_join(
             input_rows: large.iter().map(|o| o.rows).sum(),
             input_bytes: large_bytes,
             note: format!(
-                "{}; its join switched from partitioned to broadcast: the {} task{} of stage \
-                 {} each read stage {} ({}) whole, joined their rows to it and aggregated them \
+                "{}; its join switched from partitioned to broadcast: the {} of stage {} each \
+                 read stage {} ({}) whole, joined their rows to it and aggregated them \
                  partially; this stage finishes the aggregate over their states ({}), \
                  hash-shuffled on the group keys",
                 sized.note,
-                large.len(),
-                if large.len() == 1 { "" } else { "s" },
+                tasks(large.len()),
                 switch.large,
                 switch.small,
                 human_bytes(small_bytes),
@@ -169,10 +168,9 @@ pub(super) fn switched_join(
             input_bytes: small_bytes * large.len() as u64,
             note: format!(
                 "0 tasks: its join switched from partitioned to broadcast, so it ran inside \
-                 the {} task{} of stage {}, each reading stage {} ({}) whole; its consumers \
+                 the {} of stage {}, each reading stage {} ({}) whole; its consumers \
                  read their output ({})",
-                large.len(),
-                if large.len() == 1 { "" } else { "s" },
+                tasks(large.len()),
                 switch.large,
                 switch.small,
                 human_bytes(small_bytes),
@@ -193,14 +191,18 @@ pub(super) fn switched_join(
     Ok(Some(StageDecision {
         note: format!(
             "1 task: its join switched from partitioned to broadcast — stage {} ({}) read \
-             whole, combined with the marks of stage {}'s {} task{} ({})",
+             whole, combined with the marks of stage {}'s {} ({})",
             switch.small,
             human_bytes(small_bytes),
             switch.large,
-            large.len(),
-            if large.len() == 1 { "" } else { "s" },
+            tasks(large.len()),
             human_bytes(large_bytes)
         ),
         ..decision
     }))
+}
+
+/// `1 task`, `3 tasks`.
+fn tasks(n: usize) -> String {
+    format!("{n} task{}", if n == 1 { "" } else { "s" })
 }
