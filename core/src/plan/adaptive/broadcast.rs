@@ -5,6 +5,7 @@
 use crate::state::{AdaptiveRule, JobSnapshot, StageDecision, StageRecord, SwitchMode};
 use crate::{EngineConfig, Error, Result};
 
+use super::sizing::plural;
 use super::{committed, human_bytes, total_bytes};
 
 /// The switch rule on the large side of a switchable join ([`super::switch`]): once
@@ -126,12 +127,13 @@ pub(super) fn switched_join(
             input_rows: large.iter().map(|o| o.rows).sum(),
             input_bytes: large_bytes,
             note: format!(
-                "{}; its join switched from partitioned to broadcast: the {} of stage {} each \
-                 read stage {} ({}) whole, joined their rows to it and aggregated them \
+                "{}; its join switched from partitioned to broadcast: the {} task{} of stage {} \
+                 each read stage {} ({}) whole, joined their rows to it and aggregated them \
                  partially; this stage finishes the aggregate over their states ({}), \
                  hash-shuffled on the group keys",
                 sized.note,
-                tasks(large.len()),
+                large.len(),
+                plural(large.len()),
                 switch.large,
                 switch.small,
                 human_bytes(small_bytes),
@@ -168,9 +170,10 @@ pub(super) fn switched_join(
             input_bytes: small_bytes * large.len() as u64,
             note: format!(
                 "0 tasks: its join switched from partitioned to broadcast, so it ran inside \
-                 the {} of stage {}, each reading stage {} ({}) whole; its consumers \
+                 the {} task{} of stage {}, each reading stage {} ({}) whole; its consumers \
                  read their output ({})",
-                tasks(large.len()),
+                large.len(),
+                plural(large.len()),
                 switch.large,
                 switch.small,
                 human_bytes(small_bytes),
@@ -191,18 +194,14 @@ pub(super) fn switched_join(
     Ok(Some(StageDecision {
         note: format!(
             "1 task: its join switched from partitioned to broadcast — stage {} ({}) read \
-             whole, combined with the marks of stage {}'s {} ({})",
+             whole, combined with the marks of stage {}'s {} task{} ({})",
             switch.small,
             human_bytes(small_bytes),
             switch.large,
-            tasks(large.len()),
+            large.len(),
+            plural(large.len()),
             human_bytes(large_bytes)
         ),
         ..decision
     }))
-}
-
-/// `1 task`, `3 tasks`.
-fn tasks(n: usize) -> String {
-    format!("{n} task{}", if n == 1 { "" } else { "s" })
 }

@@ -99,7 +99,8 @@ fn stage_list(stages: &[u32]) -> String {
         .join(", ")
 }
 
-fn plural(n: usize) -> &'static str {
+/// `"s"` unless `n` is one, for counts in notes.
+pub(super) fn plural(n: usize) -> &'static str {
     if n == 1 {
         ""
     } else {
