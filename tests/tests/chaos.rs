@@ -439,7 +439,8 @@ impl Soak {
 
     /// Every object under the deployment's `jobs/` prefix that should not be there,
     /// whichever job it belongs to: jobs still running are given up to a minute to end
-    /// (a job recorded by a scheduler that then crashed runs on without a client).
+    /// (a job recorded by a scheduler that then crashed runs on without a client), and
+    /// what is left of a job up to 30 s more to go.
     async fn all_leftovers(&self) -> Vec<String> {
         let objects = self.objects("lambdafusion/jobs").await;
         let jobs: std::collections::BTreeSet<String> = objects
@@ -457,7 +458,17 @@ impl Soak {
                     _ => break,
                 }
             }
-            left.extend(self.leftovers(&job).await);
+            // A write job's late attempts' objects go with the sweep's last clean-up, a
+            // task timeout after the job ended (the stack's: 8 s, swept every 2 s).
+            let mut objects = self.leftovers(&job).await;
+            for _ in 0..30 {
+                if objects.is_empty() {
+                    break;
+                }
+                tokio::time::sleep(Duration::from_secs(1)).await;
+                objects = self.leftovers(&job).await;
+            }
+            left.extend(objects);
         }
         left
     }

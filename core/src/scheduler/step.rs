@@ -247,11 +247,8 @@ impl Scheduler {
             self.keep_write_active(job).await;
             info!(job_id = %job.job_id, ms = now.saturating_sub(job.created_ms), "job succeeded");
             self.job_ended(snapshot, JobState::Succeeded, None, now);
-            let keep: Vec<String> = snapshot
-                .tasks_of(job.final_stage())
-                .filter_map(|t| t.output.as_ref().map(|o| o.object.clone()))
-                .collect();
-            self.cleanup(&job.job_id, job_shards(snapshot), &keep).await;
+            self.cleanup(&job.job_id, job_shards(snapshot), &result_objects(snapshot))
+                .await;
         }
         Ok(())
     }
@@ -617,6 +614,15 @@ fn tasks_in_flight(snapshot: &JobSnapshot) -> u32 {
         .filter(|s| s.state == StageState::Dispatched && !snapshot.stage_complete(s))
         .map(|s| s.tasks)
         .sum()
+}
+
+/// The objects of the job's result: its final stage's committed outputs (what its
+/// clean-up keeps once it succeeded).
+pub(super) fn result_objects(snapshot: &JobSnapshot) -> Vec<String> {
+    snapshot
+        .tasks_of(snapshot.job.final_stage())
+        .filter_map(|t| t.output.as_ref().map(|o| o.object.clone()))
+        .collect()
 }
 
 /// The most object shards any stage of the job wrote to (says which to list).

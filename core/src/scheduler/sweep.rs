@@ -73,7 +73,9 @@ impl Scheduler {
 
     /// Whether an ended job may leave the active jobs: at once, but a write only once no
     /// attempt of it can still be running (the task timeout after its end), after the
-    /// last clean-up of its files ([`crate::write::last_clean_up`]).
+    /// last clean-up of its files ([`crate::write::last_clean_up`]) and of its objects: a
+    /// late attempt (a delayed or repeated delivery, which runs longer in a write) that
+    /// put its output after the job's clean-up and died before deleting it left one.
     async fn write_settled(&self, snapshot: &crate::state::JobSnapshot) -> bool {
         let job = &snapshot.job;
         if job.write.is_none() {
@@ -88,6 +90,12 @@ impl Scheduler {
             warn!(job_id = %job.job_id, files = deleted,
                 "deleted files of attempts that ended after their write did");
         }
+        let keep = match job.state {
+            crate::state::JobState::Succeeded => super::step::result_objects(snapshot),
+            _ => Vec::new(),
+        };
+        self.cleanup(&job.job_id, super::step::job_shards(snapshot), &keep)
+            .await;
         true
     }
 

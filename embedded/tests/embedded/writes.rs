@@ -957,14 +957,48 @@ async fn the_sweep_deletes_what_attempts_that_died_late_left() {
     for file in &late {
         std::fs::write(file, b"written by an attempt that then died").unwrap();
     }
+    // And the task outputs such attempts put after the jobs' clean-ups (a late delivery
+    // of the first stage's task 1, attempt 2) — but the committed write's result stays.
+    use object_store::ObjectStoreExt;
+    let shuffle = h.services.shuffle_store().unwrap();
+    let prefix = h.services.shuffle.prefix.clone();
+    let late_outputs: Vec<_> = [&committed, &cancelled]
+        .iter()
+        .map(|job| lambdafusion::shuffle::task_output_path(&prefix, job, (0, 4, 4), 1, 2, "late"))
+        .collect();
+    for path in &late_outputs {
+        shuffle.put(path, b"late".to_vec().into()).await.unwrap();
+    }
+    let result = h.store.load_job(&committed).await.unwrap().unwrap();
+    let result: Vec<_> = result
+        .tasks_of(result.job.final_stage())
+        .filter_map(|t| t.output.as_ref().map(|o| o.object.clone()))
+        .collect();
+    assert!(!result.is_empty());
+    let exists = |path: String| {
+        let shuffle = shuffle.clone();
+        async move { shuffle.head(&path.as_str().into()).await.is_ok() }
+    };
     // While an attempt may still run, the sweep leaves the files (and the jobs) be.
     h.scheduler().sweep().await.unwrap();
     assert!(late.iter().all(|f| f.exists()));
+    for path in &late_outputs {
+        assert!(exists(path.to_string()).await, "{path}");
+    }
     assert_eq!(h.store.active_jobs(None, 10).await.unwrap().len(), 2);
     // Past the task timeout it deletes them, once, and lets the jobs go.
     tokio::time::sleep(std::time::Duration::from_millis(1200)).await;
     h.scheduler().sweep().await.unwrap();
     assert!(late.iter().all(|f| !f.exists()), "{late:?}");
+    for path in &late_outputs {
+        assert!(!exists(path.to_string()).await, "{path} left");
+    }
+    for object in &result {
+        assert!(
+            exists(object.clone()).await,
+            "the result's {object} deleted"
+        );
+    }
     assert!(h.store.active_jobs(None, 10).await.unwrap().is_empty());
     let expected = common::reference(h.dir.path(), WRITE).await;
     check_written(&done, expected.iter().map(|b| b.num_rows() as u64).sum()).await;
