@@ -502,6 +502,11 @@ impl Executor {
                     threads,
                     spread.pieces, "the task's scan is spread over its threads"
                 );
+                tracing::trace!(
+                    plan = %datafusion::physical_plan::displayable(spread.plan.as_ref())
+                        .indent(true),
+                    "the spread plan"
+                );
                 (spread.plan, all, spread.pieces)
             }
             None => (body, partitions.clone(), partitions.len()),

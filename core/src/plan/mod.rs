@@ -13,6 +13,7 @@ mod joins;
 pub mod marks;
 mod resize;
 pub mod rules;
+pub mod semi_joins;
 pub mod single_task;
 pub mod spread;
 mod stages;
@@ -88,6 +89,7 @@ pub fn session_state(
         .with_runtime_env(runtime)
         .with_default_features()
         .with_optimizer_rule(Arc::new(rules::WindowFilterToCase))
+        .with_optimizer_rule(Arc::new(semi_joins::SemiJoinsFirst))
         .with_analyzer_rule(Arc::new(rules::ScalarSubqueryCardinality))
         .build();
     functions::install(&mut state, config);
