@@ -1,5 +1,5 @@
-//! [`SemiJoinsFirst`]: a semi or anti join applied below the inner joins it can go
-//! through without the risk of more work, so that what it removes is never shuffled.
+//! [`SemiJoinsFirst`]: a semi or anti join applied below the inner joins that are not
+//! expected to thin its rows out first, so that what it removes is never shuffled.
 //!
 //! DataFusion plans `WHERE o_orderkey IN (SELECT ...)` as a semi join on top of the
 //! query's inner joins: in TPC-H q18 every order is joined to its customer and its
@@ -8,14 +8,18 @@
 //! distributed plan has none (see [`super::session_config`]). A semi join (or an anti
 //! join) whose probe-side columns all come from one input `A` of an inner join
 //! `A ⋈ B` gives the same rows applied to `A` first — whether an `A` row is kept depends
-//! on that row alone — and it moves there when the move cannot make it probe more rows
-//! than it removes for the join:
+//! on that row alone — and it moves there when the inner join is not expected to
+//! remove most of `A`'s rows more cheaply:
 //!
 //! - **the inner join is on the same key**: the semi join's keys are among the keys `A`
-//!   is joined on, so it probes each `A` row once instead of once per matching `B` row;
+//!   is joined on, so both filter `A` on the same column, and the semi join probes each
+//!   `A` row once instead of once per matching `B` row (line items per order);
 //! - **`B` is a whole table**: a table scan with no filter (under projections and
-//!   aliases only), so the join on it does not thin `A` out before the semi join.
+//!   aliases only), which a join on a foreign key does not thin out.
 //!
+//! These are expectations, not guarantees: a `B` that lacks most of `A`'s keys leaves
+//! the moved semi join more rows to probe than before — at most one hash probe per row
+//! of `A`, where a selective semi join saves the shuffles and joins of all it removes.
 //! A join through a filtered `B` (a nation named in q20 and q21) stays where it is: the
 //! inner join may remove most rows more cheaply than the semi join. Null-aware anti
 //! joins (`NOT IN`) stay too. Applied again where it lands, a semi join goes down as far
