@@ -319,6 +319,11 @@ settings! {
     /// ready (`false`: every stage runs exactly as planned at submit).
     adaptive: bool = true; Flag, builder with_adaptive, env "LAMBDAFUSION_ADAPTIVE",
         terraform "adaptive_stages";
+    /// Whether the inner join of a small filtered input (a dimension, at most
+    /// `max_broadcast_bytes` of files) is moved down onto the input that holds its key,
+    /// before the joins that would otherwise shuffle the rows it removes
+    /// ([`crate::plan::dimension_joins`]).
+    dimension_joins: bool = true; Flag;
     /// A join build side that only scans files and reads at most this many bytes (a
     /// dimension table) is read by every consuming task itself instead of becoming a
     /// broadcast stage.

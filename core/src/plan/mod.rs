@@ -7,6 +7,7 @@
 //! what its inputs committed.
 
 pub mod adaptive;
+pub mod dimension_joins;
 pub mod encoding;
 pub mod functions;
 mod joins;
@@ -137,7 +138,7 @@ pub async fn physical_plan_sized(
     // Optimized with scalar subqueries rewritten to joins where DataFusion can; those
     // left (outside filters and projections) are then planned as `ScalarSubqueryExec`
     // rather than refused.
-    let optimized = state.optimize(logical)?;
+    let optimized = optimized(state, logical, config).await?;
     let plan_with = |n: usize| {
         let mut planning = with_target_partitions(state, n);
         planning
@@ -167,6 +168,23 @@ pub async fn physical_plan_sized(
         .query_planner()
         .create_physical_plan(&optimized, &sized)
         .await?)
+}
+
+/// `logical` optimized: DataFusion's rules (ours among them, see [`session_state`]), then
+/// the dimension joins moved ([`dimension_joins`], which needs the files listed).
+pub async fn optimized(
+    state: &SessionState,
+    logical: &LogicalPlan,
+    config: &EngineConfig,
+) -> Result<LogicalPlan> {
+    let optimized = state.optimize(logical)?;
+    if !config.dimension_joins {
+        return Ok(optimized);
+    }
+    Ok(
+        dimension_joins::dimension_joins_first(optimized, state, config.max_broadcast_bytes)
+            .await?,
+    )
 }
 
 /// `state` planning at `n` partitions: a clone with that one setting changed (building

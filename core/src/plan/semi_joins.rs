@@ -52,8 +52,15 @@ impl OptimizerRule for SemiJoinsFirst {
         plan: LogicalPlan,
         _config: &dyn OptimizerConfig,
     ) -> DfResult<Transformed<LogicalPlan>> {
-        plan.transform_up_with_subqueries(push_down)
+        semi_joins_first(plan)
     }
+}
+
+/// `plan` with every semi and anti join moved down where it may go (the rule, outside
+/// the optimizer: again after [`super::dimension_joins`] has moved inner joins, which can
+/// open a way down that a filtered input closed).
+pub fn semi_joins_first(plan: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
+    plan.transform_up_with_subqueries(push_down)
 }
 
 /// `node`, a semi or anti join moved below the inner join under it where it may go,
@@ -170,7 +177,7 @@ fn push_down(node: LogicalPlan) -> DfResult<Transformed<LogicalPlan>> {
 }
 
 /// Whether projection `p` outputs column `c` as the same column of its input.
-fn passes_on(p: &Projection, c: &Column) -> bool {
+pub(crate) fn passes_on(p: &Projection, c: &Column) -> bool {
     p.expr
         .iter()
         .any(|e| matches!(e, Expr::Column(col) if col == c))

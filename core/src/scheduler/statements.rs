@@ -110,7 +110,7 @@ pub(super) async fn explain(
     write: Option<crate::write::WriteTarget>,
 ) -> Result<(SchemaRef, Vec<RecordBatch>)> {
     let mut rows = Vec::new();
-    let logical = state.optimize(query)?;
+    let logical = plan::optimized(state, query, &services.config).await?;
     rows.push((
         "logical_plan".to_string(),
         logical.display_indent().to_string(),
