@@ -118,6 +118,10 @@ struct EngineArgs {
     /// tables created with SQL).
     #[arg(long, value_name = "DB", env = "LAMBDAFUSION_GLUE_DEFAULT_DATABASE")]
     glue_default_database: Option<String>,
+    /// Any other engine setting, NAME=VALUE as in docs/settings.md (e.g. `--set
+    /// max_broadcast_bytes=64MiB`); repeatable, applied after the options above.
+    #[arg(long = "set", value_name = "NAME=VALUE")]
+    settings: Vec<String>,
 }
 
 impl EngineArgs {
@@ -141,6 +145,7 @@ impl EngineArgs {
                 .map_err(|e| format!("--allow-write {}: {e}", dir.display()))?;
             config = config.with_write_location(resolved.display().to_string());
         }
+        let config = with_settings(config, &self.settings)?;
         let slots = self.slots.unwrap_or(defaults.slots);
         let glue = if self.glue_databases.is_empty() {
             None
@@ -295,6 +300,14 @@ struct TargetArgs {
 impl TargetArgs {
     async fn session(&self, max_seconds: Option<f64>) -> Result<Session, CliError> {
         Ok(match &self.endpoint {
+            Some(_) if !self.engine.settings.is_empty() => {
+                return Err(
+                    "--set changes the embedded engine; an endpoint runs with the \
+                            settings it was started or deployed with"
+                        .to_string()
+                        .into(),
+                )
+            }
             Some(endpoint) => {
                 Session::Remote(client::Client::new(endpoint).with_token(self.token.clone()))
             }

@@ -247,3 +247,68 @@ fn the_demo_tables_are_there_for_query_afterwards() {
     assert!(out.status.success(), "{}", text(&out.stderr));
     assert_eq!(text(&out.stdout), "n\n25\n");
 }
+
+/// `--set` reaches the embedded engine: turning `dimension_joins` off keeps a filtered
+/// dimension's join where DataFusion put it (last); a name that is no setting, and a
+/// setting sent to an endpoint (whose settings are its own), are refused.
+#[test]
+fn settings_reach_the_embedded_engine() {
+    let dir = workdir();
+    std::fs::write(dir.path().join("f.csv"), "k,g,v\n1,10,5\n2,20,6\n").unwrap();
+    std::fs::write(dir.path().join("g.csv"), "g,d\n10,1\n20,2\n").unwrap();
+    std::fs::write(dir.path().join("d.csv"), "d,name\n1,x\n2,y\n").unwrap();
+    let mut script = String::new();
+    for table in ["f", "g", "d"] {
+        script.push_str(&format!(
+            "CREATE OR REPLACE EXTERNAL TABLE {table} STORED AS CSV LOCATION '{table}.csv' \
+             OPTIONS ('format.has_header' 'true');\n"
+        ));
+    }
+    script.push_str(
+        "EXPLAIN SELECT f.v FROM f JOIN g ON f.g = g.g JOIN d ON g.d = d.d WHERE d.name = 'x'",
+    );
+    // The first join line of the logical plan: the outermost join.
+    let outermost = |extra: &[&str]| {
+        let mut args = vec!["query", "--format", "csv"];
+        args.extend_from_slice(extra);
+        args.push(&script);
+        let out = run(dir.path(), &args, "");
+        assert!(out.status.success(), "{}", text(&out.stderr));
+        let stdout = text(&out.stdout);
+        stdout
+            .lines()
+            .find(|l| l.contains("Inner Join"))
+            .map(|l| l.trim().to_string())
+            .unwrap_or_else(|| panic!("no join in {stdout}"))
+    };
+    let kept = outermost(&["--set", "dimension_joins=false"]);
+    assert!(kept.contains("g.d = d.d"), "{kept}");
+    let moved = outermost(&[]);
+    assert!(moved.contains("f.g = g.g"), "{moved}");
+
+    let out = run(dir.path(), &["query", "--set", "no_such=1", "SELECT 1"], "");
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("no setting is called no_such"),
+        "{}",
+        text(&out.stderr)
+    );
+    let out = run(
+        dir.path(),
+        &[
+            "query",
+            "--endpoint",
+            "http://127.0.0.1:9",
+            "--set",
+            "adaptive=false",
+            "SELECT 1",
+        ],
+        "",
+    );
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("--set changes the embedded engine"),
+        "{}",
+        text(&out.stderr)
+    );
+}
