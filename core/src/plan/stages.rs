@@ -175,6 +175,7 @@ impl StageSplitter {
         super::refuse_writes(&plan)?;
         let plan = super::single_task::run_whole(plan)?;
         let plan = super::distribute_joins(plan)?;
+        let plan = super::switch::cut_small_sides(plan)?;
         let mut splitter = StageSplitter {
             inline_scan_bytes: config.inline_scan_bytes,
             max_shuffle_reads: config.max_shuffle_reads,

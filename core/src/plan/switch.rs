@@ -57,7 +57,10 @@ use datafusion::physical_plan::empty::EmptyExec;
 use datafusion::physical_plan::joins::{
     CrossJoinExec, HashJoinExec, NestedLoopJoinExec, PartitionMode,
 };
-use datafusion::physical_plan::{ExecutionPlan, ExecutionPlanProperties};
+use datafusion::physical_plan::repartition::RepartitionExec;
+use datafusion::physical_plan::{
+    ChildrenPropertiesMode, ExecutionPlan, ExecutionPlanProperties, ReplaceChildrenOptions,
+};
 
 use super::marks;
 use super::stages::{reads_a_stage, row_local, Stage};
@@ -88,6 +91,87 @@ impl Candidate {
             .as_ref()
             .and_then(|node| Some((node, partitioned_aggregate(node)?)))
             .ok_or_else(|| Error::Internal("the switched join has no aggregate above it".into()))
+    }
+}
+
+/// Gives a partitioned semi, anti or mark join whose small side is computed in the
+/// join's own stage a stage edge under that side, so that the switch can be offered.
+///
+/// A switch needs both sides of the join to be stages of their own. When the small
+/// side is itself a join on the same key (TPC-H q21's `EXISTS` over the line items that
+/// met their suppliers and orders, its `NOT EXISTS` over that), DataFusion hash-shuffles
+/// nothing between them — the rows are already partitioned on the key — and the stacked
+/// joins run in one stage, every large side hash-shuffled whole. With a hash exchange
+/// on the join's keys put under the small side (the same partitions: the same hash over
+/// equal keys), it becomes a stage, the join is offered the switch, and the large side
+/// is broadcast into only when the small side turns out small. Not switched, the cost is
+/// one more shuffle of the small side. Only where the large side is an exchange over a
+/// plan that reads no hash shuffle: no other join could be switched.
+pub(crate) fn cut_small_sides(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn ExecutionPlan>> {
+    plan.transform_up(|node| {
+        let Some(join) = node.downcast_ref::<HashJoinExec>() else {
+            return Ok(Transformed::no(node));
+        };
+        let Some(small_left) = small_side_is_left(*join.join_type()) else {
+            return Ok(Transformed::no(node));
+        };
+        let n = node.output_partitioning().partition_count();
+        if *join.partition_mode() != PartitionMode::Partitioned || join.null_aware || n <= 1 {
+            return Ok(Transformed::no(node));
+        }
+        let (small, large) = if small_left {
+            (join.left(), join.right())
+        } else {
+            (join.right(), join.left())
+        };
+        let scan_side = hash_exchange(large).is_some_and(|input| {
+            !input
+                .exists(|n| Ok(hash_exchange(n).is_some()))
+                .unwrap_or(true)
+        });
+        if hash_exchange(small).is_some() || !scan_side {
+            return Ok(Transformed::no(node));
+        }
+        let keys = join
+            .on()
+            .iter()
+            .map(|(l, r)| if small_left { l.clone() } else { r.clone() })
+            .collect();
+        let cut: Arc<dyn ExecutionPlan> = Arc::new(RepartitionExec::try_new(
+            small.clone(),
+            Partitioning::Hash(keys, n),
+        )?);
+        let children = if small_left {
+            vec![cut, large.clone()]
+        } else {
+            vec![large.clone(), cut]
+        };
+        let cut = node.clone().replace_children(
+            children,
+            ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute),
+        )?;
+        Ok(Transformed::yes(cut))
+    })
+    .map(|t| t.data)
+}
+
+/// The input of the hash exchange `plan` is, under row-by-row wrappers.
+fn hash_exchange(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+    let mut node = plan.clone();
+    loop {
+        if let Some(r) = node.downcast_ref::<RepartitionExec>() {
+            return matches!(r.partitioning(), Partitioning::Hash(..)).then(|| r.input().clone());
+        }
+        if !matches!(
+            node.name(),
+            "ProjectionExec" | "FilterExec" | "CoalesceBatchesExec" | "CooperativeExec"
+        ) {
+            return None;
+        }
+        node = match node.children().as_slice() {
+            [only] => (*only).clone(),
+            _ => return None,
+        };
     }
 }
 

@@ -312,3 +312,68 @@ async fn stages_are_in_topological_order() {
             .any(|c| c.inputs.iter().any(|i| i.stage == s.id)));
     }
 }
+
+/// An anti join stacked on a semi join on the same key (TPC-H q21's `NOT EXISTS` over
+/// its `EXISTS`): DataFusion hash-shuffles nothing between them, so they shared a stage,
+/// whose kept side was no stage of its own — and neither join could switch to a
+/// broadcast of it. Each is now cut into a stage reading two hash shuffles, and both are
+/// offered the switch (its notes in the graph). The answer is checked against DataFusion
+/// in the TPC-H tests.
+#[tokio::test]
+async fn stacked_semi_and_anti_joins_are_each_offered_the_switch() {
+    let sql = "SELECT f1.s FROM facts f1 JOIN dims d ON f1.k = d.k \
+               WHERE d.label <> 'group-3' \
+               AND EXISTS (SELECT 1 FROM facts f3 WHERE f3.id = f1.id AND f3.k <> f1.k) \
+               AND NOT EXISTS (SELECT 1 FROM facts f4 WHERE f4.id = f1.id AND f4.v > 10)";
+    // Every join partitioned, as at a scale where no side is small enough to collect.
+    let dir = tempfile::tempdir().unwrap();
+    common::write_tables(dir.path()).await;
+    let config = EngineConfig {
+        inline_scan_bytes: 0,
+        ..EngineConfig::default()
+    }
+    .with_bytes_per_task(1)
+    .with_min_scan_bytes_per_task(1)
+    .with_max_tasks_per_stage(4);
+    let runtime = RuntimeEnvBuilder::new().build_arc().unwrap();
+    let mut state = plan::session_state(runtime, &config, config.stage_width());
+    let options = state.config_mut().options_mut();
+    options.optimizer.hash_join_single_partition_threshold = 0;
+    options.optimizer.hash_join_single_partition_threshold_rows = 0;
+    let ctx = SessionContext::new_with_state(state);
+    common::register_parquet(&ctx, dir.path()).await;
+    let logical = ctx.state().create_logical_plan(sql).await.unwrap();
+    let physical = plan::physical_plan(&ctx.state(), &logical, &config)
+        .await
+        .unwrap();
+    let g = StageSplitter::split(physical, &config).unwrap();
+    round_trip(&ctx, &g);
+    let text = g.display();
+    let joins: Vec<_> = g
+        .stages
+        .iter()
+        .filter(|s| {
+            let plan = show(&s.plan);
+            plan.contains("mode=Partitioned") && (plan.contains("Semi") || plan.contains("Anti"))
+        })
+        .collect();
+    assert_eq!(
+        joins.len(),
+        2,
+        "a semi and an anti join, a stage each\n{text}"
+    );
+    for stage in joins {
+        let hash = stage
+            .inputs
+            .iter()
+            .filter(|i| matches!(i.kind, EdgeKind::Hash))
+            .count();
+        assert_eq!(
+            hash, 2,
+            "stage {} reads two hash shuffles\n{text}",
+            stage.id
+        );
+        let offered = format!("stage {}'s join reads it whole", stage.id);
+        assert!(text.contains(&offered), "{offered}\n{text}");
+    }
+}
