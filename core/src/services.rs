@@ -84,8 +84,9 @@ impl Services {
     }
 
     /// These services as one task attempt (or one submission) uses them: every store call
-    /// and object request counted into `tally` ([`crate::requests`]), and, with
-    /// `memory_limit`, a memory pool of that size of its own (operators spill past it).
+    /// and object request counted into `tally` ([`crate::requests`]), a cache of table
+    /// listings of their own, and, with `memory_limit`, a memory pool of that size of its
+    /// own (operators spill past it).
     pub fn counted(
         &self,
         tally: &Arc<crate::requests::Tally>,
@@ -105,6 +106,11 @@ impl Services {
         let mut runtime =
             datafusion::execution::runtime_env::RuntimeEnvBuilder::from_runtime_env(&self.runtime)
                 .with_object_store_registry(registry);
+        // A list of a table's files of its own: DataFusion keeps listings without expiry,
+        // and one shared across queries hid the files added to a table since its first
+        // query from every later one (a warm scheduler's or `serve`'s). Within one
+        // submission or attempt, a table is listed once.
+        runtime.cache_manager.list_files_cache = None;
         if let Some(limit) = memory_limit {
             runtime = runtime.with_memory_pool(Arc::new(
                 datafusion::execution::memory_pool::FairSpillPool::new(limit),

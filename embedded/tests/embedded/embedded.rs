@@ -1509,3 +1509,42 @@ async fn a_task_runs_its_input_on_every_thread_it_has() {
         }
     }
 }
+
+/// A file added to a table's directory is read by the next query. DataFusion 55 keeps
+/// each table's listing without expiry, and one cache was shared by every query of an
+/// engine: a `serve`, a `shell` or a warm scheduler answered from the files of the
+/// table's first query for as long as it ran (2 rows here, where the table has 3).
+#[tokio::test]
+async fn files_added_to_a_table_are_read_by_the_next_query() {
+    let dir = tempfile::tempdir().unwrap();
+    let table = dir.path().join("grows");
+    std::fs::create_dir_all(&table).unwrap();
+    std::fs::write(table.join("a.csv"), "x\n1\n2\n").unwrap();
+    let engine = engine(EngineConfig::default(), dir.path()).await;
+    engine
+        .sql(&format!(
+            "CREATE EXTERNAL TABLE grows STORED AS CSV LOCATION '{}/' \
+             OPTIONS ('format.has_header' 'true')",
+            table.display()
+        ))
+        .await
+        .unwrap();
+    let count = || async {
+        let out = engine
+            .sql("SELECT count(*) AS n, sum(x) AS total FROM grows")
+            .await
+            .unwrap();
+        let batch = out.batches.iter().find(|b| b.num_rows() > 0).unwrap();
+        (0..2)
+            .map(|c| {
+                datafusion::arrow::util::display::array_value_to_string(batch.column(c), 0).unwrap()
+            })
+            .collect::<Vec<_>>()
+            .join(",")
+    };
+    assert_eq!(count().await, "2,3");
+    std::fs::write(table.join("b.csv"), "x\n10\n").unwrap();
+    assert_eq!(count().await, "3,13", "the added file is read");
+    std::fs::remove_file(table.join("a.csv")).unwrap();
+    assert_eq!(count().await, "1,10", "the removed file is not");
+}
