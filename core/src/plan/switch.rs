@@ -157,22 +157,25 @@ pub(crate) fn cut_small_sides(plan: Arc<dyn ExecutionPlan>) -> DfResult<Arc<dyn 
 
 /// The input of the hash exchange `plan` is, under row-by-row wrappers.
 fn hash_exchange(plan: &Arc<dyn ExecutionPlan>) -> Option<Arc<dyn ExecutionPlan>> {
+    let node = below_wrappers(plan);
+    let exchange = node.downcast_ref::<RepartitionExec>()?;
+    matches!(exchange.partitioning(), Partitioning::Hash(..)).then(|| exchange.input().clone())
+}
+
+/// The first node of `plan` that is not a row-by-row wrapper of one input (projection,
+/// filter, batch coalescing).
+fn below_wrappers(plan: &Arc<dyn ExecutionPlan>) -> Arc<dyn ExecutionPlan> {
     let mut node = plan.clone();
-    loop {
-        if let Some(r) = node.downcast_ref::<RepartitionExec>() {
-            return matches!(r.partitioning(), Partitioning::Hash(..)).then(|| r.input().clone());
-        }
-        if !matches!(
-            node.name(),
-            "ProjectionExec" | "FilterExec" | "CoalesceBatchesExec" | "CooperativeExec"
-        ) {
-            return None;
-        }
+    while matches!(
+        node.name(),
+        "ProjectionExec" | "FilterExec" | "CoalesceBatchesExec" | "CooperativeExec"
+    ) {
         node = match node.children().as_slice() {
             [only] => (*only).clone(),
-            _ => return None,
+            _ => break,
         };
     }
+    node
 }
 
 /// For a join emitting one side's rows: whether that side is the left one.
@@ -187,22 +190,9 @@ fn small_side_is_left(join_type: JoinType) -> Option<bool> {
 /// The stage `plan` reads, when `plan` is a hash-shuffle reader under row-by-row
 /// wrappers only.
 fn thin_reader(plan: &Arc<dyn ExecutionPlan>) -> Option<u32> {
-    let mut node = plan.clone();
-    loop {
-        if let Some(reader) = node.downcast_ref::<ShuffleReaderExec>() {
-            return matches!(reader.mode(), ReadMode::Hash(_)).then(|| reader.stage());
-        }
-        if !matches!(
-            node.name(),
-            "ProjectionExec" | "FilterExec" | "CoalesceBatchesExec" | "CooperativeExec"
-        ) {
-            return None;
-        }
-        node = match node.children().as_slice() {
-            [only] => (*only).clone(),
-            _ => return None,
-        };
-    }
+    let node = below_wrappers(plan);
+    let reader = node.downcast_ref::<ShuffleReaderExec>()?;
+    matches!(reader.mode(), ReadMode::Hash(_)).then(|| reader.stage())
 }
 
 /// Whether `node`, on the way from a stage's writer down to its join, handles the rows
