@@ -262,6 +262,11 @@ pub struct DeltaTable {
     engine: Arc<dyn Engine>,
     schema: SchemaRef,
     columns: Vec<DeltaColumn>,
+    /// The files of each predicate scanned so far: the planner sizes a scan before it
+    /// plans it ([`crate::plan::dimension_joins`]), with the same filters, and the
+    /// snapshot is fixed, so the second read of the log would give these. A provider
+    /// lives for one query (the catalog opens the table for each).
+    files_read: std::sync::Mutex<HashMap<String, Vec<DeltaFile>>>,
 }
 
 impl fmt::Debug for DeltaTable {
@@ -340,6 +345,7 @@ impl DeltaTable {
             engine,
             schema,
             columns,
+            files_read: std::sync::Mutex::new(HashMap::new()),
         })
     }
 
@@ -362,8 +368,20 @@ impl DeltaTable {
         self.snapshot.table_configuration().column_mapping_mode() != ColumnMappingMode::None
     }
 
-    /// The files of the snapshot that `predicate` may match (data skipping).
+    /// The files of the snapshot that `predicate` may match (data skipping), read from
+    /// the log once per predicate.
     async fn files(&self, predicate: Option<Predicate>) -> DfResult<Vec<DeltaFile>> {
+        let key = format!("{predicate:?}");
+        if let Some(files) = self.files_read.lock().unwrap().get(&key) {
+            return Ok(files.clone());
+        }
+        let files = self.read_files(predicate).await?;
+        self.files_read.lock().unwrap().insert(key, files.clone());
+        Ok(files)
+    }
+
+    /// The snapshot's files (those `predicate` may match), from its log.
+    async fn read_files(&self, predicate: Option<Predicate>) -> DfResult<Vec<DeltaFile>> {
         let snapshot = self.snapshot.clone();
         let engine = self.engine.clone();
         let location = self.location.clone();

@@ -96,6 +96,7 @@ pub(super) fn table(
         format,
         client,
         access: access.clone(),
+        listed: std::sync::Mutex::new(std::collections::HashMap::new()),
     }))
 }
 
@@ -251,7 +252,19 @@ struct HiveTable {
     format: HiveFormat,
     client: Arc<dyn GlueClient>,
     access: AccessPolicy,
+    /// What each set of filters listed so far (partitions from Glue, their files): the
+    /// planner sizes a scan before it plans it ([`crate::plan::dimension_joins`]) with
+    /// the same filters. A provider lives for one query (the catalog opens the table
+    /// for each), so the second listing would be this one.
+    listed: std::sync::Mutex<std::collections::HashMap<String, Vec<Listed>>>,
 }
+
+/// One partition directory of a scan: its store, its files, its partition values.
+type Listed = (
+    datafusion::execution::object_store::ObjectStoreUrl,
+    Vec<ObjectMeta>,
+    Vec<ScalarValue>,
+);
 
 impl fmt::Debug for HiveTable {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
@@ -392,6 +405,28 @@ fn compression_of(path: &str) -> FileCompressionType {
     }
 }
 
+impl HiveTable {
+    /// The partition directories `filters` select and their files, listed once per
+    /// set of filters.
+    async fn list(&self, state: &dyn Session, filters: &[Expr]) -> DfResult<Vec<Listed>> {
+        let key = format!("{filters:?}");
+        if let Some(listed) = self.listed.lock().unwrap().get(&key) {
+            return Ok(listed.clone());
+        }
+        let directories = self.directories(filters).await?;
+        let listed: Vec<Listed> =
+            futures::stream::iter(directories.into_iter().map(|(dir, values)| async move {
+                let (store, files) = list_files(state, &dir).await?;
+                Ok::<_, DataFusionError>((store, files, values))
+            }))
+            .buffered(32)
+            .try_collect()
+            .await?;
+        self.listed.lock().unwrap().insert(key, listed.clone());
+        Ok(listed)
+    }
+}
+
 #[async_trait]
 impl TableProvider for HiveTable {
     fn schema(&self) -> SchemaRef {
@@ -417,15 +452,7 @@ impl TableProvider for HiveTable {
         filters: &[Expr],
         limit: Option<usize>,
     ) -> DfResult<Arc<dyn ExecutionPlan>> {
-        let directories = self.directories(filters).await?;
-        let listed: Vec<_> =
-            futures::stream::iter(directories.into_iter().map(|(dir, values)| async move {
-                let (store, files) = list_files(state, &dir).await?;
-                Ok::<_, DataFusionError>((store, files, values))
-            }))
-            .buffered(32)
-            .try_collect()
-            .await?;
+        let listed = self.list(state, filters).await?;
 
         let mut store_url = None;
         let mut compression: Option<FileCompressionType> = None;

@@ -66,6 +66,24 @@ pub async fn dimension_joins_first(
     state: &SessionState,
     max_bytes: u64,
 ) -> DfResult<LogicalPlan> {
+    // Nothing to size (or move) without an inner join of a filtered input: most
+    // queries stop here, and no table is scanned twice.
+    let mut joins_filtered = false;
+    plan.apply_with_subqueries(|node| {
+        if let LogicalPlan::Join(j) = node {
+            if j.join_type == JoinType::Inner
+                && !j.on.is_empty()
+                && (filtered(&j.left) || filtered(&j.right))
+            {
+                joins_filtered = true;
+                return Ok(TreeNodeRecursion::Stop);
+            }
+        }
+        Ok(TreeNodeRecursion::Continue)
+    })?;
+    if !joins_filtered {
+        return Ok(plan);
+    }
     let mut sizes = Sizes {
         scans: HashMap::new(),
         max_bytes,
